@@ -1,0 +1,78 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+/// One settings array for every Swift target.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Backhaul",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "backhauld", targets: ["backhauld"]),
+        .library(name: "BackhaulServer", targets: ["BackhaulServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // C libraries: module map + shim.h, typed wrappers only.
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl"),
+        .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD"),
+        .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+
+        // Domain-free Swift wrappers: the only places that see C pointers.
+        .target(name: "Curl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
+        .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
+        .target(name: "JSON", dependencies: ["CJSONC"], swiftSettings: swiftSettings),
+
+        // Backhaul's domain, inward to outward.
+        .target(name: "BackhaulCore", dependencies: ["JSON"], swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulStore",
+            dependencies: ["BackhaulCore", "SQLite", "JSON"],
+            swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulEngine",
+            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulAPI",
+            dependencies: [
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "JSON", "MicroHTTP",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulServer",
+            dependencies: [
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulAPI", "MicroHTTP", "JSON",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings),
+        .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
+
+        // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
+        .target(
+            name: "BackhaulTesting",
+            dependencies: ["MicroHTTP", "JSON", "BackhaulCore"],
+            swiftSettings: swiftSettings),
+
+        .testTarget(
+            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "JSON"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulAPITests",
+            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "JSON"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore"],
+            swiftSettings: swiftSettings),
+    ]
+)

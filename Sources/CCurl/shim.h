@@ -1,0 +1,74 @@
+#ifndef BACKHAUL_CCURL_SHIM_H
+#define BACKHAUL_CCURL_SHIM_H
+#include <curl/curl.h>
+
+/* curl_easy_setopt / curl_multi_setopt / curl_easy_getinfo are variadic: typed wrappers. */
+
+static inline CURLcode bh_curl_easy_setopt_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode bh_curl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode bh_curl_easy_setopt_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode bh_curl_easy_setopt_ptr(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode bh_curl_easy_setopt_slist(CURL *handle, CURLoption option, struct curl_slist *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+static inline CURLcode bh_curl_easy_setopt_mime(CURL *handle, curl_mime *value) {
+    return curl_easy_setopt(handle, CURLOPT_MIMEPOST, value);
+}
+
+typedef size_t (*bh_curl_data_callback)(char *buffer, size_t size, size_t count, void *userdata);
+typedef int (*bh_curl_xferinfo_callback)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                                         curl_off_t ultotal, curl_off_t ulnow);
+
+/// Sets a data callback and its userdata in one call (read, write or header).
+static inline CURLcode bh_curl_easy_set_data_callback(CURL *handle, CURLoption function_option,
+                                                      CURLoption data_option,
+                                                      bh_curl_data_callback callback, void *userdata) {
+    CURLcode code = curl_easy_setopt(handle, function_option, callback);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, data_option, userdata);
+}
+static inline CURLcode bh_curl_easy_set_xferinfo_callback(CURL *handle, bh_curl_xferinfo_callback callback,
+                                                          void *userdata) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+    if (code != CURLE_OK) return code;
+    code = curl_easy_setopt(handle, CURLOPT_XFERINFODATA, userdata);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+}
+
+static inline CURLcode bh_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode bh_curl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+static inline CURLcode bh_curl_easy_getinfo_ptr(CURL *handle, CURLINFO info, void **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
+static inline CURLMcode bh_curl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
+    return curl_multi_setopt(multi, option, value);
+}
+
+/* CURLMsg has a union; read its fields here. */
+static inline CURL *bh_curl_msg_easy_handle(CURLMsg *msg) { return msg->easy_handle; }
+static inline int bh_curl_msg_is_done(CURLMsg *msg) { return msg->msg == CURLMSG_DONE; }
+static inline CURLcode bh_curl_msg_result(CURLMsg *msg) { return msg->data.result; }
+
+static inline size_t bh_curl_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
+static inline size_t bh_curl_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
+
+/// curl_mime_data_cb with a read callback only (no seek / free).
+static inline CURLcode bh_curl_mime_data_cb(curl_mimepart *part, curl_off_t size,
+                                            bh_curl_data_callback read_callback, void *userdata) {
+    return curl_mime_data_cb(part, size, (curl_read_callback)read_callback, NULL, NULL, userdata);
+}
+#endif

@@ -1,0 +1,160 @@
+import CCurl
+
+/// What a body reader returns to curl.
+public enum ReadResult {
+    case bytes(Int)
+    case abort
+    case pause
+}
+
+/// One libcurl easy handle (`curl_easy_init`) and everything whose lifetime curl needs:
+/// header list, MIME body, error buffer, callbacks. Used from one thread; not Sendable.
+public final class EasyHandle {
+    let raw: UnsafeMutableRawPointer
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var mime: OpaquePointer?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+
+    /// Fills the buffer with the next body bytes (raw body or the MIME file part).
+    public var readBody: ((UnsafeMutableRawBufferPointer) -> ReadResult)?
+    /// Each response header line, as received, CRLF included (status lines too).
+    public var onHeaderLine: ((String) -> Void)?
+    /// Response body bytes; return false to abort the transfer.
+    public var onData: ((UnsafeRawBufferPointer) -> Bool)?
+    /// Progress `(uploadedNow, downloadedNow)`; return false to abort the transfer.
+    public var onProgress: ((Int64, Int64) -> Bool)?
+
+    public init() throws(CurlCode) {
+        CurlGlobal.initialize()
+        guard let handle = curl_easy_init() else { throw CurlCode.outOfMemory }
+        raw = handle
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+        try installCallbacks()
+    }
+
+    deinit {
+        curl_easy_cleanup(raw)
+        if let mime { curl_mime_free(mime) }
+        curl_slist_free_all(headerList)
+        errorBuffer.deallocate()
+    }
+
+    var errorBufferText: String? {
+        let text = String(cString: errorBuffer)
+        return text.isEmpty ? nil : text
+    }
+
+    /// Connects the trampolines; the userdata is this object, unretained (the owner keeps it alive).
+    private func installCallbacks() throws(CurlCode) {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        try check(bh_curl_easy_setopt_ptr(raw, CURLOPT_ERRORBUFFER, errorBuffer), self)
+        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_READFUNCTION, CURLOPT_READDATA, { buffer, size, count, userdata in
+            EasyHandle.owner(userdata).read(into: buffer, size * count)
+        }, me), self)
+        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_HEADERFUNCTION, CURLOPT_HEADERDATA, { buffer, size, count, userdata in
+            let length = size * count
+            if let buffer, let handler = EasyHandle.owner(userdata).onHeaderLine {
+                handler(String(decoding: UnsafeRawBufferPointer(start: buffer, count: length), as: UTF8.self))
+            }
+            return length
+        }, me), self)
+        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_WRITEFUNCTION, CURLOPT_WRITEDATA, { buffer, size, count, userdata in
+            let length = size * count
+            guard let handler = EasyHandle.owner(userdata).onData else { return length }
+            return handler(UnsafeRawBufferPointer(start: buffer, count: length)) ? length : 0
+        }, me), self)
+        try check(bh_curl_easy_set_xferinfo_callback(raw, { userdata, _, downloaded, _, uploaded in
+            guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }
+            return handler(Int64(uploaded), Int64(downloaded)) ? 0 : 1
+        }, me), self)
+    }
+
+    fileprivate static func owner(_ userdata: UnsafeMutableRawPointer?) -> EasyHandle {
+        Unmanaged<EasyHandle>.fromOpaque(userdata!).takeUnretainedValue()
+    }
+
+    fileprivate func read(into buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int {
+        guard let buffer, let readBody else { return 0 }
+        switch readBody(UnsafeMutableRawBufferPointer(start: buffer, count: capacity)) {
+        case .bytes(let count): return count
+        case .abort: return bh_curl_readfunc_abort()
+        case .pause: return bh_curl_readfunc_pause()
+        }
+    }
+
+    // MARK: Options
+
+    /// `curl_easy_setopt` with a `long`.
+    public func set(_ option: CURLoption, _ value: Int) throws(CurlCode) {
+        try check(bh_curl_easy_setopt_long(raw, option, value), self)
+    }
+    /// `curl_easy_setopt` with a `curl_off_t`.
+    public func set(_ option: CURLoption, offset value: Int64) throws(CurlCode) {
+        try check(bh_curl_easy_setopt_off_t(raw, option, Int(value)), self)
+    }
+    /// `curl_easy_setopt` with a string (curl copies it).
+    public func set(_ option: CURLoption, _ value: String) throws(CurlCode) {
+        try check(bh_curl_easy_setopt_string(raw, option, value), self)
+    }
+
+    /// Replaces the request headers (`CURLOPT_HTTPHEADER` with a `curl_slist`).
+    public func setHeaders(_ lines: [String]) throws(CurlCode) {
+        var list: UnsafeMutablePointer<curl_slist>?
+        for line in lines { list = curl_slist_append(list, line) }
+        try check(bh_curl_easy_setopt_slist(raw, CURLOPT_HTTPHEADER, list), self)
+        curl_slist_free_all(headerList)
+        headerList = list
+    }
+
+    /// A `multipart/form-data` body (`curl_mime_*`): text fields, then one part streamed through `readBody`.
+    public func setMultipartBody(fields: [(String, String)], fileField: String, filename: String,
+                                 contentType: String?, fileSize: Int64) throws(CurlCode) {
+        guard let form = curl_mime_init(raw) else { throw CurlCode.outOfMemory }
+        if let mime { curl_mime_free(mime) }
+        mime = form
+        for (name, value) in fields {
+            let part = curl_mime_addpart(form)
+            try check(curl_mime_name(part, name), self)
+            try check(curl_mime_data(part, value, Int(bitPattern: UInt(CURL_ZERO_TERMINATED))), self)
+        }
+        let part = curl_mime_addpart(form)
+        try check(curl_mime_name(part, fileField), self)
+        try check(curl_mime_filename(part, filename), self)
+        try check(curl_mime_type(part, contentType ?? "application/octet-stream"), self)
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        try check(bh_curl_mime_data_cb(part, Int(fileSize), { buffer, size, count, userdata in
+            EasyHandle.owner(userdata).read(into: buffer, size * count)
+        }, me), self)
+        try check(bh_curl_easy_setopt_mime(raw, form), self)
+    }
+
+    // MARK: Information
+
+    /// The last response's status code (`CURLINFO_RESPONSE_CODE`).
+    public var responseCode: Int {
+        var value = 0
+        _ = bh_curl_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &value)
+        return value
+    }
+
+    /// Bytes uploaded by the last transfer (`CURLINFO_SIZE_UPLOAD_T`).
+    public var bytesUploaded: Int64 {
+        var value = 0
+        _ = bh_curl_easy_getinfo_off_t(raw, CURLINFO_SIZE_UPLOAD_T, &value)
+        return Int64(value)
+    }
+
+    /// Bytes downloaded by the last transfer (`CURLINFO_SIZE_DOWNLOAD_T`).
+    public var bytesDownloaded: Int64 {
+        var value = 0
+        _ = bh_curl_easy_getinfo_off_t(raw, CURLINFO_SIZE_DOWNLOAD_T, &value)
+        return Int64(value)
+    }
+
+    /// Clears the error buffer before a new transfer.
+    public func clearError() { errorBuffer[0] = 0 }
+
+    /// The error for a finished transfer's code, with the handle's error buffer.
+    public func error(for code: CURLcode) -> CurlCode { CurlCode(code, message: errorBufferText) }
+}

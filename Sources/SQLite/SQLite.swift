@@ -1,0 +1,241 @@
+import CSQLite
+
+/// An SQLite result code with the library's own message and the SQL that failed.
+public struct SQLiteError: Error, Sendable, CustomStringConvertible {
+    public var code: Int32
+    public var message: String
+    public var sql: String?
+
+    public init(code: Int32, message: String, sql: String? = nil) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+    }
+
+    /// The primary result code (extended codes carry it in the low byte).
+    public var primaryCode: Int32 { code & 0xFF }
+    /// The database or its disk is full (`SQLITE_FULL`), or the file could not be written.
+    public var isStorageFull: Bool { primaryCode == SQLITE_FULL || code == SQLITE_IOERR | (3 << 8) }  // SQLITE_IOERR_WRITE is a macro expression
+    public var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
+
+    public var description: String {
+        "SQLite error \(code): \(message)" + (sql.map { " (in \($0))" } ?? "")
+    }
+}
+
+/// A value bound to or read from a statement.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+}
+
+public protocol SQLBindable {
+    var sqlValue: SQLValue { get }
+}
+extension Int: SQLBindable { public var sqlValue: SQLValue { .integer(Int64(self)) } }
+extension Int64: SQLBindable { public var sqlValue: SQLValue { .integer(self) } }
+extension Double: SQLBindable { public var sqlValue: SQLValue { .real(self) } }
+extension String: SQLBindable { public var sqlValue: SQLValue { .text(self) } }
+extension Bool: SQLBindable { public var sqlValue: SQLValue { .integer(self ? 1 : 0) } }
+extension SQLValue: SQLBindable { public var sqlValue: SQLValue { self } }
+extension Optional: SQLBindable where Wrapped: SQLBindable {
+    public var sqlValue: SQLValue { self?.sqlValue ?? .null }
+}
+
+/// One open database (`sqlite3_open_v2`). Used from one thread at a time; not Sendable.
+public final class Connection {
+    fileprivate let handle: OpaquePointer
+    private var statementCache: [String: Statement] = [:]
+
+    /// Opens (creating if needed) the database at `path`; ":memory:" for a private in-memory one.
+    public init(path: String) throws(SQLiteError) {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &db, flags, nil)
+        guard code == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close_v2(db) }
+            throw SQLiteError(code: code, message: message)
+        }
+        handle = db
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 5_000)
+    }
+
+    deinit {
+        statementCache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more statements that return no rows (`sqlite3_exec`).
+    public func execute(_ sql: String) throws(SQLiteError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if code != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: code, message: message, sql: sql)
+        }
+    }
+
+    /// A prepared statement, cached by its SQL text and reset for reuse.
+    public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
+        if let cached = statementCache[sql] {
+            cached.reset()
+            return cached
+        }
+        let statement = try Statement(connection: self, sql: sql)
+        statementCache[sql] = statement
+        return statement
+    }
+
+    /// Runs `sql` with `arguments`, discarding rows; returns the number of changed rows.
+    @discardableResult
+    public func run(_ sql: String, _ arguments: [any SQLBindable] = []) throws(SQLiteError) -> Int {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        while try statement.step() {}
+        return Int(sqlite3_changes(handle))
+    }
+
+    /// Runs a query and maps every row.
+    public func query<T>(_ sql: String, _ arguments: [any SQLBindable] = [], _ map: (Row) throws -> T) throws -> [T] {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        var result: [T] = []
+        while try statement.step() { result.append(try map(Row(statement: statement))) }
+        statement.reset()
+        return result
+    }
+
+    /// The first row of a query, mapped, or nil.
+    public func queryFirst<T>(_ sql: String, _ arguments: [any SQLBindable] = [], _ map: (Row) throws -> T) throws -> T? {
+        let statement = try prepare(sql)
+        try statement.bind(arguments)
+        defer { statement.reset() }
+        return try statement.step() ? try map(Row(statement: statement)) : nil
+    }
+
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    fileprivate var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+}
+
+/// A prepared statement (`sqlite3_prepare_v3`), owned by its connection's cache.
+public final class Statement {
+    private let pointer: OpaquePointer
+    private unowned let connection: Connection
+    public let sql: String
+
+    fileprivate init(connection: Connection, sql: String) throws(SQLiteError) {
+        var statement: OpaquePointer?
+        let code = sqlite3_prepare_v3(connection.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil)
+        guard code == SQLITE_OK, let statement else {
+            throw SQLiteError(code: code, message: connection.lastErrorMessage, sql: sql)
+        }
+        self.pointer = statement
+        self.connection = connection
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(pointer) }
+
+    /// Resets the statement and clears its bindings (`sqlite3_reset`, `sqlite3_clear_bindings`).
+    public func reset() {
+        sqlite3_reset(pointer)
+        sqlite3_clear_bindings(pointer)
+    }
+
+    /// Binds positional arguments (`sqlite3_bind_*`).
+    public func bind(_ arguments: [any SQLBindable]) throws(SQLiteError) {
+        for (offset, argument) in arguments.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch argument.sqlValue {
+            case .null: code = sqlite3_bind_null(pointer, index)
+            case .integer(let value): code = sqlite3_bind_int64(pointer, index, value)
+            case .real(let value): code = sqlite3_bind_double(pointer, index, value)
+            case .text(var value):
+                code = value.withUTF8 { buffer in
+                    buffer.withMemoryRebound(to: CChar.self) { chars in
+                        chars.isEmpty
+                            ? bh_sqlite3_bind_text_transient(pointer, index, "", 0)
+                            : bh_sqlite3_bind_text_transient(pointer, index, chars.baseAddress!, Int32(chars.count))
+                    }
+                }
+            case .blob(let bytes):
+                code = bytes.withUnsafeBytes {
+                    bh_sqlite3_bind_blob_transient(pointer, index, $0.baseAddress, Int32($0.count))
+                }
+            }
+            guard code == SQLITE_OK else {
+                throw SQLiteError(code: code, message: connection.lastErrorMessage, sql: sql)
+            }
+        }
+    }
+
+    /// Advances one row (`sqlite3_step`): true when a row is available.
+    public func step() throws(SQLiteError) -> Bool {
+        let code = sqlite3_step(pointer)
+        switch code {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let error = SQLiteError(code: code, message: connection.lastErrorMessage, sql: sql)
+            sqlite3_reset(pointer)
+            throw error
+        }
+    }
+
+    fileprivate var raw: OpaquePointer { pointer }
+}
+
+/// The current row of a statement; valid only inside the mapping closure.
+public struct Row {
+    fileprivate let statement: Statement
+
+    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement.raw, column) == SQLITE_NULL }
+    public func int(_ column: Int32) -> Int64 { sqlite3_column_int64(statement.raw, column) }
+    public func optionalInt(_ column: Int32) -> Int64? { isNull(column) ? nil : int(column) }
+    public func double(_ column: Int32) -> Double { sqlite3_column_double(statement.raw, column) }
+    public func optionalDouble(_ column: Int32) -> Double? { isNull(column) ? nil : double(column) }
+    public func string(_ column: Int32) -> String {
+        guard let text = sqlite3_column_text(statement.raw, column) else { return "" }
+        let count = Int(sqlite3_column_bytes(statement.raw, column))
+        return String(decoding: UnsafeRawBufferPointer(start: text, count: count), as: UTF8.self)
+    }
+    public func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
+}
+
+/// Applies numbered migrations in order, tracked in `PRAGMA user_version`, each in a transaction.
+public struct Migrator {
+    public var migrations: [(version: Int, sql: String)]
+
+    public init(migrations: [(version: Int, sql: String)]) { self.migrations = migrations }
+
+    public func migrate(_ connection: Connection) throws {
+        let current = try connection.queryFirst("PRAGMA user_version") { Int($0.int(0)) } ?? 0
+        for migration in migrations.sorted(by: { $0.version < $1.version }) where migration.version > current {
+            try connection.transaction {
+                try connection.execute(migration.sql)
+                try connection.execute("PRAGMA user_version = \(migration.version)")
+            }
+        }
+    }
+}
