@@ -1,0 +1,105 @@
+import JSON
+
+/// How transient failures are retried (SPEC §2.1 `retry`).
+public struct RetryPolicy: Sendable, Equatable {
+    /// nil: retry until the resource timeout.
+    public var maxAttempts: Int?
+    public var initialBackoff: Double
+    public var maxBackoff: Double
+
+    public init(maxAttempts: Int? = nil, initialBackoff: Double = 2, maxBackoff: Double = 600) {
+        self.maxAttempts = maxAttempts
+        self.initialBackoff = initialBackoff
+        self.maxBackoff = maxBackoff
+    }
+}
+
+/// A session's background configuration (SPEC §2.1); a task may override any field.
+public struct TransferConfiguration: Sendable, Equatable {
+    public var allowsCellularAccess = true
+    public var allowsExpensiveNetworkAccess = true
+    public var allowsConstrainedNetworkAccess = true
+    public var discretionary = false
+    public var waitsForConnectivity = true
+    public var timeoutIntervalForRequest: Double = 60
+    public var timeoutIntervalForResource: Double = 604_800
+    public var maxConnectionsPerHost = 6
+    public var retry = RetryPolicy()
+    public var defaultHeaders: [(String, String)] = []
+
+    public init() {}
+
+    public static func == (lhs: TransferConfiguration, rhs: TransferConfiguration) -> Bool {
+        lhs.json == rhs.json
+    }
+
+    static let fields: Set<String> = [
+        "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
+        "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
+        "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
+    ]
+
+    /// This configuration with the fields present in `overrides` replaced (retry and default
+    /// headers merge member by member). Throws for unknown fields and out-of-range values.
+    public func applying(_ overrides: JSON, path: String = "configuration") throws(ValidationError) -> TransferConfiguration {
+        let reader = try FieldReader(overrides, path: path)
+        try reader.rejectUnknown(Self.fields)
+        var result = self
+        if let value = try reader.bool("allows_cellular_access") { result.allowsCellularAccess = value }
+        if let value = try reader.bool("allows_expensive_network_access") { result.allowsExpensiveNetworkAccess = value }
+        if let value = try reader.bool("allows_constrained_network_access") { result.allowsConstrainedNetworkAccess = value }
+        if let value = try reader.bool("discretionary") { result.discretionary = value }
+        if let value = try reader.bool("waits_for_connectivity") { result.waitsForConnectivity = value }
+        if let value = try reader.number("timeout_interval_for_request", in: 0.1...86_400) {
+            result.timeoutIntervalForRequest = value
+        }
+        if let value = try reader.number("timeout_interval_for_resource", in: 0.1...31_536_000) {
+            result.timeoutIntervalForResource = value
+        }
+        if let value = try reader.integer("max_connections_per_host", in: 1...256) {
+            result.maxConnectionsPerHost = Int(value)
+        }
+        if let retry = try reader.object("retry") {
+            try retry.rejectUnknown(["max_attempts", "initial_backoff", "max_backoff"])
+            if retry.has("max_attempts") {
+                result.retry.maxAttempts = try retry.integer("max_attempts", in: 1...1_000_000).map { Int($0) }
+            }
+            if let value = try retry.number("initial_backoff", in: 0...86_400) { result.retry.initialBackoff = value }
+            if let value = try retry.number("max_backoff", in: 0...86_400) { result.retry.maxBackoff = value }
+            if result.retry.maxBackoff < result.retry.initialBackoff {
+                throw ValidationError(retry.field("max_backoff"), "must not be less than initial_backoff")
+            }
+        }
+        if let headers = try reader.stringMap("default_headers") {
+            for (name, value) in headers {
+                try HeaderRules.validate(name: name, value: value, field: reader.field("default_headers"))
+                result.defaultHeaders.removeAll { $0.0.lowercased() == name.lowercased() }
+                result.defaultHeaders.append((name, value))
+            }
+        }
+        return result
+    }
+
+    /// The configuration as the API shows it; default headers redacted when asked.
+    public func json(redacted: Bool = false) -> JSON {
+        var retry: JSONObject = [:]
+        retry["max_attempts"] = self.retry.maxAttempts.map { .int(Int64($0)) } ?? .null
+        retry["initial_backoff"] = .double(self.retry.initialBackoff)
+        retry["max_backoff"] = .double(self.retry.maxBackoff)
+        var object: JSONObject = [:]
+        object["allows_cellular_access"] = .bool(allowsCellularAccess)
+        object["allows_expensive_network_access"] = .bool(allowsExpensiveNetworkAccess)
+        object["allows_constrained_network_access"] = .bool(allowsConstrainedNetworkAccess)
+        object["discretionary"] = .bool(discretionary)
+        object["waits_for_connectivity"] = .bool(waitsForConnectivity)
+        object["timeout_interval_for_request"] = .double(timeoutIntervalForRequest)
+        object["timeout_interval_for_resource"] = .double(timeoutIntervalForResource)
+        object["max_connections_per_host"] = .int(Int64(maxConnectionsPerHost))
+        object["retry"] = .object(retry)
+        object["default_headers"] = HeaderRules.json(defaultHeaders, redacted: redacted)
+        return .object(object)
+    }
+
+    /// The stored (unredacted) form; `applying` reads it back.
+    public var json: JSON { json(redacted: false) }
+}

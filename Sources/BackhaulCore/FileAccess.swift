@@ -1,0 +1,123 @@
+import Glibc
+
+/// Why a path cannot be uploaded (SPEC §2.2 `file`).
+public enum FileAccessError: Error, Sendable, Equatable {
+    case notAbsolute, notFound, isDirectory, notRegularFile, notReadable, outsideAllowedRoots
+
+    /// The API's problem code.
+    public var code: String {
+        switch self {
+        case .notAbsolute: return "validation_failed"
+        case .notFound: return "file_not_found"
+        case .isDirectory: return "file_is_directory"
+        case .notRegularFile: return "file_not_regular"
+        case .notReadable: return "file_not_readable"
+        case .outsideAllowedRoots: return "file_outside_allowed_roots"
+        }
+    }
+
+    public var message: String {
+        switch self {
+        case .notAbsolute: return "file must be an absolute path"
+        case .notFound: return "no such file"
+        case .isDirectory: return "the path is a directory"
+        case .notRegularFile: return "only regular files can be uploaded (not devices, FIFOs or sockets)"
+        case .notReadable: return "the daemon cannot read the file"
+        case .outsideAllowedRoots: return "the file is outside the allowed roots"
+        }
+    }
+}
+
+/// The directories files may be read from. Paths are resolved (symlinks, `..`) before the check.
+public struct AllowedRoots: Sendable, Equatable {
+    public let roots: [String]
+
+    /// Resolves each root; roots that do not exist are kept as given (nothing matches them).
+    public init(_ roots: [String]) {
+        self.roots = roots.map { AllowedRoots.realPath($0) ?? $0 }
+    }
+
+    public static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    public func contains(resolvedPath path: String) -> Bool {
+        roots.contains { root in
+            root == "/" || path == root || path.hasPrefix(root.hasSuffix("/") ? root : root + "/")
+        }
+    }
+
+    /// Checks a client-given path and describes the file it names.
+    public func inspect(_ path: String) -> Result<FileInfo, FileAccessError> {
+        guard path.hasPrefix("/") else { return .failure(.notAbsolute) }
+        guard let resolved = AllowedRoots.realPath(path) else {
+            return .failure(errno == EACCES ? .notReadable : .notFound)
+        }
+        guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
+        var info = stat()
+        guard stat(resolved, &info) == 0 else { return .failure(.notFound) }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFDIR: return .failure(.isDirectory)
+        default: return .failure(.notRegularFile)
+        }
+        guard access(resolved, R_OK) == 0 else { return .failure(.notReadable) }
+        return .success(FileInfo(path: resolved, size: Int64(info.st_size), modifiedAtNanoseconds: info.modifiedNanoseconds))
+    }
+}
+
+extension stat {
+    public var modifiedNanoseconds: Int64 { Int64(st_mtim.tv_sec) * 1_000_000_000 + Int64(st_mtim.tv_nsec) }
+}
+
+/// A file opened for one upload attempt, read through its descriptor only.
+public final class OpenedFile {
+    public let descriptor: Int32
+    public let info: FileInfo
+
+    /// Opens the recorded path (`O_NOFOLLOW`) and checks it is still the file recorded at enqueue.
+    public static func open(_ expected: FileInfo) -> Result<OpenedFile, TaskError> {
+        let descriptor = Glibc.open(expected.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            switch errno {
+            case ENOENT, ENOTDIR: return .failure(TaskError(.fileDoesNotExist, message: "the file no longer exists"))
+            case EACCES, EPERM: return .failure(TaskError(.noPermissionsToReadFile, message: "the file is no longer readable"))
+            case ELOOP: return .failure(TaskError(.fileChanged, message: "the file was replaced by a symbolic link"))
+            default: return .failure(TaskError(.fileDoesNotExist, message: "cannot open the file: \(String(cString: strerror(errno)))"))
+            }
+        }
+        let file = OpenedFile(descriptor: descriptor, info: expected)
+        if let error = file.checkUnchanged() { return .failure(error) }
+        return .success(file)
+    }
+
+    private init(descriptor: Int32, info: FileInfo) {
+        self.descriptor = descriptor
+        self.info = info
+    }
+
+    deinit { close(descriptor) }
+
+    /// nil when size and modification time still match the enqueue-time record.
+    public func checkUnchanged() -> TaskError? {
+        var now = stat()
+        guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
+        guard now.st_mode & S_IFMT == S_IFREG else { return TaskError(.fileChanged, message: "the path is no longer a regular file") }
+        if Int64(now.st_size) != info.size || now.modifiedNanoseconds != info.modifiedAtNanoseconds {
+            return TaskError(.fileChanged, message: "the file changed after it was enqueued (size or modification time)")
+        }
+        return nil
+    }
+
+    /// Reads at `offset` into `buffer` (`pread`); the count, 0 at end of file, -1 on error.
+    public func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        while true {
+            let count = pread(descriptor, base, buffer.count, off_t(offset))
+            if count < 0 && errno == EINTR { continue }
+            return count
+        }
+    }
+}

@@ -1,0 +1,47 @@
+import JSON
+
+/// Rules for request headers given by clients: valid tokens, no framing headers, redaction.
+public enum HeaderRules {
+    /// Headers the transfer layer owns; a client may not set them.
+    static let reserved: Set<String> = ["content-length", "transfer-encoding", "host", "connection", "expect", "upgrade", "te"]
+
+    public static func validate(name: String, value: String, field: String) throws(ValidationError) {
+        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        guard !name.isEmpty, name.count <= 256, name.allSatisfy({ tokenCharacters.contains($0) }) else {
+            throw ValidationError("\(field).\(name)", "is not a valid header name")
+        }
+        guard !reserved.contains(name.lowercased()) else {
+            throw ValidationError("\(field).\(name)", "is set by Backhaul and cannot be given")
+        }
+        guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+            throw ValidationError("\(field).\(name)", "must not contain CR, LF or NUL")
+        }
+    }
+
+    /// True for headers whose values never leave the service (SPEC §2.2).
+    public static func isSecret(_ name: String) -> Bool {
+        let lower = name.lowercased()
+        if lower == "authorization" || lower == "proxy-authorization" || lower == "cookie" { return true }
+        return ["token", "secret", "key", "signature", "password"].contains { lower.contains($0) }
+    }
+
+    public static let redactedValue = "[redacted]"
+
+    public static func json(_ headers: [(String, String)], redacted: Bool) -> JSON {
+        var object = JSONObject()
+        for (name, value) in headers {
+            object[name] = .string(redacted && isSecret(name) ? redactedValue : value)
+        }
+        return .object(object)
+    }
+
+    /// `base` with `overrides` applied by case-insensitive name.
+    public static func merged(_ base: [(String, String)], _ overrides: [(String, String)]) -> [(String, String)] {
+        var result = base
+        for (name, value) in overrides {
+            result.removeAll { $0.0.lowercased() == name.lowercased() }
+            result.append((name, value))
+        }
+        return result
+    }
+}

@@ -1,0 +1,115 @@
+/// How one attempt went wrong, as the retry policy sees it.
+public enum AttemptFailure: Sendable, Equatable {
+    /// The server answered with a status that does not complete the task.
+    case http(status: Int, retryAfter: Double?)
+    /// The transfer itself failed.
+    case transport(TransportFailure, message: String)
+    /// A failure that no retry can fix (file gone, file changed, protocol limits).
+    case fatal(TaskError)
+}
+
+/// Transport failures, mapped from the HTTP client's codes by the engine.
+public enum TransportFailure: Sendable, Equatable {
+    case cannotFindHost, cannotConnect, connectionLost, timedOut, secureConnectionFailed, other
+
+    /// The SPEC §2.3 error when retries run out.
+    public var errorKind: TaskError.Kind {
+        switch self {
+        case .cannotFindHost: return .cannotFindHost
+        case .cannotConnect: return .cannotConnectToHost
+        case .connectionLost, .other: return .networkConnectionLost
+        case .timedOut: return .timedOut
+        case .secureConnectionFailed: return .secureConnectionFailed
+        }
+    }
+
+    /// TLS failures (bad certificates) do not heal by waiting.
+    public var isTransient: Bool { self != .secureConnectionFailed }
+}
+
+/// What to do with a task after a failed attempt.
+public enum FailureDecision: Sendable, Equatable {
+    case retry(at: Timestamp)
+    case fail(TaskError)
+    case authenticationRequired
+}
+
+public enum RetryPlanner {
+    /// HTTP statuses retried with backoff (SPEC §2.3).
+    public static let transientStatuses: Set<Int> = [408, 425, 429, 500, 502, 503, 504]
+
+    /// Decides after attempt number `attempts` (1-based) failed. `random` gives a uniform
+    /// value in 0..<1 for the full jitter. A retry past the deadline is not planned: the
+    /// resource timeout ends the task instead.
+    public static func decide(_ failure: AttemptFailure, attempts: Int, policy: RetryPolicy, now: Timestamp,
+                              deadline: Timestamp, random: () -> Double) -> FailureDecision {
+        let exhausted = policy.maxAttempts.map { attempts >= $0 } ?? false
+        switch failure {
+        case .fatal(let error):
+            return .fail(error)
+        case .http(401, _):
+            return .authenticationRequired
+        case .http(let status, let retryAfter):
+            let error = TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
+            guard transientStatuses.contains(status), !exhausted else { return .fail(error) }
+            return schedule(attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
+                            random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt", httpStatus: status))
+        case .transport(let kind, let message):
+            let error = TaskError(kind.errorKind, message: message)
+            guard kind.isTransient, !exhausted else { return .fail(error) }
+            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline,
+                            random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt"))
+        }
+    }
+
+    private static func schedule(attempts: Int, policy: RetryPolicy, retryAfter: Double?, now: Timestamp,
+                                 deadline: Timestamp, random: () -> Double) -> FailureDecision? {
+        let delay = max(retryAfter ?? 0, Backoff.fullJitter(attempt: attempts, policy: policy, random: random))
+        let at = now + delay
+        return at < deadline ? .retry(at: at) : nil
+    }
+}
+
+public enum Backoff {
+    /// Full jitter: uniform in 0..<min(max, initial × 2^(attempt−1)).
+    public static func fullJitter(attempt: Int, policy: RetryPolicy, random: () -> Double) -> Double {
+        let exponent = Double(max(0, min(attempt - 1, 60)))
+        let ceiling = min(policy.maxBackoff, policy.initialBackoff * pow2(exponent))
+        return ceiling * random()
+    }
+
+    private static func pow2(_ exponent: Double) -> Double {
+        var result = 1.0
+        var remaining = Int(exponent)
+        while remaining > 0 { result *= 2; remaining -= 1 }
+        return result
+    }
+}
+
+public enum RetryAfter {
+    /// `Retry-After` as seconds from `now`: delta-seconds or an IMF-fixdate; nil when unreadable.
+    public static func parse(_ value: String, now: Timestamp) -> Double? {
+        let trimmed = value.trimmingWhitespace()
+        if let seconds = Int(trimmed) { return seconds >= 0 ? Double(seconds) : nil }
+        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+        let parts = trimmed.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", let day = Int(parts[1]), let year = Int(parts[3]) else { return nil }
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        guard let month = months.firstIndex(of: String(parts[2])) else { return nil }
+        let time = parts[4].split(separator: ":").compactMap { Int($0) }
+        guard time.count == 3 else { return nil }
+        func pad(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let text = "\(year)-\(pad(month + 1))-\(pad(day))T\(pad(time[0])):\(pad(time[1])):\(pad(time[2]))Z"
+        guard let date = RFC3339.parse(text) else { return nil }
+        return max(0, date - now)
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        var view = Substring(self)
+        while let first = view.first, first.isWhitespace { view = view.dropFirst() }
+        while let last = view.last, last.isWhitespace { view = view.dropLast() }
+        return String(view)
+    }
+}

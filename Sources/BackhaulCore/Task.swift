@@ -1,0 +1,313 @@
+import JSON
+
+public enum TaskKind: String, Sendable, CaseIterable {
+    case upload, download
+}
+
+/// The protocols an upload can speak (SPEC §2.2 `upload.protocol`).
+public enum UploadProtocol: String, Sendable, CaseIterable {
+    case raw, multipart, chunked, tus, s3
+
+    /// Protocols this build can carry out; the others are refused at enqueue.
+    public static let supported: Set<UploadProtocol> = [.raw, .multipart]
+}
+
+/// The request a task makes (SPEC §2.2 `request`), headers unredacted.
+public struct RequestSpec: Sendable, Equatable {
+    public var url: String
+    public var method: String
+    public var headers: [(String, String)]
+
+    public init(url: String, method: String, headers: [(String, String)] = []) {
+        self.url = url
+        self.method = method
+        self.headers = headers
+    }
+
+    public static func == (lhs: RequestSpec, rhs: RequestSpec) -> Bool {
+        lhs.url == rhs.url && lhs.method == rhs.method && lhs.json(redacted: false) == rhs.json(redacted: false)
+    }
+
+    /// The URL's scheme://host:port, the key of per-host connection limits.
+    public var hostKey: String { URLParts(url)?.hostKey ?? url }
+
+    public func json(redacted: Bool) -> JSON {
+        ["url": .string(url), "method": .string(method), "headers": HeaderRules.json(headers, redacted: redacted)]
+    }
+}
+
+/// How the file is sent (SPEC §2.2 `upload`).
+public struct UploadSpec: Sendable, Equatable {
+    public var protocolName: UploadProtocol = .raw
+    public var field = "file"
+    public var filename: String?
+    public var contentType: String?
+    public var fields: [(String, String)] = []
+    public var chunkSize: Int64?
+
+    public init(protocolName: UploadProtocol = .raw) { self.protocolName = protocolName }
+
+    public static func == (lhs: UploadSpec, rhs: UploadSpec) -> Bool { lhs.json == rhs.json }
+
+    public var json: JSON {
+        var object: JSONObject = ["protocol": .string(protocolName.rawValue)]
+        if protocolName == .multipart {
+            object["field"] = .string(field)
+            if let filename { object["filename"] = .string(filename) }
+            if let contentType { object["content_type"] = .string(contentType) }
+            var formFields = JSONObject()
+            for (name, value) in fields { formFields[name] = .string(value) }
+            object["fields"] = .object(formFields)
+        } else if let contentType {
+            object["content_type"] = .string(contentType)
+        }
+        if let chunkSize { object["chunk_size"] = .int(chunkSize) }
+        return .object(object)
+    }
+
+    public static func decode(_ value: JSON?, path: String = "upload") throws(ValidationError) -> UploadSpec {
+        guard let value, !value.isNull else { return UploadSpec() }
+        let reader = try FieldReader(value, path: path)
+        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size"])
+        var spec = UploadSpec()
+        if let name = try reader.string("protocol", maxLength: 32) {
+            guard let parsed = UploadProtocol(rawValue: name) else {
+                throw ValidationError(reader.field("protocol"), "must be one of raw, multipart, chunked, tus, s3")
+            }
+            guard UploadProtocol.supported.contains(parsed) else {
+                throw ValidationError(reader.field("protocol"), "\(name) is not available in this version")
+            }
+            spec.protocolName = parsed
+        }
+        if let field = try reader.string("field", maxLength: 256) {
+            guard !field.isEmpty else { throw ValidationError(reader.field("field"), "must not be empty") }
+            spec.field = field
+        }
+        spec.filename = try reader.string("filename", maxLength: 1024)
+        spec.contentType = try reader.string("content_type", maxLength: 256)
+        if let type = spec.contentType, type.unicodeScalars.contains(where: { $0.value < 0x20 }) {
+            throw ValidationError(reader.field("content_type"), "must not contain control characters")
+        }
+        if let fields = try reader.stringMap("fields", maxEntries: 100, maxValueLength: 65_536) {
+            spec.fields = fields
+        }
+        spec.chunkSize = try reader.integer("chunk_size", in: 1...(5 << 30))
+        if spec.protocolName != .multipart, !spec.fields.isEmpty {
+            throw ValidationError(reader.field("fields"), "is only for the multipart protocol")
+        }
+        return spec
+    }
+}
+
+/// The file at enqueue: its resolved path, size and modification time (nanoseconds).
+public struct FileInfo: Sendable, Equatable {
+    public var path: String
+    public var size: Int64
+    public var modifiedAtNanoseconds: Int64
+
+    public init(path: String, size: Int64, modifiedAtNanoseconds: Int64) {
+        self.path = path
+        self.size = size
+        self.modifiedAtNanoseconds = modifiedAtNanoseconds
+    }
+
+    public var json: JSON {
+        ["path": .string(path), "size": .int(size),
+         "modified_at": .string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9))]
+    }
+}
+
+/// The final response of a task: status, headers, and at most 64 KiB of body.
+public struct ResponseRecord: Sendable, Equatable {
+    public static let maxBodyBytes = 64 * 1024
+
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(String, String)], body: [UInt8]) {
+        self.status = status
+        self.headers = headers
+        self.body = Array(body.prefix(Self.maxBodyBytes))
+    }
+
+    public static func == (lhs: ResponseRecord, rhs: ResponseRecord) -> Bool { lhs.json == rhs.json }
+
+    public var json: JSON {
+        var headerObject = JSONObject()
+        for (name, value) in headers {
+            let shown = HeaderRules.isSecret(name) || name.lowercased() == "set-cookie" ? HeaderRules.redactedValue : value
+            headerObject[name] = .string(shown)
+        }
+        let text = String(validating: body, as: UTF8.self)
+        return [
+            "status": .int(Int64(status)), "headers": .object(headerObject),
+            "body": .string(text ?? Base64.encode(body)),
+            "body_encoding": .string(text == nil ? "base64" : "utf8"),
+        ]
+    }
+
+    public static func decode(_ value: JSON) -> ResponseRecord? {
+        guard let status = value["status"]?.intValue else { return nil }
+        var headers: [(String, String)] = []
+        for (name, value) in value["headers"]?.objectValue ?? [:] { headers.append((name, value.stringValue ?? "")) }
+        let text = value["body"]?.stringValue ?? ""
+        let body = value["body_encoding"]?.stringValue == "base64" ? (Base64.decode(text) ?? []) : Array(text.utf8)
+        return ResponseRecord(status: Int(status), headers: headers, body: body)
+    }
+}
+
+/// Live transfer figures the engine keeps in memory for running tasks.
+public struct LiveProgress: Sendable, Equatable {
+    public var bytesSent: Int64
+    public var bytesPerSecond: Double
+    public init(bytesSent: Int64, bytesPerSecond: Double) {
+        self.bytesSent = bytesSent
+        self.bytesPerSecond = bytesPerSecond
+    }
+}
+
+/// A task as stored: everything needed to run it and to show it.
+public struct TaskRecord: Sendable, Equatable {
+    public var id: String
+    public var sequence: Int64 = 0
+    public var sessionID: String
+    public var kind: TaskKind = .upload
+    public var state: TaskState = .queued
+    public var waitingReason: WaitingReason?
+    public var file: FileInfo
+    public var request: RequestSpec
+    public var upload: UploadSpec
+    public var priority: Double = 0.5
+    public var description: String?
+    public var idempotencyKey: String?
+    public var deleteFileOnSuccess = false
+    /// The task's own configuration overrides, as given (applied over the session's).
+    public var configurationOverrides: JSONObject = [:]
+    public var attempts = 0
+    public var bytesSent: Int64 = 0
+    public var createdAt: Timestamp
+    public var startedAt: Timestamp?
+    public var finishedAt: Timestamp?
+    public var nextAttemptAt: Timestamp?
+    public var earliestBeginAt: Timestamp?
+    /// When the resource timeout ends the task.
+    public var deadlineAt: Timestamp
+    public var response: ResponseRecord?
+    public var error: TaskError?
+    public var cancellation: CancellationReason?
+
+    public init(id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
+                createdAt: Timestamp, deadlineAt: Timestamp) {
+        self.id = id
+        self.sessionID = sessionID
+        self.file = file
+        self.request = request
+        self.upload = upload
+        self.createdAt = createdAt
+        self.deadlineAt = deadlineAt
+    }
+
+    /// The task object of SPEC §2.2, secrets redacted; `live` overrides the stored progress.
+    public func json(live: LiveProgress? = nil) -> JSON {
+        let sent = live?.bytesSent ?? (state == .completed ? file.size : bytesSent)
+        let total = file.size
+        let rate = live?.bytesPerSecond ?? 0
+        var progress: JSONObject = [:]
+        progress["bytes_sent"] = .int(sent)
+        progress["bytes_total"] = .int(total)
+        progress["fraction"] = .double(total > 0 ? min(1, Double(sent) / Double(total)) : (state == .completed ? 1 : 0))
+        progress["bytes_per_second"] = .int(Int64(rate.rounded()))
+        progress["eta_seconds"] = rate > 0 && state == .running ? .double((Double(max(0, total - sent)) / rate * 10).rounded() / 10) : .null
+
+        var object: JSONObject = [:]
+        object["id"] = .string(id)
+        object["session_id"] = .string(sessionID)
+        object["kind"] = .string(kind.rawValue)
+        object["state"] = .string(state.rawValue)
+        object["waiting_reason"] = waitingReason.map { .string($0.rawValue) } ?? .null
+        object["file"] = file.json
+        object["request"] = request.json(redacted: true)
+        object["upload"] = upload.json
+        object["priority"] = .double(priority)
+        object["description"] = description.map { .string($0) } ?? .null
+        object["idempotency_key"] = idempotencyKey.map { .string($0) } ?? .null
+        object["delete_file_on_success"] = .bool(deleteFileOnSuccess)
+        object["configuration"] = Self.redactedOverrides(configurationOverrides)
+        object["attempts"] = .int(Int64(attempts))
+        object["progress"] = .object(progress)
+        object["created_at"] = .string(RFC3339.format(createdAt))
+        object["started_at"] = startedAt.map { .string(RFC3339.format($0)) } ?? .null
+        object["finished_at"] = finishedAt.map { .string(RFC3339.format($0)) } ?? .null
+        object["next_attempt_at"] = nextAttemptAt.map { .string(RFC3339.format($0)) } ?? .null
+        object["earliest_begin_at"] = earliestBeginAt.map { .string(RFC3339.format($0)) } ?? .null
+        object["response"] = response?.json ?? .null
+        object["error"] = error.map(Self.errorJSON) ?? .null
+        object["cancellation"] = cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null
+        return .object(object)
+    }
+
+    public static func errorJSON(_ error: TaskError) -> JSON {
+        ["code": .int(Int64(error.code)), "name": .string(error.name), "message": .string(error.message),
+         "http_status": error.httpStatus.map { .int(Int64($0)) } ?? .null]
+    }
+
+    public static func decodeError(_ value: JSON) -> TaskError? {
+        guard let code = value["code"]?.intValue else { return nil }
+        return TaskError(code: Int(code), name: value["name"]?.stringValue ?? "", message: value["message"]?.stringValue ?? "",
+                         httpStatus: value["http_status"]?.intValue.map { Int($0) })
+    }
+
+    private static func redactedOverrides(_ overrides: JSONObject) -> JSON {
+        var copy = overrides
+        if let headers = copy["default_headers"]?.objectValue {
+            var redacted = JSONObject()
+            for (name, value) in headers { redacted[name] = HeaderRules.isSecret(name) ? .string(HeaderRules.redactedValue) : value }
+            copy["default_headers"] = .object(redacted)
+        }
+        return .object(copy)
+    }
+}
+
+/// A session as stored (SPEC §2.1).
+public struct SessionRecord: Sendable, Equatable {
+    public enum Lifecycle: String, Sendable {
+        case active
+        /// `DELETE ?mode=finish`: accepted tasks finish, new ones are refused, the record goes when empty.
+        case finishing
+    }
+
+    public var id: String
+    public var configuration: TransferConfiguration
+    public var enabled: Bool
+    public var lifecycle: Lifecycle
+    public var createdAt: Timestamp
+
+    public init(id: String, configuration: TransferConfiguration, enabled: Bool = true, lifecycle: Lifecycle = .active,
+                createdAt: Timestamp) {
+        self.id = id
+        self.configuration = configuration
+        self.enabled = enabled
+        self.lifecycle = lifecycle
+        self.createdAt = createdAt
+    }
+
+    public func json(taskCounts: [TaskState: Int]) -> JSON {
+        var counts = JSONObject()
+        for state in TaskState.allCases { counts[state.rawValue] = .int(Int64(taskCounts[state] ?? 0)) }
+        return [
+            "id": .string(id), "configuration": configuration.json(redacted: true), "enabled": .bool(enabled),
+            "state": .string(lifecycle.rawValue), "created_at": .string(RFC3339.format(createdAt)),
+            "task_counts": .object(counts),
+        ]
+    }
+
+    /// `[A-Za-z0-9._-]{1,128}`
+    public static func isValidID(_ id: String) -> Bool {
+        guard (1...128).contains(id.utf8.count) else { return false }
+        return id.utf8.allSatisfy { byte in
+            (byte >= 48 && byte <= 57) || (byte >= 65 && byte <= 90) || (byte >= 97 && byte <= 122) || byte == 46
+                || byte == 95 || byte == 45
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import JSON
+
+/// A task create request, validated except for the file system checks.
+public struct TaskDraft: Sendable {
+    public var kind: TaskKind
+    public var filePath: String
+    public var request: RequestSpec
+    public var upload: UploadSpec
+    public var priority: Double
+    public var earliestBeginAt: Timestamp?
+    public var description: String?
+    public var idempotencyKey: String?
+    public var deleteFileOnSuccess: Bool
+    public var configurationOverrides: JSONObject
+
+    static let fields: Set<String> = [
+        "kind", "file", "request", "upload", "priority", "earliest_begin_at", "description", "idempotency_key",
+        "delete_file_on_success", "configuration",
+    ]
+
+    public static let methods: Set<String> = ["PUT", "POST", "PATCH"]
+
+    /// Validates one task object; `path` prefixes field names (`tasks[3]`).
+    public static func decode(_ value: JSON, path: String = "", base: TransferConfiguration) throws(ValidationError) -> TaskDraft {
+        let reader = try FieldReader(value, path: path)
+        try reader.rejectUnknown(fields)
+        let kindName = try reader.string("kind", maxLength: 16) ?? "upload"
+        guard let kind = TaskKind(rawValue: kindName) else {
+            throw ValidationError(reader.field("kind"), "must be upload or download")
+        }
+        guard kind == .upload else {
+            throw ValidationError(reader.field("kind"), "download tasks are not available in this version")
+        }
+        let file = try reader.requiredString("file", maxLength: 4096)
+        guard file.hasPrefix("/") else { throw ValidationError(reader.field("file"), "must be an absolute path") }
+
+        guard let requestReader = try reader.object("request") else {
+            throw ValidationError(reader.field("request"), "is required")
+        }
+        try requestReader.rejectUnknown(["url", "method", "headers"])
+        let url = try requestReader.requiredString("url", maxLength: 8192)
+        guard URLParts(url) != nil else {
+            throw ValidationError(requestReader.field("url"), "must be an absolute http or https URL")
+        }
+        let method = (try requestReader.string("method", maxLength: 16) ?? "PUT").uppercased()
+        guard methods.contains(method) else {
+            throw ValidationError(requestReader.field("method"), "must be PUT, POST or PATCH")
+        }
+        let headers = try requestReader.stringMap("headers") ?? []
+        for (name, value) in headers {
+            try HeaderRules.validate(name: name, value: value, field: requestReader.field("headers"))
+        }
+        let upload = try UploadSpec.decode(reader.value("upload"), path: reader.field("upload"))
+        let priority = try reader.number("priority", in: 0...1) ?? 0.5
+        var overrides = JSONObject()
+        if let configuration = reader.value("configuration") {
+            _ = try base.applying(configuration, path: reader.field("configuration"))
+            overrides = configuration.objectValue ?? [:]
+        }
+        let key = try reader.string("idempotency_key", maxLength: 256)
+        if let key, key.isEmpty { throw ValidationError(reader.field("idempotency_key"), "must not be empty") }
+        return TaskDraft(
+            kind: kind, filePath: file, request: RequestSpec(url: url, method: method, headers: headers), upload: upload,
+            priority: priority, earliestBeginAt: try reader.timestamp("earliest_begin_at"),
+            description: try reader.string("description", maxLength: 4096), idempotencyKey: key,
+            deleteFileOnSuccess: try reader.bool("delete_file_on_success") ?? false, configurationOverrides: overrides)
+    }
+}

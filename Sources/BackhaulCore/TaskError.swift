@@ -1,0 +1,73 @@
+/// A task's failure (SPEC §2.3): a code following the phone OS's URL-error numbering.
+public struct TaskError: Sendable, Equatable, Error {
+    public var code: Int
+    public var name: String
+    public var message: String
+    public var httpStatus: Int?
+
+    public init(_ kind: Kind, message: String, httpStatus: Int? = nil) {
+        self.code = kind.rawValue
+        self.name = kind.name
+        self.message = message
+        self.httpStatus = httpStatus
+    }
+
+    public init(code: Int, name: String, message: String, httpStatus: Int?) {
+        self.code = code
+        self.name = name
+        self.message = message
+        self.httpStatus = httpStatus
+    }
+
+    /// The SPEC §2.3 table, in one place.
+    public enum Kind: Int, Sendable, CaseIterable {
+        case cancelled = -999
+        case timedOut = -1001
+        case cannotFindHost = -1003
+        case cannotConnectToHost = -1004
+        case networkConnectionLost = -1005
+        case notConnectedToInternet = -1009
+        case badServerResponse = -1011
+        case userAuthenticationRequired = -1013
+        case dataNotAllowed = -1020
+        case fileDoesNotExist = -1100
+        case noPermissionsToReadFile = -1102
+        case dataLengthExceedsMaximum = -1103
+        case secureConnectionFailed = -1200
+        case fileChanged = -4001
+
+        public var name: String {
+            switch self {
+            case .cancelled: return "cancelled"
+            case .timedOut: return "timed_out"
+            case .cannotFindHost: return "cannot_find_host"
+            case .cannotConnectToHost: return "cannot_connect_to_host"
+            case .networkConnectionLost: return "network_connection_lost"
+            case .notConnectedToInternet: return "not_connected_to_internet"
+            case .badServerResponse: return "bad_server_response"
+            case .userAuthenticationRequired: return "user_authentication_required"
+            case .dataNotAllowed: return "data_not_allowed"
+            case .fileDoesNotExist: return "file_does_not_exist"
+            case .noPermissionsToReadFile: return "no_permissions_to_read_file"
+            case .dataLengthExceedsMaximum: return "data_length_exceeds_maximum"
+            case .secureConnectionFailed: return "secure_connection_failed"
+            case .fileChanged: return "file_changed"
+            }
+        }
+    }
+}
+
+/// Why a task was cancelled (SPEC §2.3), with the phone OS's values.
+public enum CancellationReason: Int, Sendable, CaseIterable {
+    case userCancelled = 0
+    case backgroundUpdatesDisabled = 1
+    case insufficientSystemResources = 2
+
+    public var name: String {
+        switch self {
+        case .userCancelled: return "user_cancelled"
+        case .backgroundUpdatesDisabled: return "background_updates_disabled"
+        case .insufficientSystemResources: return "insufficient_system_resources"
+        }
+    }
+}

@@ -1,0 +1,56 @@
+/// The life of a task (SPEC §2.2).
+public enum TaskState: String, Sendable, CaseIterable, Codable {
+    case queued, waiting, running, retrying, suspended
+    case authRequired = "auth_required"
+    case completed, failed, cancelled
+
+    public var isFinal: Bool { self == .completed || self == .failed || self == .cancelled }
+
+    public static let unfinished: [TaskState] = allCases.filter { !$0.isFinal }
+}
+
+/// Why a `waiting` task is held (SPEC §2.2).
+public enum WaitingReason: String, Sendable, CaseIterable {
+    case noConnectivity = "no_connectivity"
+    case cellularNotAllowed = "cellular_not_allowed"
+    case expensiveNetworkNotAllowed = "expensive_network_not_allowed"
+    case constrainedNetworkNotAllowed = "constrained_network_not_allowed"
+    case discretionaryDeferred = "discretionary_deferred"
+    case budgetExhausted = "budget_exhausted"
+    case scheduled
+    case hostConnectionLimit = "host_connection_limit"
+    case sessionFinishing = "session_finishing"
+    case sessionDisabled = "session_disabled"
+}
+
+/// What a client asks of one task through the API.
+public enum TaskCommand: String, Sendable {
+    case cancel, suspend, resume
+}
+
+/// Why a client command does not apply to a task in its state.
+public struct TransitionRefused: Error, Sendable, Equatable {
+    public var state: TaskState
+    public var command: TaskCommand
+}
+
+extension TaskState {
+    /// The state a client command leads to, or why it is refused. Pure: the engine and the
+    /// API both use it, so the rules live in one place.
+    public func applying(_ command: TaskCommand) -> Result<TaskState, TransitionRefused> {
+        switch (command, self) {
+        case (_, .completed), (_, .failed), (_, .cancelled):
+            return .failure(TransitionRefused(state: self, command: command))
+        case (.cancel, _):
+            return .success(.cancelled)
+        case (.suspend, .suspended):
+            return .success(.suspended)
+        case (.suspend, _):
+            return .success(.suspended)
+        case (.resume, .suspended):
+            return .success(.queued)
+        case (.resume, _):
+            return .failure(TransitionRefused(state: self, command: command))
+        }
+    }
+}

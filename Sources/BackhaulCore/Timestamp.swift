@@ -1,0 +1,97 @@
+import Glibc
+
+/// Seconds since the Unix epoch, as a Double, formatted as RFC 3339 UTC with milliseconds.
+public typealias Timestamp = Double
+
+public enum RFC3339 {
+    /// `2026-11-22T02:00:00.000Z`
+    public static func format(_ time: Timestamp) -> String {
+        var seconds = time_t(time.rounded(.down))
+        var milliseconds = Int(((time - Double(seconds)) * 1000).rounded())
+        if milliseconds >= 1000 { seconds += 1; milliseconds -= 1000 }
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(milliseconds), 3))Z"
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; nil when it is not that.
+    public static func parse(_ text: String) -> Timestamp? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20 else { return nil }
+        func number(_ range: Range<Int>) -> Int32? {
+            var value: Int32 = 0
+            for index in range {
+                guard index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 else { return nil }
+                value = value * 10 + Int32(bytes[index] - 48)
+            }
+            return value
+        }
+        guard let year = number(0..<4), bytes[4] == 45, let month = number(5..<7), bytes[7] == 45,
+            let day = number(8..<10), bytes[10] == 84 || bytes[10] == 116, let hour = number(11..<13),
+            bytes[13] == 58, let minute = number(14..<16), bytes[16] == 58, let second = number(17..<19),
+            (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        else { return nil }
+        var index = 19
+        var fraction = 0.0
+        if bytes[index] == 46 {
+            index += 1
+            var scale = 0.1
+            let start = index
+            while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
+                fraction += Double(bytes[index] - 48) * scale
+                scale /= 10
+                index += 1
+            }
+            guard index > start else { return nil }
+        }
+        guard index < bytes.count else { return nil }
+        var offset = 0
+        if bytes[index] == 90 || bytes[index] == 122 {
+            index += 1
+        } else if bytes[index] == 43 || bytes[index] == 45 {
+            guard let hours = number(index + 1..<index + 3), index + 3 < bytes.count, bytes[index + 3] == 58,
+                let minutes = number(index + 4..<index + 6), hours < 24, minutes < 60
+            else { return nil }
+            offset = Int(hours * 3600 + minutes * 60) * (bytes[index] == 43 ? 1 : -1)
+            index += 6
+        } else {
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        var parts = tm()
+        parts.tm_year = year - 1900
+        parts.tm_mon = month - 1
+        parts.tm_mday = day
+        parts.tm_hour = hour
+        parts.tm_min = minute
+        parts.tm_sec = second
+        let seconds = timegm(&parts)
+        return Double(seconds - offset) + fraction
+    }
+}
+
+/// A source of the current time; the engine passes it to the pure parts.
+public protocol Clock: Sendable {
+    func now() -> Timestamp
+}
+
+public struct SystemClock: Clock {
+    public init() {}
+    public func now() -> Timestamp {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+    }
+}
+
+/// Monotonic seconds, for rates and timeouts measured inside one process.
+public func monotonicSeconds() -> Double {
+    var spec = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &spec)
+    return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+}

@@ -1,0 +1,126 @@
+/// A request an upload protocol wants sent; the engine performs it.
+public struct PlannedRequest: Sendable, Equatable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    public var body: PlannedBody
+
+    public init(method: String, url: String, headers: [(String, String)], body: PlannedBody) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+
+    public static func == (lhs: PlannedRequest, rhs: PlannedRequest) -> Bool {
+        lhs.method == rhs.method && lhs.url == rhs.url && lhs.body == rhs.body
+            && lhs.headers.map { "\($0.0): \($0.1)" } == rhs.headers.map { "\($0.0): \($0.1)" }
+    }
+}
+
+/// Where a request body comes from. File bodies are streamed from the open file, never copied.
+public enum PlannedBody: Sendable, Equatable {
+    case empty
+    case file(offset: Int64, length: Int64)
+    case multipart(MultipartPlan)
+}
+
+public struct MultipartPlan: Sendable, Equatable {
+    public var fields: [FormField]
+    public var fileField: String
+    public var filename: String
+    public var contentType: String
+    public var fileLength: Int64
+}
+
+public struct FormField: Sendable, Equatable {
+    public var name: String
+    public var value: String
+}
+
+/// The head of a response, as protocols see it.
+public struct ResponseHead: Sendable, Equatable {
+    public var status: Int
+    /// Lower-cased names.
+    public var headers: [String: String]
+
+    public init(status: Int, headers: [String: String] = [:]) {
+        self.status = status
+        self.headers = headers
+    }
+}
+
+/// What an upload protocol wants next.
+public enum UploadStep: Sendable, Equatable {
+    case send(PlannedRequest)
+    /// Every byte is acknowledged; the last response is the task's response.
+    case completed
+    case failed(AttemptFailure)
+}
+
+/// One upload protocol as a pure state machine: no I/O, no clock, no randomness.
+/// The engine calls `start` at each attempt, then `didReceive` for each response.
+public protocol UploadStateMachine: Sendable {
+    mutating func start(now: Timestamp) -> UploadStep
+    mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep
+    /// Bytes the server has acknowledged (what survives a failure).
+    var bytesAcknowledged: Int64 { get }
+}
+
+/// `raw` and `multipart`: the whole file in one request; success is any 2xx.
+public struct SingleRequestUpload: UploadStateMachine {
+    private enum State: Equatable { case idle, sent, done }
+    private var state = State.idle
+    private let request: PlannedRequest
+    private let fileSize: Int64
+
+    public init(task: TaskRecord, headers: [(String, String)]) {
+        fileSize = task.file.size
+        var headers = headers
+        let body: PlannedBody
+        switch task.upload.protocolName {
+        case .multipart:
+            body = .multipart(MultipartPlan(
+                fields: task.upload.fields.map { FormField(name: $0.0, value: $0.1) },
+                fileField: task.upload.field,
+                filename: task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file"),
+                contentType: task.upload.contentType ?? "application/octet-stream",
+                fileLength: task.file.size))
+        default:
+            body = .file(offset: 0, length: task.file.size)
+            if let type = task.upload.contentType, !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
+                headers.append(("Content-Type", type))
+            }
+        }
+        request = PlannedRequest(method: task.request.method, url: task.request.url, headers: headers, body: body)
+    }
+
+    public mutating func start(now: Timestamp) -> UploadStep {
+        state = .sent
+        return .send(request)
+    }
+
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        guard state == .sent else { return .failed(.fatal(TaskError(.badServerResponse, message: "unexpected response"))) }
+        if (200..<300).contains(response.status) {
+            state = .done
+            return .completed
+        }
+        state = .idle
+        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
+        return .failed(.http(status: response.status, retryAfter: retryAfter))
+    }
+
+    public var bytesAcknowledged: Int64 { state == .done ? fileSize : 0 }
+}
+
+/// Makes the state machine for a task's protocol.
+public enum UploadProtocols {
+    public static func machine(for task: TaskRecord, headers: [(String, String)]) -> any UploadStateMachine {
+        switch task.upload.protocolName {
+        case .raw, .multipart, .chunked, .tus, .s3:
+            // Only raw and multipart are accepted at enqueue in this version.
+            return SingleRequestUpload(task: task, headers: headers)
+        }
+    }
+}
