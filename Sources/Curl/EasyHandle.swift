@@ -116,7 +116,7 @@ public final class EasyHandle {
         for (name, value) in fields {
             let part = curl_mime_addpart(form)
             try check(curl_mime_name(part, name), self)
-            try check(curl_mime_data(part, value, Int(bitPattern: UInt(CURL_ZERO_TERMINATED))), self)
+            try check(curl_mime_data(part, value, value.utf8.count), self)
         }
         let part = curl_mime_addpart(form)
         try check(curl_mime_name(part, fileField), self)

@@ -1,1 +1,4 @@
-print("x")
+import BackhaulServer
+import Glibc
+
+exit(runBackhauld(arguments: Array(CommandLine.arguments.dropFirst())))

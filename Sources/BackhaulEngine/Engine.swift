@@ -1,0 +1,402 @@
+import BackhaulCore
+import BackhaulStore
+import CCurl
+import Curl
+import Glibc
+import Logging
+import Synchronization
+
+/// Tunables of the engine (from the daemon's configuration).
+public struct EngineOptions: Sendable {
+    /// Transfers running at once, over all sessions and hosts.
+    public var maxConcurrentTransfers = 16
+    public var uploadBufferSize = 512 * 1024
+    public var userAgent = "backhauld/\(BackhaulVersion.string)"
+    public var caBundle: String?
+    /// How often the engine looks at timers when nothing wakes it (seconds).
+    public var tick: Double = 1
+
+    public init() {}
+}
+
+public enum BackhaulVersion {
+    public static let string = "0.1.0"
+}
+
+/// The transfer engine: one thread owns the curl multi handle and every easy handle, loops on
+/// `curl_multi_poll`, and is woken by `curl_multi_wakeup` when the API changed the store.
+public final class Engine: Sendable {
+    private struct Shared {
+        var wakeRequested = true
+        var stopDeadline: Double?
+        var stopped = false
+        var live: [String: LiveProgress] = [:]
+        var saturated: Set<String> = []
+    }
+
+    private let store: Store
+    private let logger: Logger
+    private let options: EngineOptions
+    private let clock: any Clock
+    private let shared = Mutex(Shared())
+    private let thread = EngineThread()
+    private let waker: MultiWaker
+    /// Created here, then used only by the engine thread (and freed after it is joined).
+    private nonisolated(unsafe) let multi: MultiHandle
+    private nonisolated(unsafe) var loop: EngineLoop?
+
+    public init(store: Store, logger: Logger, options: EngineOptions = EngineOptions(), clock: any Clock = SystemClock()) throws {
+        self.store = store
+        self.logger = logger
+        self.options = options
+        self.clock = clock
+        multi = try MultiHandle()
+        waker = multi.waker
+    }
+
+    /// Puts interrupted tasks back in the queue and starts the engine thread.
+    public func start() throws {
+        let recovered = try store.recoverInterrupted()
+        if recovered > 0 { logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"]) }
+        loop = EngineLoop(engine: self, multi: multi)
+        thread.start(name: "backhaul-engine") { [self] in loop!.run() }
+    }
+
+    /// Something changed in the store (tasks, sessions, commands): look again.
+    public func wake() {
+        shared.withLock { $0.wakeRequested = true }
+        waker.wake()
+    }
+
+    /// Stops starting transfers, lets running ones finish within `grace` seconds, puts the rest
+    /// back in the queue (their attempt not counted), and joins the thread.
+    public func shutdown(grace: Double) {
+        shared.withLock { $0.stopDeadline = monotonicSeconds() + grace }
+        waker.wake()
+        thread.join()
+    }
+
+    public var isRunning: Bool { shared.withLock { $0.stopDeadline == nil && !$0.stopped } }
+
+    /// Live figures of a running task.
+    public func liveProgress(taskID: String) -> LiveProgress? { shared.withLock { $0.live[taskID] } }
+
+    /// Whether queued tasks of this session and host are held by `max_connections_per_host`.
+    public func isHostSaturated(sessionID: String, hostKey: String) -> Bool {
+        shared.withLock { $0.saturated.contains(sessionID + " " + hostKey) }
+    }
+
+    // MARK: For the loop
+
+    fileprivate func takeWake() -> (wake: Bool, stopDeadline: Double?) {
+        shared.withLock { state in
+            defer { state.wakeRequested = false }
+            return (state.wakeRequested, state.stopDeadline)
+        }
+    }
+
+    fileprivate func publish(live: [String: LiveProgress], saturated: Set<String>) {
+        shared.withLock {
+            $0.live = live
+            $0.saturated = saturated
+        }
+    }
+
+    fileprivate func markStopped() { shared.withLock { $0.stopped = true } }
+
+    fileprivate var context: (store: Store, logger: Logger, options: EngineOptions, clock: any Clock) {
+        (store, logger, options, clock)
+    }
+}
+
+/// The engine thread's state: everything here is touched by that thread only.
+private final class EngineLoop {
+    unowned let engine: Engine
+    let multi: MultiHandle
+    let store: Store
+    var logger: Logger
+    let options: EngineOptions
+    let clock: any Clock
+
+    var active: [String: Transfer] = [:]
+    var byHandle: [ObjectIdentifier: Transfer] = [:]
+    var perKey: [String: Int] = [:]
+    var sessionConfigurations: [String: TransferConfiguration?] = [:]
+    var nextTimer: Timestamp?
+    var lastPublish = 0.0
+
+    init(engine: Engine, multi: MultiHandle) {
+        self.engine = engine
+        self.multi = multi
+        (store, logger, options, clock) = engine.context
+    }
+
+    func run() {
+        logger.info("engine started", metadata: ["engine.max_concurrent_transfers": "\(options.maxConcurrentTransfers)"])
+        var lastTimerCheck = 0.0
+        while true {
+            let (wake, stopDeadline) = engine.takeWake()
+            let monotonic = monotonicSeconds()
+            if let stopDeadline, active.isEmpty || monotonic >= stopDeadline {
+                interruptAll()
+                break
+            }
+            var changed = wake
+            if wake { sessionConfigurations.removeAll(keepingCapacity: true) }
+            let now = clock.now()
+            if wake || (nextTimer.map { now >= $0 } ?? false) || monotonic - lastTimerCheck >= options.tick {
+                lastTimerCheck = monotonic
+                do {
+                    let expired = try store.fireTimers(now: now)
+                    if !expired.isEmpty { changed = true }
+                    nextTimer = try store.nextTimer()
+                } catch {
+                    logger.error("cannot read timers", metadata: ["error": "\(error)"])
+                }
+            }
+            if changed { reconcile() }
+            if stopDeadline == nil { schedule() }
+            do {
+                try multi.perform()
+            } catch {
+                logger.error("curl_multi_perform failed", metadata: ["error": "\(error)"])
+            }
+            for (easy, code) in multi.completed() {
+                guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
+                finished(transfer, code: code)
+            }
+            publishProgress(force: false)
+            var timeout = options.tick * 1000
+            if let nextTimer { timeout = min(timeout, max(0, (nextTimer - clock.now()) * 1000)) }
+            if stopDeadline != nil { timeout = min(timeout, 100) }
+            do {
+                try multi.poll(timeoutMilliseconds: Int(timeout.rounded(.up)))
+            } catch {
+                logger.error("curl_multi_poll failed", metadata: ["error": "\(error)"])
+            }
+        }
+        publishProgress(force: true)
+        engine.markStopped()
+        logger.info("engine stopped")
+    }
+
+    // MARK: Scheduling
+
+    func configuration(for task: TaskRecord) -> TransferConfiguration? {
+        let sessionConfiguration: TransferConfiguration?
+        if let cached = sessionConfigurations[task.sessionID] {
+            sessionConfiguration = cached
+        } else {
+            sessionConfiguration = (try? store.session(id: task.sessionID))??.0.configuration
+            sessionConfigurations[task.sessionID] = sessionConfiguration
+        }
+        guard let sessionConfiguration else { return nil }
+        return (try? sessionConfiguration.applying(.object(task.configurationOverrides))) ?? sessionConfiguration
+    }
+
+    func schedule() {
+        var free = options.maxConcurrentTransfers - active.count
+        guard free > 0 else { return }
+        var position: (priority: Double, sequence: Int64)?
+        var saturatedKeys = Set<String>()
+        // Scan the queue in run order, skipping tasks whose host is at its limit; bounded pages.
+        for _ in 0..<8 where free > 0 {
+            let page: [TaskRecord]
+            do {
+                page = try store.queuedTasks(after: position, limit: 256)
+            } catch {
+                logger.error("cannot read the queue", metadata: ["error": "\(error)"])
+                return
+            }
+            for task in page where free > 0 {
+                position = (task.priority, task.sequence)
+                guard let configuration = configuration(for: task) else { continue }
+                let key = task.sessionID + " " + task.request.hostKey
+                if perKey[key, default: 0] >= configuration.maxConnectionsPerHost {
+                    saturatedKeys.insert(key)
+                    continue
+                }
+                if begin(task, configuration: configuration, key: key) { free -= 1 }
+            }
+            if page.count < 256 { break }
+        }
+        if !saturatedKeys.isEmpty { publishProgress(force: true, saturated: saturatedKeys) }
+    }
+
+    /// Starts one attempt; false when the task could not start (it was failed or moved on).
+    func begin(_ queued: TaskRecord, configuration: TransferConfiguration, key: String) -> Bool {
+        let task: TaskRecord
+        do {
+            guard let started = try store.startAttempt(id: queued.id) else { return false }
+            task = started
+        } catch {
+            logger.error("cannot start a task", metadata: ["task.id": "\(queued.id)", "error": "\(error)"])
+            return false
+        }
+        var taskLogger = logger
+        taskLogger[metadataKey: "task.id"] = "\(task.id)"
+        let file: OpenedFile
+        switch OpenedFile.open(task.file) {
+        case .failure(let error):
+            taskLogger.warning("the file cannot be uploaded", metadata: ["error.name": "\(error.name)"])
+            record(task.id, attempt: task.attempts, bytesSent: 0, .failed(error, nil))
+            return false
+        case .success(let opened):
+            file = opened
+        }
+        let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
+        var machine = UploadProtocols.machine(for: task, headers: headers)
+        let transfer: Transfer
+        do {
+            let step = machine.start(now: clock.now())
+            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file)
+            guard case .send(let request) = step else {
+                conclude(transfer, step: step)
+                return false
+            }
+            try transfer.prepare(request, options: options)
+            try multi.add(transfer.easy)
+        } catch {
+            taskLogger.error("cannot start the transfer", metadata: ["error": "\(error)"])
+            record(task.id, attempt: task.attempts, bytesSent: 0,
+                   .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
+            return false
+        }
+        active[task.id] = transfer
+        byHandle[ObjectIdentifier(transfer.easy)] = transfer
+        perKey[key, default: 0] += 1
+        taskLogger.debug("attempt started", metadata: ["task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)"])
+        return true
+    }
+
+    // MARK: Completion
+
+    func finished(_ transfer: Transfer, code: CurlCode) {
+        let now = clock.now()
+        let step: UploadStep
+        if transfer.fileChangedDuringRead {
+            step = .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read")))
+        } else if code != .ok {
+            step = .failed(.transport(Self.transportFailure(code), message: code.message))
+        } else {
+            step = transfer.machine.didReceive(transfer.responseHead, now: now)
+        }
+        if case .send(let next) = step {
+            do {
+                try transfer.prepare(next, options: options)
+                try multi.add(transfer.easy)
+                return
+            } catch {
+                conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))
+                return
+            }
+        }
+        conclude(transfer, step: step)
+    }
+
+    /// Writes the end of an attempt and frees its slot.
+    func conclude(_ transfer: Transfer, step: UploadStep) {
+        release(transfer)
+        let task = transfer.task
+        let response = transfer.responseRecord
+        let bytes = transfer.machine.bytesAcknowledged
+        switch step {
+        case .send:
+            return
+        case .completed:
+            if let changed = transfer.file.checkUnchanged() {
+                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(changed, response))
+                return
+            }
+            if record(task.id, attempt: transfer.attempt, bytesSent: bytes, .completed(response)), task.deleteFileOnSuccess {
+                unlink(task.file.path)
+            }
+        case .failed(let failure):
+            let decision = RetryPlanner.decide(failure, attempts: transfer.attempt, policy: transfer.configuration.retry,
+                                               now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
+            switch decision {
+            case .retry(let at):
+                logger.info("attempt failed, will retry", metadata: [
+                    "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
+                    "failure": "\(failure)",
+                ])
+                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .retry(at: at, response))
+                nextTimer = min(nextTimer ?? at, at)
+            case .fail(let error):
+                logger.info("task failed", metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
+                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(error, response))
+            case .authenticationRequired:
+                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .authenticationRequired(response))
+            }
+        }
+    }
+
+    @discardableResult
+    func record(_ id: String, attempt: Int, bytesSent: Int64, _ result: AttemptResult) -> Bool {
+        do {
+            return try store.finishAttempt(id: id, attempt: attempt, bytesSent: bytesSent, result: result) != nil
+        } catch {
+            logger.error("cannot record the end of an attempt", metadata: ["task.id": "\(id)", "error": "\(error)"])
+            return false
+        }
+    }
+
+    func release(_ transfer: Transfer) {
+        guard active[transfer.task.id] === transfer else { return }
+        multi.remove(transfer.easy)
+        active[transfer.task.id] = nil
+        byHandle[ObjectIdentifier(transfer.easy)] = nil
+        perKey[transfer.limitKey, default: 1] -= 1
+        if perKey[transfer.limitKey] == 0 { perKey[transfer.limitKey] = nil }
+    }
+
+    /// Stops transfers whose task the API moved away from `running` (cancel, suspend, disable, expiry).
+    func reconcile() {
+        guard !active.isEmpty, let states = try? store.states(of: Array(active.keys)) else { return }
+        for (id, transfer) in active where states[id] != .running {
+            logger.info("stopping a transfer", metadata: ["task.id": "\(id)", "task.state": "\(states[id]?.rawValue ?? "deleted")"])
+            release(transfer)
+        }
+    }
+
+    /// Shutdown: every running transfer goes back to the queue without counting its attempt.
+    func interruptAll() {
+        for transfer in Array(active.values) {
+            release(transfer)
+            record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .interrupted)
+        }
+    }
+
+    func publishProgress(force: Bool, saturated: Set<String>? = nil) {
+        let now = monotonicSeconds()
+        guard force || now - lastPublish >= 0.25 else { return }
+        lastPublish = now
+        var live: [String: LiveProgress] = [:]
+        for (id, transfer) in active {
+            let bytes = transfer.bytesSent
+            let elapsed = now - transfer.lastSample.time
+            if elapsed >= 0.5 {
+                let instant = Double(bytes - transfer.lastSample.bytes) / elapsed
+                transfer.rate = transfer.rate == 0 ? instant : transfer.rate * 0.5 + instant * 0.5
+                transfer.lastSample = (now, bytes)
+            }
+            live[id] = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
+        }
+        let saturatedKeys = saturated ?? Set(perKey.filter { key, count in
+            active.values.first(where: { $0.limitKey == key }).map { count >= $0.configuration.maxConnectionsPerHost } ?? false
+        }.keys)
+        engine.publish(live: live, saturated: saturatedKeys)
+    }
+
+    static func transportFailure(_ code: CurlCode) -> TransportFailure {
+        switch code {
+        case .couldNotResolveHost, .couldNotResolveProxy: return .cannotFindHost
+        case .couldNotConnect: return .cannotConnect
+        case .operationTimedOut: return .timedOut
+        case .sslConnectError, .peerFailedVerification, .sslCACert: return .secureConnectionFailed
+        case .sendError, .receiveError, .gotNothing, .partialFile, .http2, .http2Stream, .weirdServerReply, .sendFailRewind:
+            return .connectionLost
+        default: return .other
+        }
+    }
+}

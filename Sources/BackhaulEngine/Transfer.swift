@@ -1,0 +1,149 @@
+import BackhaulCore
+import CCurl
+import Curl
+
+/// One task's attempt in flight: the protocol's state machine, the open file, the curl handle
+/// and what has come back so far. Lives on the engine thread only.
+final class Transfer {
+    var task: TaskRecord
+    let attempt: Int
+    let configuration: TransferConfiguration
+    let limitKey: String
+    var machine: any UploadStateMachine
+    let file: OpenedFile
+    let easy: EasyHandle
+
+    /// Where the current request body reads from the file.
+    private var bodyOffset: Int64 = 0
+    private var bodyEnd: Int64 = 0
+    /// Set when the file shrank under a read: the attempt fails `file_changed`.
+    var fileChangedDuringRead = false
+
+    private(set) var status = 0
+    private(set) var headers: [(String, String)] = []
+    private(set) var body: [UInt8] = []
+    /// Bytes acknowledged before the current request plus what curl has sent of it.
+    var requestBytesSent: Int64 = 0
+    var bytesBeforeRequest: Int64 = 0
+
+    // Rate estimate (bytes/s), updated by the engine loop.
+    var rate: Double = 0
+    var lastSample: (time: Double, bytes: Int64)
+
+    init(task: TaskRecord, configuration: TransferConfiguration, limitKey: String, machine: any UploadStateMachine,
+         file: OpenedFile) throws {
+        self.task = task
+        self.attempt = task.attempts
+        self.configuration = configuration
+        self.limitKey = limitKey
+        self.machine = machine
+        self.file = file
+        self.easy = try EasyHandle()
+        self.lastSample = (monotonicSeconds(), 0)
+        installHandlers()
+    }
+
+    var bytesSent: Int64 { bytesBeforeRequest + requestBytesSent }
+
+    private func installHandlers() {
+        // The handlers capture `self` unowned: the transfer owns the handle, never the reverse.
+        easy.readBody = { [unowned self] buffer in readFile(into: buffer) }
+        easy.onHeaderLine = { [unowned self] line in receiveHeader(line) }
+        easy.onData = { [unowned self] bytes in
+            let room = ResponseRecord.maxBodyBytes - body.count
+            if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
+            return true
+        }
+        easy.onProgress = { [unowned self] uploaded, _ in
+            requestBytesSent = uploaded
+            return true
+        }
+    }
+
+    private func readFile(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        let remaining = bodyEnd - bodyOffset
+        guard remaining > 0 else { return .bytes(0) }
+        let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), remaining))])
+        let count = file.read(at: bodyOffset, into: window)
+        guard count > 0 else {
+            // The file ended early or cannot be read: it changed under the upload.
+            fileChangedDuringRead = true
+            return .abort
+        }
+        bodyOffset += Int64(count)
+        return .bytes(count)
+    }
+
+    private func receiveHeader(_ line: String) {
+        // "\r\n" is one Character in Swift: trim by scalars.
+        var scalars = Substring(line).unicodeScalars
+        while let last = scalars.last, last == "\r" || last == "\n" { scalars.removeLast() }
+        let trimmed = String(scalars)
+        if trimmed.hasPrefix("HTTP/") {
+            // A new response (after 100 Continue, or a new request): start over.
+            let parts = trimmed.split(separator: " ", maxSplits: 2)
+            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+            headers = []
+            body = []
+        } else if let colon = trimmed.firstIndex(of: ":") {
+            let name = String(trimmed[..<colon])
+            let value = String(trimmed[trimmed.index(after: colon)...]).drop(while: { $0 == " " || $0 == "\t" })
+            headers.append((name, String(value)))
+        }
+    }
+
+    var responseHead: ResponseHead {
+        var map: [String: String] = [:]
+        for (name, value) in headers { map[name.lowercased()] = value }
+        return ResponseHead(status: status, headers: map)
+    }
+
+    var responseRecord: ResponseRecord? {
+        status == 0 ? nil : ResponseRecord(status: status, headers: headers, body: body)
+    }
+
+    /// Configures the handle for the next request the protocol asked for.
+    func prepare(_ request: PlannedRequest, options: EngineOptions) throws {
+        bytesBeforeRequest = machine.bytesAcknowledged
+        requestBytesSent = 0
+        status = 0
+        headers = []
+        body = []
+        try easy.set(CURLOPT_URL, request.url)
+        try easy.set(CURLOPT_NOSIGNAL, 1)
+        try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
+        try easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        try easy.set(CURLOPT_TCP_KEEPALIVE, 1)
+        try easy.set(CURLOPT_USERAGENT, options.userAgent)
+        try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
+        // "No bytes moving for timeout_interval_for_request": under 1 byte/s for that long.
+        let idle = max(1, Int(configuration.timeoutIntervalForRequest.rounded(.up)))
+        try easy.set(CURLOPT_LOW_SPEED_LIMIT, 1)
+        try easy.set(CURLOPT_LOW_SPEED_TIME, idle)
+        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))
+        if let bundle = options.caBundle { try easy.set(CURLOPT_CAINFO, bundle) }
+        var lines = request.headers.map { "\($0.0): \($0.1)" }
+        switch request.body {
+        case .empty:
+            bodyOffset = 0
+            bodyEnd = 0
+            if request.method == "GET" { try easy.set(CURLOPT_HTTPGET, 1) } else { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+        case .file(let offset, let length):
+            bodyOffset = offset
+            bodyEnd = offset + length
+            try easy.set(CURLOPT_UPLOAD, 1)
+            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: length)
+            if request.method != "PUT" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+            if !lines.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
+                lines.append("Content-Type: application/octet-stream")
+            }
+        case .multipart(let plan):
+            bodyOffset = 0
+            bodyEnd = plan.fileLength
+            try easy.setMultipartBody(fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,
+                                      filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength)
+            if request.method != "POST" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+        }
+        try easy.setHeaders(lines)
+    }
+}

@@ -1,0 +1,142 @@
+import BackhaulAPI
+import BackhaulCore
+import BackhaulEngine
+import BackhaulStore
+import Glibc
+import JSON
+import Logging
+import MicroHTTP
+
+/// The daemon: services started in dependency order (store, engine, HTTP) and stopped in reverse.
+public final class BackhaulDaemon: Sendable {
+    public let configuration: DaemonConfiguration
+    let logger: Logger
+    let store: Store
+    let engine: Engine
+    let http: Daemon
+    let lockDescriptor: Int32
+
+    public struct StartupError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public init(configuration: DaemonConfiguration, logger: Logger) throws {
+        self.configuration = configuration
+        self.logger = logger
+        guard configuration.isLoopback else {
+            throw StartupError(description: "refusing to listen on \(configuration.listen): without API tokens backhauld serves loopback addresses only")
+        }
+        let directory = configuration.stateDirectory
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw StartupError(description: "cannot create the state directory \(directory): \(String(cString: strerror(errno)))")
+        }
+        lockDescriptor = open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lockDescriptor >= 0, flock(lockDescriptor, LOCK_EX | LOCK_NB) == 0 else {
+            throw StartupError(description: "the state directory \(directory) is in use by another backhauld")
+        }
+        store = try Store(path: directory + "/backhaul.db")
+        var engineOptions = EngineOptions()
+        engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
+        engineOptions.caBundle = configuration.caBundle
+        engine = try Engine(store: store, logger: logger, options: engineOptions)
+        try engine.start()
+
+        var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
+        apiOptions.info = configuration.infoJSON
+        let router = API(store: store, engine: engine, options: apiOptions, logger: logger).router
+        let accessLogger = logger
+        let handler = BufferingHandler(
+            maxBodyBytes: configuration.maxBodyBytes,
+            tooLarge: { head, limit in
+                Problem(.payloadTooLarge, "request bodies are limited to \(limit) bytes").response
+            },
+            handle: { request in
+                let started = monotonicSeconds()
+                let (response, pattern) = router.handle(request)
+                accessLogger.debug("request", metadata: [
+                    "http.method": "\(request.method)", "http.route": "\(pattern)", "http.status": "\(response.status)",
+                    "http.duration_ms": "\(Int((monotonicSeconds() - started) * 1000))",
+                ])
+                return response
+            })
+        do {
+            http = try Daemon(host: configuration.listenHost, port: configuration.listenPort,
+                              threading: .threadPool(configuration.apiThreads), handler: handler)
+        } catch {
+            engine.shutdown(grace: 0)
+            throw StartupError(description: error.description)
+        }
+        logger.info("listening", metadata: [
+            "http.address": "\(configuration.listenHost)", "http.port": "\(http.port)",
+            "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
+        ])
+    }
+
+    public var port: UInt16 { http.port }
+
+    /// Graceful stop: no new connections, transfers reach a checkpoint within the grace period,
+    /// state is persisted, then HTTP closes.
+    public func stop() {
+        logger.info("stopping", metadata: ["shutdown.grace_seconds": "\(configuration.shutdownGraceSeconds)"])
+        http.quiesce()
+        engine.shutdown(grace: configuration.shutdownGraceSeconds)
+        http.stop()
+        close(lockDescriptor)
+        logger.info("stopped")
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
+public func runBackhauld(arguments: [String]) -> Int32 {
+    var environment: [String: String] = [:]
+    var pointer = environ
+    while let entry = pointer.pointee {
+        let text = String(cString: entry)
+        if let equals = text.firstIndex(of: "=") {
+            environment[String(text[..<equals])] = String(text[text.index(after: equals)...])
+        }
+        pointer += 1
+    }
+    var cwd = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let workingDirectory = getcwd(&cwd, cwd.count) != nil ? String(cString: cwd) : "/"
+    let configuration: DaemonConfiguration
+    switch Result(catching: { () throws(DaemonConfiguration.Invalid) in
+        try DaemonConfiguration.resolve(arguments: arguments, environment: environment, workingDirectory: workingDirectory)
+    }) {
+    case .failure(let error):
+        writeStandardError("backhauld: \(error.description)\n")
+        return 2
+    case .success((_, .help)):
+        print(DaemonConfiguration.usage)
+        return 0
+    case .success((_, .version)):
+        print("backhauld \(BackhaulVersion.string)")
+        return 0
+    case .success((let resolved, .run)):
+        configuration = resolved
+    }
+    let level = Logger.Level(rawValue: configuration.logLevel) ?? .info
+    LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level) }
+    let logger = Logger(label: "backhauld")
+
+    // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+    signal(SIGPIPE, SIG_IGN)
+    var signals = sigset_t()
+    sigemptyset(&signals)
+    sigaddset(&signals, SIGTERM)
+    sigaddset(&signals, SIGINT)
+    pthread_sigmask(SIG_BLOCK, &signals, nil)
+
+    let daemon: BackhaulDaemon
+    do {
+        daemon = try BackhaulDaemon(configuration: configuration, logger: logger)
+    } catch {
+        logger.critical("cannot start", metadata: ["error": "\(error)"])
+        return 1
+    }
+    var received: Int32 = 0
+    sigwait(&signals, &received)
+    logger.info("signal received", metadata: ["signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
+    daemon.stop()
+    return 0
+}

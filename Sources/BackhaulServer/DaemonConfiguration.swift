@@ -1,0 +1,204 @@
+import BackhaulCore
+import Glibc
+import JSON
+
+/// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
+/// then command-line flags, each overriding the one before.
+public struct DaemonConfiguration: Sendable, Equatable {
+    public var listenHost = "127.0.0.1"
+    public var listenPort: UInt16 = 8427
+    public var stateDirectory = "./backhaul-state"
+    public var allowedRoots: [String]
+    public var configFile: String?
+    public var logLevel = "info"
+    public var maxBodyBytes = 16 << 20
+    public var maxConcurrentTransfers = 16
+    public var shutdownGraceSeconds = 10.0
+    public var caBundle: String?
+    public var apiThreads = 2
+
+    public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
+
+    public var listen: String {
+        listenHost.contains(":") ? "[\(listenHost)]:\(listenPort)" : "\(listenHost):\(listenPort)"
+    }
+
+    public static let usage = """
+        usage: backhauld [options]
+          --listen HOST:PORT       address to serve the API on (default 127.0.0.1:8427; port 0 picks one)
+          --state-dir DIR          where the SQLite state lives (default ./backhaul-state)
+          --allow-root DIR         a directory files may be uploaded from (repeatable; default the working directory)
+          --config FILE            a JSON configuration file
+          --log-level LEVEL        trace, debug, info, notice, warning, error, critical (default info)
+          --max-transfers N        transfers running at once (default 16)
+          --max-body-bytes N       largest API request body (default 16777216)
+          --shutdown-grace SECONDS how long SIGTERM waits for running transfers (default 10)
+          --ca-bundle FILE         CA certificates for https destinations
+          --version, --help
+        environment: BACKHAUL_LISTEN, BACKHAUL_STATE_DIR, BACKHAUL_ALLOWED_ROOTS (colon-separated),
+          BACKHAUL_CONFIG, BACKHAUL_LOG_LEVEL, BACKHAUL_MAX_TRANSFERS, BACKHAUL_MAX_BODY_BYTES,
+          BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE
+        """
+
+    public struct Invalid: Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// What the command line asked for besides running.
+    public enum Action: Sendable, Equatable { case run, help, version }
+
+    /// Resolves the configuration from arguments (without the program name), environment and file.
+    public static func resolve(arguments: [String], environment: [String: String], workingDirectory: String) throws(Invalid)
+        -> (DaemonConfiguration, Action)
+    {
+        var configuration = DaemonConfiguration(workingDirectory: workingDirectory)
+        // Flags are read first into a list, so --config can be applied before everything else.
+        var flags: [(String, String)] = []
+        var index = 0
+        while index < arguments.count {
+            var name = arguments[index]
+            var value: String?
+            if name == "--help" || name == "-h" { return (configuration, .help) }
+            if name == "--version" { return (configuration, .version) }
+            if let equals = name.firstIndex(of: "="), name.hasPrefix("--") {
+                value = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            guard ["--listen", "--state-dir", "--allow-root", "--config", "--log-level", "--max-transfers",
+                   "--max-body-bytes", "--shutdown-grace", "--ca-bundle"].contains(name)
+            else { throw Invalid(description: "unknown option \(name)\n\(usage)") }
+            if value == nil {
+                index += 1
+                guard index < arguments.count else { throw Invalid(description: "\(name) needs a value") }
+                value = arguments[index]
+            }
+            flags.append((name, value!))
+            index += 1
+        }
+        let configPath = flags.last(where: { $0.0 == "--config" })?.1 ?? environment["BACKHAUL_CONFIG"]
+        if let configPath {
+            configuration.configFile = configPath
+            try configuration.applyFile(configPath)
+        }
+        if let value = environment["BACKHAUL_LISTEN"] { try configuration.set("listen", value) }
+        if let value = environment["BACKHAUL_STATE_DIR"] { try configuration.set("state_dir", value) }
+        if let value = environment["BACKHAUL_ALLOWED_ROOTS"] {
+            configuration.allowedRoots = value.split(separator: ":").map(String.init)
+        }
+        if let value = environment["BACKHAUL_LOG_LEVEL"] { try configuration.set("log_level", value) }
+        if let value = environment["BACKHAUL_MAX_TRANSFERS"] { try configuration.set("max_transfers", value) }
+        if let value = environment["BACKHAUL_MAX_BODY_BYTES"] { try configuration.set("max_body_bytes", value) }
+        if let value = environment["BACKHAUL_SHUTDOWN_GRACE"] { try configuration.set("shutdown_grace", value) }
+        if let value = environment["BACKHAUL_CA_BUNDLE"] { try configuration.set("ca_bundle", value) }
+        var roots: [String] = []
+        for (name, value) in flags {
+            switch name {
+            case "--allow-root": roots.append(value)
+            case "--config": break
+            default: try configuration.set(String(name.dropFirst(2)).replacingHyphens(), value)
+            }
+        }
+        if !roots.isEmpty { configuration.allowedRoots = roots }
+        guard !configuration.allowedRoots.isEmpty else { throw Invalid(description: "at least one allowed root is needed") }
+        for root in configuration.allowedRoots where !root.hasPrefix("/") {
+            throw Invalid(description: "allowed roots must be absolute paths: \(root)")
+        }
+        return (configuration, .run)
+    }
+
+    mutating func set(_ key: String, _ value: String) throws(Invalid) {
+        switch key {
+        case "listen":
+            guard let (host, port) = Self.parseListen(value) else {
+                throw Invalid(description: "listen must be HOST:PORT with a numeric IP (or localhost): \(value)")
+            }
+            listenHost = host
+            listenPort = port
+        case "state_dir": stateDirectory = value
+        case "log_level":
+            guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(value) else {
+                throw Invalid(description: "unknown log level \(value)")
+            }
+            logLevel = value
+        case "max_transfers":
+            guard let number = Int(value), (1...1024).contains(number) else {
+                throw Invalid(description: "max transfers must be 1 to 1024")
+            }
+            maxConcurrentTransfers = number
+        case "max_body_bytes":
+            guard let number = Int(value), number >= 1024 else { throw Invalid(description: "max body bytes must be at least 1024") }
+            maxBodyBytes = number
+        case "shutdown_grace":
+            guard let number = Double(value), number >= 0, number <= 3600 else {
+                throw Invalid(description: "shutdown grace must be 0 to 3600 seconds")
+            }
+            shutdownGraceSeconds = number
+        case "ca_bundle": caBundle = value
+        default: throw Invalid(description: "unknown setting \(key)")
+        }
+    }
+
+    /// The config file: a JSON object with the same names as the flags, in snake case
+    /// (`listen`, `state_dir`, `allowed_roots` as an array, `log_level`, `max_transfers`,
+    /// `max_body_bytes`, `shutdown_grace`, `ca_bundle`).
+    mutating func applyFile(_ path: String) throws(Invalid) {
+        guard let file = fopen(path, "r") else { throw Invalid(description: "cannot read the config file \(path)") }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = fread(&buffer, 1, buffer.count, file)
+            if count <= 0 { break }
+            bytes += buffer[0..<count]
+        }
+        let value: JSON
+        do { value = try JSON.parse(bytes) } catch { throw Invalid(description: "the config file is not valid JSON: \(error)") }
+        guard let object = value.objectValue else { throw Invalid(description: "the config file must hold a JSON object") }
+        for (key, member) in object {
+            switch (key, member) {
+            case ("allowed_roots", .array(let items)):
+                allowedRoots = items.compactMap(\.stringValue)
+            case (_, .string(let text)): try set(key, text)
+            case (_, .int(let number)): try set(key, String(number))
+            case (_, .double(let number)): try set(key, String(number))
+            default: throw Invalid(description: "config file: \(key) has an unexpected value")
+            }
+        }
+    }
+
+    static func parseListen(_ value: String) -> (String, UInt16)? {
+        var host: Substring
+        var portText: Substring
+        if value.hasPrefix("[") {
+            guard let close = value.firstIndex(of: "]") else { return nil }
+            host = value[value.index(after: value.startIndex)..<close]
+            let rest = value[value.index(after: close)...]
+            guard rest.hasPrefix(":") else { return nil }
+            portText = rest.dropFirst()
+        } else {
+            guard let colon = value.lastIndex(of: ":") else { return nil }
+            host = value[..<colon]
+            portText = value[value.index(after: colon)...]
+        }
+        guard let port = UInt16(portText) else { return nil }
+        if host == "localhost" { host = "127.0.0.1" }
+        return (String(host), port)
+    }
+
+    /// Without tokens the daemon serves loopback only (SPEC §2.6).
+    public var isLoopback: Bool { listenHost.hasPrefix("127.") || listenHost == "::1" }
+
+    /// What `/v1/info` shows: everything here holds no secret.
+    public var infoJSON: JSONObject {
+        [
+            "listen": .string(listen), "state_dir": .string(stateDirectory),
+            "allowed_roots": .array(allowedRoots.map { .string($0) }), "log_level": .string(logLevel),
+            "max_transfers": .int(Int64(maxConcurrentTransfers)), "max_body_bytes": .int(Int64(maxBodyBytes)),
+            "shutdown_grace": .double(shutdownGraceSeconds), "ca_bundle": caBundle.map { .string($0) } ?? .null,
+        ]
+    }
+}
+
+extension String {
+    fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
+}

@@ -1,0 +1,64 @@
+import SQLite
+
+/// The schema, as numbered migrations. Never edit a shipped migration: add the next one.
+enum Schema {
+    static let migrations: [(version: Int, sql: String)] = [
+        (1, """
+            CREATE TABLE sessions (
+                id TEXT PRIMARY KEY,
+                configuration TEXT NOT NULL,
+                enabled INTEGER NOT NULL DEFAULT 1,
+                lifecycle TEXT NOT NULL DEFAULT 'active',
+                created_at REAL NOT NULL
+            );
+            CREATE TABLE tasks (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                session_id TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                state TEXT NOT NULL,
+                waiting_reason TEXT,
+                file_path TEXT NOT NULL,
+                file_size INTEGER NOT NULL,
+                file_mtime_ns INTEGER NOT NULL,
+                request TEXT NOT NULL,
+                upload TEXT NOT NULL,
+                host_key TEXT NOT NULL,
+                priority REAL NOT NULL,
+                description TEXT,
+                idempotency_key TEXT,
+                delete_file_on_success INTEGER NOT NULL DEFAULT 0,
+                configuration TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                bytes_sent INTEGER NOT NULL DEFAULT 0,
+                created_at REAL NOT NULL,
+                started_at REAL,
+                finished_at REAL,
+                next_attempt_at REAL,
+                earliest_begin_at REAL,
+                deadline_at REAL NOT NULL,
+                response TEXT,
+                error TEXT,
+                cancellation INTEGER,
+                checkpoint TEXT
+            );
+            CREATE UNIQUE INDEX tasks_idempotency ON tasks (session_id, idempotency_key)
+                WHERE idempotency_key IS NOT NULL;
+            CREATE INDEX tasks_by_session ON tasks (session_id, state, seq);
+            CREATE INDEX tasks_queue ON tasks (state, priority DESC, seq);
+            CREATE INDEX tasks_timers ON tasks (state, next_attempt_at);
+            CREATE INDEX tasks_deadlines ON tasks (deadline_at)
+                WHERE state NOT IN ('completed', 'failed', 'cancelled');
+            CREATE TABLE events (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                type TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                task_id TEXT,
+                created_at REAL NOT NULL,
+                data TEXT NOT NULL
+            );
+            CREATE INDEX events_by_session ON events (session_id, seq);
+            """),
+    ]
+}

@@ -1,0 +1,399 @@
+import BackhaulCore
+import JSON
+import SQLite
+
+/// How an engine attempt ended, to be written if the task is still the engine's.
+public enum AttemptResult: Sendable {
+    case completed(ResponseRecord?)
+    case failed(TaskError, ResponseRecord?)
+    case retry(at: Timestamp, ResponseRecord?)
+    case authenticationRequired(ResponseRecord?)
+    /// Stopped without fault (shutdown, policy): back to the queue, no attempt counted.
+    case interrupted
+}
+
+extension Store {
+    static let taskColumns = """
+        seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
+        priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
+        created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
+        cancellation
+        """
+
+    static func decodeTask(_ row: Row) throws -> TaskRecord {
+        let requestJSON = try JSON.parse(row.string(9), maxDepth: 64)
+        var headers: [(String, String)] = []
+        for (name, value) in requestJSON["headers"]?.objectValue ?? [:] { headers.append((name, value.stringValue ?? "")) }
+        let request = RequestSpec(url: requestJSON["url"]?.stringValue ?? "", method: requestJSON["method"]?.stringValue ?? "PUT",
+                                  headers: headers)
+        let upload = try UploadSpec.decode(JSON.parse(row.string(10), maxDepth: 64))
+        var task = TaskRecord(
+            id: row.string(1), sessionID: row.string(2),
+            file: FileInfo(path: row.string(6), size: row.int(7), modifiedAtNanoseconds: row.int(8)),
+            request: request, upload: upload, createdAt: row.double(18), deadlineAt: row.double(23))
+        task.sequence = row.int(0)
+        task.kind = TaskKind(rawValue: row.string(3)) ?? .upload
+        task.state = TaskState(rawValue: row.string(4)) ?? .queued
+        task.waitingReason = row.optionalString(5).flatMap(WaitingReason.init(rawValue:))
+        task.priority = row.double(11)
+        task.description = row.optionalString(12)
+        task.idempotencyKey = row.optionalString(13)
+        task.deleteFileOnSuccess = row.int(14) != 0
+        task.configurationOverrides = (try? JSON.parse(row.string(15), maxDepth: 64))?.objectValue ?? [:]
+        task.attempts = Int(row.int(16))
+        task.bytesSent = row.int(17)
+        task.startedAt = row.optionalDouble(19)
+        task.finishedAt = row.optionalDouble(20)
+        task.nextAttemptAt = row.optionalDouble(21)
+        task.earliestBeginAt = row.optionalDouble(22)
+        task.response = try row.optionalString(24).flatMap { ResponseRecord.decode(try JSON.parse($0, maxDepth: 64)) }
+        task.error = try row.optionalString(25).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) }
+        task.cancellation = row.optionalInt(26).flatMap { CancellationReason(rawValue: Int($0)) }
+        return task
+    }
+
+    static func requestColumn(_ request: RequestSpec) -> String { request.json(redacted: false).serialized() }
+
+    static func insert(_ db: Connection, _ task: TaskRecord) throws {
+        try db.run(
+            """
+            INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
+                upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
+                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
+             task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
+             task.upload.json.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+             task.deleteFileOnSuccess, JSON.object(task.configurationOverrides).serialized(), task.attempts,
+             task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
+             task.deadlineAt])
+    }
+
+    static func update(_ db: Connection, _ task: TaskRecord) throws {
+        try db.run(
+            """
+            UPDATE tasks SET state = ?, waiting_reason = ?, request = ?, host_key = ?, priority = ?, configuration = ?,
+                attempts = ?, bytes_sent = ?, started_at = ?, finished_at = ?, next_attempt_at = ?, earliest_begin_at = ?,
+                deadline_at = ?, response = ?, error = ?, cancellation = ?
+            WHERE id = ?
+            """,
+            [task.state.rawValue, task.waitingReason?.rawValue, requestColumn(task.request), task.request.hostKey,
+             task.priority, JSON.object(task.configurationOverrides).serialized(), task.attempts, task.bytesSent,
+             task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt, task.deadlineAt,
+             task.response?.json.serialized(), task.error.map { TaskRecord.errorJSON($0).serialized() },
+             task.cancellation?.rawValue, task.id])
+    }
+
+    static func fetchTask(_ db: Connection, id: String) throws -> TaskRecord? {
+        try db.queryFirst("SELECT \(taskColumns) FROM tasks WHERE id = ?", [id], decodeTask)
+    }
+
+    /// Reads, changes and writes one task, then records the events its new state calls for.
+    /// `change` throws to refuse; returns the task as written.
+    static func mutate(_ db: Connection, id: String, now: Timestamp, _ change: (inout TaskRecord) throws -> Void)
+        throws -> TaskRecord
+    {
+        guard var task = try fetchTask(db, id: id) else { throw StoreError.notFound }
+        let before = task
+        try change(&task)
+        guard task != before else { return task }
+        try update(db, task)
+        try recordTransition(db, from: before, to: task, now: now)
+        return task
+    }
+
+    /// Events for a state change (SPEC §2.4), in the caller's transaction.
+    static func recordTransition(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp) throws {
+        let changed = before?.state != task.state || before?.waitingReason != task.waitingReason
+        guard changed else { return }
+        let type: String?
+        switch task.state {
+        case .waiting: type = "task.waiting"
+        case .authRequired: type = "task.auth_required"
+        case .completed: type = "task.completed"
+        case .failed: type = "task.failed"
+        case .cancelled: type = "task.cancelled"
+        default: type = nil
+        }
+        if let type {
+            try appendEvent(db, type: type, sessionID: task.sessionID, task: task, data: task.json(), now: now)
+        }
+        if task.state.isFinal, before?.state.isFinal != true {
+            try sessionTaskReachedFinalState(db, sessionID: task.sessionID, now: now)
+        }
+    }
+
+    // MARK: Client operations
+
+    /// Inserts tasks all-or-nothing; a task whose idempotency key exists returns the first task.
+    /// Each result says whether it was created.
+    public func createTasks(sessionID: String, _ tasks: [TaskRecord]) throws(StoreError) -> [(TaskRecord, Bool)] {
+        let now = self.now
+        return try write { db in
+            guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
+            guard session.lifecycle == .active else {
+                throw StoreError.conflict("the session is finishing and accepts no new tasks")
+            }
+            var results: [(TaskRecord, Bool)] = []
+            var keysInBatch: [String: TaskRecord] = [:]
+            for var task in tasks {
+                if let key = task.idempotencyKey {
+                    if let existing = keysInBatch[key] {
+                        results.append((existing, false))
+                        continue
+                    }
+                    if let existing = try db.queryFirst(
+                        "SELECT \(Store.taskColumns) FROM tasks WHERE session_id = ? AND idempotency_key = ?",
+                        [sessionID, key], Store.decodeTask)
+                    {
+                        results.append((existing, false))
+                        continue
+                    }
+                }
+                if !session.enabled {
+                    task.state = .waiting
+                    task.waitingReason = .sessionDisabled
+                } else if let begin = task.earliestBeginAt, begin > now {
+                    task.state = .waiting
+                    task.waitingReason = .scheduled
+                }
+                try Store.insert(db, task)
+                task.sequence = db.lastInsertRowID
+                if let key = task.idempotencyKey { keysInBatch[key] = task }
+                try Store.recordTransition(db, from: nil, to: task, now: now)
+                results.append((task, true))
+            }
+            return results
+        }
+    }
+
+    public func task(id: String) throws(StoreError) -> TaskRecord? {
+        try read { db in try Store.fetchTask(db, id: id) }
+    }
+
+    /// A session's tasks in creation order, after `cursor`, optionally of one state.
+    public func tasks(sessionID: String, state: TaskState?, cursor: String?, limit: Int) throws(StoreError) -> TaskPage {
+        let after = cursor.flatMap { Int64($0) } ?? 0
+        return try read { db in
+            var rows: [TaskRecord]
+            if let state {
+                rows = try db.query(
+                    "SELECT \(Store.taskColumns) FROM tasks WHERE session_id = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    [sessionID, state.rawValue, after, limit + 1], Store.decodeTask)
+            } else {
+                rows = try db.query(
+                    "SELECT \(Store.taskColumns) FROM tasks WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    [sessionID, after, limit + 1], Store.decodeTask)
+            }
+            var next: String?
+            if rows.count > limit {
+                rows.removeLast()
+                next = rows.last.map { String($0.sequence) }
+            }
+            return TaskPage(tasks: rows, nextCursor: next)
+        }
+    }
+
+    /// Applies a client change to an unfinished task (PATCH). `change` may throw a ValidationError.
+    public func updateTask(id: String, _ change: @Sendable (inout TaskRecord) throws -> Void) throws -> TaskRecord {
+        let now = self.now
+        return try write { db in
+            try Store.mutate(db, id: id, now: now) { task in
+                guard !task.state.isFinal else { throw StoreError.conflict("the task is \(task.state.rawValue)") }
+                try change(&task)
+                // New credentials release a task held for authentication.
+                if task.state == .authRequired { task.state = .queued; task.waitingReason = nil }
+                if task.state == .waiting, task.waitingReason == .scheduled, (task.earliestBeginAt ?? 0) <= now {
+                    task.state = .queued
+                    task.waitingReason = nil
+                } else if task.state == .queued, let begin = task.earliestBeginAt, begin > now {
+                    task.state = .waiting
+                    task.waitingReason = .scheduled
+                }
+            }
+        }
+    }
+
+    /// cancel / suspend / resume (SPEC §2.2); a refused transition is a conflict.
+    public func apply(_ command: TaskCommand, to id: String,
+                      reason: CancellationReason = .userCancelled) throws(StoreError) -> TaskRecord {
+        let now = self.now
+        return try write { db in
+            try Store.mutate(db, id: id, now: now) { task in
+                switch task.state.applying(command) {
+                case .failure(let refused):
+                    throw StoreError.conflict("cannot \(refused.command.rawValue) a task that is \(refused.state.rawValue)")
+                case .success(let next):
+                    Store.enter(next, task: &task, now: now)
+                    if next == .cancelled {
+                        task.cancellation = reason
+                        task.error = TaskError(.cancelled, message: "cancelled: \(reason.name)")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes a finished task's record.
+    public func deleteTask(id: String) throws(StoreError) {
+        try write { db in
+            guard let task = try Store.fetchTask(db, id: id) else { throw StoreError.notFound }
+            guard task.state.isFinal else {
+                throw StoreError.conflict("only finished tasks can be deleted; cancel it first")
+            }
+            try db.run("DELETE FROM tasks WHERE id = ?", [id])
+        }
+    }
+
+    /// Sets the state and the fields that go with it.
+    static func enter(_ state: TaskState, task: inout TaskRecord, now: Timestamp, waitingReason: WaitingReason? = nil) {
+        task.state = state
+        task.waitingReason = state == .waiting ? waitingReason : nil
+        if state != .retrying { task.nextAttemptAt = nil }
+        if state.isFinal { task.finishedAt = now }
+    }
+
+    // MARK: Engine operations
+
+    /// Tasks that were running when the daemon stopped go back to the queue (their attempt counted).
+    public func recoverInterrupted() throws(StoreError) -> Int {
+        try write { db in try db.run("UPDATE tasks SET state = 'queued' WHERE state = 'running'") }
+    }
+
+    /// Queued tasks in run order (priority, then creation), after a keyset position.
+    public func queuedTasks(after position: (priority: Double, sequence: Int64)?, limit: Int) throws(StoreError) -> [TaskRecord] {
+        try read { db in
+            if let position {
+                return try db.query(
+                    """
+                    SELECT \(Store.taskColumns) FROM tasks WHERE state = 'queued'
+                        AND (priority < ? OR (priority = ? AND seq > ?))
+                    ORDER BY priority DESC, seq LIMIT ?
+                    """, [position.priority, position.priority, position.sequence, limit], Store.decodeTask)
+            }
+            return try db.query(
+                "SELECT \(Store.taskColumns) FROM tasks WHERE state = 'queued' ORDER BY priority DESC, seq LIMIT ?",
+                [limit], Store.decodeTask)
+        }
+    }
+
+    /// Marks a queued task running and counts the attempt; nil if it is no longer queued.
+    public func startAttempt(id: String) throws(StoreError) -> TaskRecord? {
+        let now = self.now
+        return try write { db in
+            guard let task = try Store.fetchTask(db, id: id), task.state == .queued else { return nil }
+            return try Store.mutate(db, id: id, now: now) { task in
+                Store.enter(.running, task: &task, now: now)
+                task.attempts += 1
+                if task.startedAt == nil { task.startedAt = now }
+            }
+        }
+    }
+
+    /// Records how attempt `attempt` ended, unless the task left that attempt meanwhile
+    /// (cancelled, suspended, expired): then nothing is written and nil is returned.
+    @discardableResult
+    public func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptResult) throws(StoreError) -> TaskRecord? {
+        let now = self.now
+        return try write { db in
+            guard let current = try Store.fetchTask(db, id: id), current.state == .running, current.attempts == attempt else {
+                return nil
+            }
+            return try Store.mutate(db, id: id, now: now) { task in
+                task.bytesSent = bytesSent
+                switch result {
+                case .completed(let response):
+                    Store.enter(.completed, task: &task, now: now)
+                    task.response = response
+                    task.bytesSent = task.file.size
+                case .failed(let error, let response):
+                    Store.enter(.failed, task: &task, now: now)
+                    task.error = error
+                    if let response { task.response = response }
+                case .retry(let at, let response):
+                    Store.enter(.retrying, task: &task, now: now)
+                    task.nextAttemptAt = at
+                    if let response { task.response = response }
+                case .authenticationRequired(let response):
+                    Store.enter(.authRequired, task: &task, now: now)
+                    if let response { task.response = response }
+                case .interrupted:
+                    Store.enter(.queued, task: &task, now: now)
+                    task.attempts -= 1
+                }
+            }
+        }
+    }
+
+    /// Moves tasks whose timers have passed: retries due → queued, scheduled starts due → queued,
+    /// resource deadlines passed → failed -1001. Returns the ids that failed.
+    public func fireTimers(now: Timestamp) throws(StoreError) -> [String] {
+        try write { db in
+            let due = try db.query(
+                "SELECT id FROM tasks WHERE state = 'retrying' AND next_attempt_at <= ?", [now]) { $0.string(0) }
+            for id in due {
+                _ = try Store.mutate(db, id: id, now: now) { Store.enter(.queued, task: &$0, now: now) }
+            }
+            let scheduled = try db.query(
+                "SELECT id FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?",
+                [now]) { $0.string(0) }
+            for id in scheduled {
+                _ = try Store.mutate(db, id: id, now: now) { Store.enter(.queued, task: &$0, now: now) }
+            }
+            let expired = try db.query(
+                "SELECT id FROM tasks WHERE deadline_at <= ? AND state NOT IN ('completed', 'failed', 'cancelled')",
+                [now]) { $0.string(0) }
+            for id in expired {
+                _ = try Store.mutate(db, id: id, now: now) { task in
+                    let wasAuth = task.state == .authRequired
+                    Store.enter(.failed, task: &task, now: now)
+                    task.error = wasAuth
+                        ? TaskError(.userAuthenticationRequired, message: "the server asked for authentication and no new credentials came before the resource timeout", httpStatus: 401)
+                        : TaskError(.timedOut, message: "the resource timeout was reached")
+                }
+            }
+            return expired
+        }
+    }
+
+    /// The earliest moment a timer of `fireTimers` is due, if any.
+    public func nextTimer() throws(StoreError) -> Timestamp? {
+        try read { db in
+            let retry = try db.queryFirst("SELECT MIN(next_attempt_at) FROM tasks WHERE state = 'retrying'") { $0.optionalDouble(0) } ?? nil
+            let scheduled = try db.queryFirst(
+                "SELECT MIN(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'") {
+                    $0.optionalDouble(0)
+                } ?? nil
+            let deadline = try db.queryFirst(
+                "SELECT MIN(deadline_at) FROM tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')") {
+                    $0.optionalDouble(0)
+                } ?? nil
+            return [retry, scheduled, deadline].compactMap { $0 }.min()
+        }
+    }
+
+    /// The states of the given tasks (the engine checks its running transfers against them).
+    public func states(of ids: [String]) throws(StoreError) -> [String: TaskState] {
+        try read { db in
+            var result: [String: TaskState] = [:]
+            for id in ids {
+                if let state = try db.queryFirst("SELECT state FROM tasks WHERE id = ?", [id], { $0.string(0) }) {
+                    result[id] = TaskState(rawValue: state)
+                }
+            }
+            return result
+        }
+    }
+
+    /// Counts of tasks by state, over all sessions (metrics, info).
+    public func taskCounts() throws(StoreError) -> [TaskState: Int] {
+        try read { db in
+            var counts: [TaskState: Int] = [:]
+            for (state, count) in try db.query("SELECT state, COUNT(*) FROM tasks GROUP BY state", [], { ($0.string(0), Int($0.int(1))) }) {
+                if let state = TaskState(rawValue: state) { counts[state] = count }
+            }
+            return counts
+        }
+    }
+}
