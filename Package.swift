@@ -58,7 +58,7 @@ let package = Package(
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "JSON", "BackhaulCore"],
+            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore"],
             swiftSettings: swiftSettings),
 
         .testTarget(
@@ -72,7 +72,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore"],
+            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "backhauld"],
             swiftSettings: swiftSettings),
     ]
 )

@@ -274,7 +274,10 @@ private final class EngineLoop {
     func finished(_ transfer: Transfer, code: CurlCode) {
         let now = clock.now()
         let step: UploadStep
-        if transfer.fileChangedDuringRead {
+        if transfer.idleTimedOut {
+            let seconds = transfer.configuration.timeoutIntervalForRequest
+            step = .failed(.transport(.timedOut, message: "no bytes moved for \(seconds) s (timeout_interval_for_request)"))
+        } else if transfer.fileChangedDuringRead {
             step = .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read")))
         } else if code != .ok {
             step = .failed(.transport(Self.transportFailure(code), message: code.message))

@@ -18,6 +18,10 @@ final class Transfer {
     private var bodyEnd: Int64 = 0
     /// Set when the file shrank under a read: the attempt fails `file_changed`.
     var fileChangedDuringRead = false
+    /// Set when no byte moved either way for `timeout_interval_for_request`.
+    var idleTimedOut = false
+    private var lastActivity = monotonicSeconds()
+    private var lastCounters: (Int64, Int64) = (0, 0)
 
     private(set) var status = 0
     private(set) var headers: [(String, String)] = []
@@ -54,8 +58,20 @@ final class Transfer {
             if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
             return true
         }
-        easy.onProgress = { [unowned self] uploaded, _ in
+        // curl calls this at least once a second, idle or not: the request timeout is measured
+        // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
+        easy.onProgress = { [unowned self] uploaded, downloaded in
             requestBytesSent = uploaded
+            let now = monotonicSeconds()
+            if (uploaded, downloaded) != lastCounters {
+                lastCounters = (uploaded, downloaded)
+                lastActivity = now
+                return true
+            }
+            if now - lastActivity > configuration.timeoutIntervalForRequest {
+                idleTimedOut = true
+                return false
+            }
             return true
         }
     }
@@ -116,10 +132,8 @@ final class Transfer {
         try easy.set(CURLOPT_TCP_KEEPALIVE, 1)
         try easy.set(CURLOPT_USERAGENT, options.userAgent)
         try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
-        // "No bytes moving for timeout_interval_for_request": under 1 byte/s for that long.
-        let idle = max(1, Int(configuration.timeoutIntervalForRequest.rounded(.up)))
-        try easy.set(CURLOPT_LOW_SPEED_LIMIT, 1)
-        try easy.set(CURLOPT_LOW_SPEED_TIME, idle)
+        lastActivity = monotonicSeconds()
+        lastCounters = (0, 0)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))
         if let bundle = options.caBundle { try easy.set(CURLOPT_CAINFO, bundle) }
         var lines = request.headers.map { "\($0.0): \($0.1)" }

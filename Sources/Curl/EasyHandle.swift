@@ -45,6 +45,9 @@ public final class EasyHandle {
         return text.isEmpty ? nil : text
     }
 
+    /// Connects the trampolines again after `curl_easy_reset`.
+    func reinstallCallbacks() throws(CurlCode) { try installCallbacks() }
+
     /// Connects the trampolines; the userdata is this object, unretained (the owner keeps it alive).
     private func installCallbacks() throws(CurlCode) {
         let me = Unmanaged.passUnretained(self).toOpaque()

@@ -1,0 +1,182 @@
+import Curl
+import Foundation
+import JSON
+
+/// A scratch directory removed when the value is released.
+public final class TemporaryDirectory: Sendable {
+    public let path: String
+
+    public init(_ name: String = "backhaul-test") {
+        let template = NSTemporaryDirectory() + "\(name)-XXXXXX"
+        var bytes = Array(template.utf8CString)
+        path = bytes.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+
+    public func file(_ name: String) -> String { "\(path)/\(name)" }
+
+    /// Writes `size` pseudo-random bytes (a fixed seed per name) and returns the path.
+    @discardableResult
+    public func makeFile(_ name: String, size: Int) -> String {
+        let path = file(name)
+        var generator = SeededGenerator(seed: UInt64(truncatingIfNeeded: name.hashValue) | 1)
+        FileManager.default.createFile(atPath: path, contents: nil)
+        let handle = FileHandle(forWritingAtPath: path)!
+        var remaining = size
+        while remaining > 0 {
+            let count = min(remaining, 1 << 20)
+            var chunk = [UInt8](repeating: 0, count: count)
+            for index in stride(from: 0, to: count, by: 8) {
+                var value = generator.next()
+                withUnsafeBytes(of: &value) { word in
+                    for offset in 0..<min(8, count - index) { chunk[index + offset] = word[offset] }
+                }
+            }
+            handle.write(Data(chunk))
+            remaining -= count
+        }
+        try? handle.close()
+        return path
+    }
+}
+
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return state
+    }
+}
+
+/// Waits until `condition` holds, polling; false when `timeout` passes first.
+@discardableResult
+public func eventually(timeout: Double = 20, interval: Double = 0.05, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try condition() { return true }
+        Thread.sleep(forTimeInterval: interval)
+    }
+    return try condition()
+}
+
+/// A `backhauld` process started from the build folder, driven over HTTP, killed on cue.
+public final class DaemonProcess {
+    public let stateDirectory: String
+    public let logFile: String
+    public private(set) var port: UInt16 = 0
+    private var process: Process?
+    private let extraArguments: [String]
+    private let allowedRoot: String
+    private let client: HTTPClient
+
+    /// The daemon binary: beside the test bundle, or `BACKHAUL_BINARY`.
+    public static var binary: String {
+        if let path = ProcessInfo.processInfo.environment["BACKHAUL_BINARY"] { return path }
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent("backhauld").path
+    }
+
+    public init(stateDirectory: String, allowedRoot: String, arguments: [String] = []) throws {
+        self.stateDirectory = stateDirectory
+        self.logFile = stateDirectory + ".log"
+        self.allowedRoot = allowedRoot
+        self.extraArguments = arguments
+        self.client = try HTTPClient()
+        try start()
+    }
+
+    deinit {
+        if let process, process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    public var pid: Int32 { process?.processIdentifier ?? 0 }
+    public var isRunning: Bool { process?.isRunning ?? false }
+
+    /// Starts the daemon on a free port and waits until it listens.
+    public func start() throws {
+        let startLine = (try? String(contentsOfFile: logFile, encoding: .utf8))?.split(separator: "\n").count ?? 0
+        if !FileManager.default.fileExists(atPath: logFile) { FileManager.default.createFile(atPath: logFile, contents: nil) }
+        let logHandle = FileHandle(forWritingAtPath: logFile)!
+        logHandle.seekToEndOfFile()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.arguments = ["--listen", "127.0.0.1:0", "--state-dir", stateDirectory, "--allow-root", allowedRoot,
+                             "--log-level", "debug"] + extraArguments
+        process.standardError = logHandle
+        process.standardOutput = logHandle
+        try process.run()
+        self.process = process
+        var found: UInt16?
+        eventually(timeout: 20) {
+            let lines = ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "").split(separator: "\n").dropFirst(startLine)
+            for line in lines where line.contains("\"msg\":\"listening\"") {
+                if let value = try? JSON.parse(String(line)), let text = value["http.port"]?.stringValue { found = UInt16(text) }
+            }
+            return found != nil || !process.isRunning
+        }
+        guard let found else { throw DaemonError(message: "backhauld did not start; log:\n\(log(lastLines: 30))") }
+        port = found
+    }
+
+    public struct DaemonError: Error, CustomStringConvertible {
+        public var message: String
+        public var description: String { message }
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    public func kill9() {
+        guard let process else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// SIGTERM; the exit status, or nil if it did not exit within `timeout`.
+    public func terminate(timeout: Double = 30) -> Int32? {
+        guard let process else { return nil }
+        kill(process.processIdentifier, SIGTERM)
+        guard eventually(timeout: timeout, { !process.isRunning }) else { return nil }
+        return process.terminationStatus
+    }
+
+    public func log(lastLines count: Int = 40) -> String {
+        let lines = ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "").split(separator: "\n")
+        return lines.suffix(count).joined(separator: "\n")
+    }
+
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    /// One API call; the status and the parsed body (null when empty or not JSON).
+    @discardableResult
+    public func call(_ method: String, _ path: String, _ body: JSON? = nil, headers: [String] = []) throws -> (Int, JSON) {
+        let exchange = try client.send(method, url + path, headers: headers, body: body.map { $0.serializedBytes() })
+        return (exchange.status, (try? JSON.parse(exchange.body, maxDepth: 64)) ?? .null)
+    }
+
+    /// Sends raw bytes as a body (for malformed input tests).
+    public func callRaw(_ method: String, _ path: String, body: [UInt8]) throws -> (Int, JSON) {
+        let exchange = try client.send(method, url + path, body: body)
+        return (exchange.status, (try? JSON.parse(exchange.body, maxDepth: 64)) ?? .null)
+    }
+
+    public func task(_ id: String) throws -> JSON { try call("GET", "/v1/tasks/\(id)").1 }
+
+    /// Waits until the task reaches `state` (or any final state when nil); returns it.
+    @discardableResult
+    public func waitForTask(_ id: String, state: String? = nil, timeout: Double = 30) throws -> JSON {
+        var last: JSON = .null
+        let finals: Set<String> = ["completed", "failed", "cancelled"]
+        eventually(timeout: timeout, interval: 0.05) {
+            last = (try? task(id)) ?? .null
+            let current = last["state"]?.stringValue ?? ""
+            return state.map { $0 == current } ?? finals.contains(current)
+        }
+        return last
+    }
+}
