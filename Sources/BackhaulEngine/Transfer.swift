@@ -14,6 +14,7 @@ final class Transfer {
     let easy: EasyHandle
 
     /// Where the current request body reads from the file.
+    private var bodyStart: Int64 = 0
     private var bodyOffset: Int64 = 0
     private var bodyEnd: Int64 = 0
     /// Set when the file shrank under a read: the attempt fails `file_changed`.
@@ -52,6 +53,11 @@ final class Transfer {
     private func installHandlers() {
         // The handlers capture `self` unowned: the transfer owns the handle, never the reverse.
         easy.readBody = { [unowned self] buffer in readFile(into: buffer) }
+        easy.seekBody = { [unowned self] offset in
+            guard offset >= 0, bodyStart + offset <= bodyEnd else { return false }
+            bodyOffset = bodyStart + offset
+            return true
+        }
         easy.onHeaderLine = { [unowned self] line in receiveHeader(line) }
         easy.onData = { [unowned self] bytes in
             let room = ResponseRecord.maxBodyBytes - body.count
@@ -139,10 +145,12 @@ final class Transfer {
         var lines = request.headers.map { "\($0.0): \($0.1)" }
         switch request.body {
         case .empty:
+            bodyStart = 0
             bodyOffset = 0
             bodyEnd = 0
             if request.method == "GET" { try easy.set(CURLOPT_HTTPGET, 1) } else { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
         case .file(let offset, let length):
+            bodyStart = offset
             bodyOffset = offset
             bodyEnd = offset + length
             try easy.set(CURLOPT_UPLOAD, 1)
@@ -152,6 +160,7 @@ final class Transfer {
                 lines.append("Content-Type: application/octet-stream")
             }
         case .multipart(let plan):
+            bodyStart = 0
             bodyOffset = 0
             bodyEnd = plan.fileLength
             try easy.setMultipartBody(fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,

@@ -44,6 +44,17 @@ static inline CURLcode bh_curl_easy_set_xferinfo_callback(CURL *handle, bh_curl_
     return curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
 }
 
+typedef int (*bh_curl_seek_callback)(void *userdata, curl_off_t offset, int origin);
+
+/// Sets the seek callback and its userdata (curl rewinds bodies through it).
+static inline CURLcode bh_curl_easy_set_seek_callback(CURL *handle, bh_curl_seek_callback callback, void *userdata) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, callback);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, CURLOPT_SEEKDATA, userdata);
+}
+static inline int bh_curl_seekfunc_ok(void) { return CURL_SEEKFUNC_OK; }
+static inline int bh_curl_seekfunc_cantseek(void) { return CURL_SEEKFUNC_CANTSEEK; }
+
 static inline CURLcode bh_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }
@@ -66,9 +77,11 @@ static inline CURLcode bh_curl_msg_result(CURLMsg *msg) { return msg->data.resul
 static inline size_t bh_curl_readfunc_abort(void) { return CURL_READFUNC_ABORT; }
 static inline size_t bh_curl_readfunc_pause(void) { return CURL_READFUNC_PAUSE; }
 
-/// curl_mime_data_cb with a read callback only (no seek / free).
+/// curl_mime_data_cb with read and seek callbacks (no free callback: the owner outlives the part).
 static inline CURLcode bh_curl_mime_data_cb(curl_mimepart *part, curl_off_t size,
-                                            bh_curl_data_callback read_callback, void *userdata) {
-    return curl_mime_data_cb(part, size, (curl_read_callback)read_callback, NULL, NULL, userdata);
+                                            bh_curl_data_callback read_callback,
+                                            bh_curl_seek_callback seek_callback, void *userdata) {
+    return curl_mime_data_cb(part, size, (curl_read_callback)read_callback, (curl_seek_callback)seek_callback, NULL,
+                             userdata);
 }
 #endif

@@ -21,6 +21,8 @@ public final class EasyHandle {
     public var onHeaderLine: ((String) -> Void)?
     /// Response body bytes; return false to abort the transfer.
     public var onData: ((UnsafeRawBufferPointer) -> Bool)?
+    /// Moves the body back to `offset` from its start (curl rewinds to resend); false if impossible.
+    public var seekBody: ((Int64) -> Bool)?
     /// Progress `(uploadedNow, downloadedNow)`; return false to abort the transfer.
     public var onProgress: ((Int64, Int64) -> Bool)?
 
@@ -66,6 +68,11 @@ public final class EasyHandle {
             let length = size * count
             guard let handler = EasyHandle.owner(userdata).onData else { return length }
             return handler(UnsafeRawBufferPointer(start: buffer, count: length)) ? length : 0
+        }, me), self)
+        try check(bh_curl_easy_set_seek_callback(raw, { userdata, offset, origin in
+            let owner = EasyHandle.owner(userdata)
+            guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
+            return bh_curl_seekfunc_ok()
         }, me), self)
         try check(bh_curl_easy_set_xferinfo_callback(raw, { userdata, _, downloaded, _, uploaded in
             guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }
@@ -128,6 +135,10 @@ public final class EasyHandle {
         let me = Unmanaged.passUnretained(self).toOpaque()
         try check(bh_curl_mime_data_cb(part, Int(fileSize), { buffer, size, count, userdata in
             EasyHandle.owner(userdata).read(into: buffer, size * count)
+        }, { userdata, offset, origin in
+            let owner = EasyHandle.owner(userdata)
+            guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
+            return bh_curl_seekfunc_ok()
         }, me), self)
         try check(bh_curl_easy_setopt_mime(raw, form), self)
     }

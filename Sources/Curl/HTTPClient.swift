@@ -48,6 +48,11 @@ public final class HTTPClient {
             }
             return .bytes(count)
         }
+        easy.seekBody = { [unowned self] offset in
+            guard offset >= 0, offset <= Int64(requestBody.count) else { return false }
+            requestOffset = Int(offset)
+            return true
+        }
     }
 
     /// Sends one request and waits for the whole response.

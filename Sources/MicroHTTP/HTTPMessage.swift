@@ -127,26 +127,35 @@ public struct BufferingHandler: StreamingHTTPHandler {
         Buffer(head: head, handler: self)
     }
 
+    /// Past this much discarded body the connection is closed instead of read to the end.
+    static let discardLimit = 64 << 20
+
     private final class Buffer: RequestBodyConsumer {
         let head: HTTPRequestHead
         let handler: BufferingHandler
         var body: [UInt8] = []
+        var discarded = 0
 
         init(head: HTTPRequestHead, handler: BufferingHandler) {
             self.head = head
             self.handler = handler
         }
 
+        /// An oversized body is read and dropped, so the client gets its 413 after sending
+        /// (answering mid-body closes the connection under it); a huge one is cut off.
         func consume(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition {
-            guard body.count + bytes.count <= handler.maxBodyBytes else {
-                return .respond(handler.tooLarge(head, handler.maxBodyBytes))
+            if discarded > 0 || body.count + bytes.count > handler.maxBodyBytes {
+                discarded += body.count + bytes.count
+                body = []
+                if discarded > BufferingHandler.discardLimit { return .respond(handler.tooLarge(head, handler.maxBodyBytes)) }
+                return .continue
             }
             body.append(contentsOf: bytes)
             return .continue
         }
 
         func finish() -> HTTPResponse? {
-            if let length = head.contentLength, length > Int64(handler.maxBodyBytes) {
+            if discarded > 0 {
                 return handler.tooLarge(head, handler.maxBodyBytes)
             }
             return handler.handle(HTTPRequest(head: head, body: body))
