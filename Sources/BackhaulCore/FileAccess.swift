@@ -43,6 +43,24 @@ public struct AllowedRoots: Sendable, Equatable {
         return String(cString: resolved)
     }
 
+    /// The path with its deepest existing ancestor resolved and the rest appended as written
+    /// (`..` in the rest is resolved lexically).
+    static func resolveExistingPrefix(_ path: String) -> String {
+        var components = path.split(separator: "/").map(String.init)
+        var rest: [String] = []
+        while !components.isEmpty {
+            if let base = realPath("/" + components.joined(separator: "/")) {
+                var parts = base.split(separator: "/").map(String.init)
+                for component in rest.reversed() {
+                    if component == ".." { if !parts.isEmpty { parts.removeLast() } } else if component != "." { parts.append(component) }
+                }
+                return "/" + parts.joined(separator: "/")
+            }
+            rest.append(components.removeLast())
+        }
+        return "/"
+    }
+
     public func contains(resolvedPath path: String) -> Bool {
         roots.contains { root in
             root == "/" || path == root || path.hasPrefix(root.hasSuffix("/") ? root : root + "/")
@@ -53,7 +71,9 @@ public struct AllowedRoots: Sendable, Equatable {
     public func inspect(_ path: String) -> Result<FileInfo, FileAccessError> {
         guard path.hasPrefix("/") else { return .failure(.notAbsolute) }
         guard let resolved = AllowedRoots.realPath(path) else {
-            return .failure(errno == EACCES ? .notReadable : .notFound)
+            let failure: FileAccessError = errno == EACCES ? .notReadable : .notFound
+            // Say "outside" for any path outside the roots, existing or not: no existence leak.
+            return .failure(contains(resolvedPath: AllowedRoots.resolveExistingPrefix(path)) ? failure : .outsideAllowedRoots)
         }
         guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
         var info = stat()

@@ -36,6 +36,10 @@ public struct MultipartPlan: Sendable, Equatable {
 public struct FormField: Sendable, Equatable {
     public var name: String
     public var value: String
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
 }
 
 /// The head of a response, as protocols see it.

@@ -122,6 +122,10 @@ extension JSON {
     /// Calls `json_tokener_new_ex`, `json_tokener_parse_ex`, `json_tokener_get_error`.
     public static func parse(_ bytes: some Collection<UInt8>, maxDepth: Int = 32) throws(JSONParseError) -> JSON {
         let array = Array(bytes)
+        if let offset = singleQuoteOutsideString(array) {
+            // json-c accepts 'single-quoted' strings even in strict mode; RFC 8259 does not.
+            throw JSONParseError(message: "single-quoted strings are not JSON", offset: offset)
+        }
         guard let tokener = json_tokener_new_ex(Int32(maxDepth)) else {
             throw JSONParseError(message: "out of memory", offset: 0)
         }
@@ -149,6 +153,21 @@ extension JSON {
             throw JSONParseError(message: "unexpected data after the JSON value", offset: end)
         }
         return JSON(borrowing: parsed)
+    }
+
+    private static func singleQuoteOutsideString(_ bytes: [UInt8]) -> Int? {
+        var inString = false
+        var escaped = false
+        for (offset, byte) in bytes.enumerated() {
+            if inString {
+                if escaped { escaped = false } else if byte == 0x5C { escaped = true } else if byte == 0x22 { inString = false }
+            } else if byte == 0x22 {
+                inString = true
+            } else if byte == 0x27 {
+                return offset
+            }
+        }
+        return nil
     }
 
     public static func parse(_ text: String, maxDepth: Int = 32) throws(JSONParseError) -> JSON {

@@ -1,0 +1,205 @@
+import BackhaulAPI
+import BackhaulCore
+import BackhaulStore
+import Foundation
+import JSON
+import Logging
+import MicroHTTP
+import Testing
+
+/// The router in process: no socket, a fresh in-memory store per test.
+final class APIHarness {
+    let root: String
+    let store: Store
+    let router: Router
+
+    init() throws {
+        root = NSTemporaryDirectory() + "backhaul-api-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: root + "/dir", withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(repeating: 7, count: 100))
+        store = try Store(path: ":memory:")
+        router = API(store: store, engine: nil, options: APIOptions(allowedRoots: AllowedRoots([root])),
+                     logger: Logger(label: "test")).router
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: root) }
+
+    func call(_ method: String, _ path: String, _ body: JSON? = nil, raw: String? = nil, query: [String: String] = [:])
+        -> (Int, JSON, HTTPResponse)
+    {
+        let bytes = raw.map { Array($0.utf8) } ?? body?.serializedBytes() ?? []
+        let (response, _) = router.handle(HTTPRequest(method: method, path: path, query: query, body: bytes))
+        return (response.status, (try? JSON.parse(response.bodyBytes, maxDepth: 64)) ?? .null, response)
+    }
+
+    var file: String { root + "/file.bin" }
+
+    func task(_ overrides: JSONObject = [:]) -> JSON {
+        var object: JSONObject = ["file": .string(file), "request": ["url": "http://127.0.0.1:9/x"]]
+        for (key, value) in overrides { object[key] = value }
+        return .object(object)
+    }
+}
+
+@Suite("API in process")
+struct APITests {
+    let api: APIHarness
+
+    init() throws {
+        api = try APIHarness()
+        _ = api.call("PUT", "/v1/sessions/s", ["configuration": [:]])
+    }
+
+    /// Each bad input, its status and its stable code.
+    static let badTasks: [(String, JSONObject, Int, String)] = [
+        ("not absolute", ["file": "relative/file.bin"], 422, "validation_failed"),
+        ("missing file", ["file": "/nonexistent/x"], 403, "file_outside_allowed_roots"),
+        ("no such file in root", ["file": "ROOT/missing.bin"], 422, "file_not_found"),
+        ("directory", ["file": "ROOT/dir"], 422, "file_is_directory"),
+        ("outside roots", ["file": "/etc/hostname"], 403, "file_outside_allowed_roots"),
+        ("dot-dot escape", ["file": "ROOT/dir/../../../etc/hostname"], 403, "file_outside_allowed_roots"),
+        ("symlink escape", ["file": "ROOT/link"], 403, "file_outside_allowed_roots"),
+        ("fifo", ["file": "ROOT/fifo"], 422, "file_not_regular"),
+        ("bad url", ["request": ["url": "ftp://h/x"]], 422, "validation_failed"),
+        ("no url", ["request": [:]], 422, "validation_failed"),
+        ("bad method", ["request": ["url": "http://h/", "method": "DELETE"]], 422, "validation_failed"),
+        ("reserved header", ["request": ["url": "http://h/", "headers": ["Content-Length": "5"]]], 422, "validation_failed"),
+        ("header injection", ["request": ["url": "http://h/", "headers": ["X-A": "a\nb"]]], 422, "validation_failed"),
+        ("unknown protocol", ["upload": ["protocol": "ftp"]], 422, "validation_failed"),
+        ("priority range", ["priority": 1.5], 422, "validation_failed"),
+        ("priority type", ["priority": "high"], 422, "validation_failed"),
+        ("bad date", ["earliest_begin_at": "tomorrow"], 422, "validation_failed"),
+        ("unknown field", ["colour": "blue"], 422, "validation_failed"),
+        ("bad configuration", ["configuration": ["max_connections_per_host": -1]], 422, "validation_failed"),
+        ("fields on raw", ["upload": ["protocol": "raw", "fields": ["a": "b"]]], 422, "validation_failed"),
+    ]
+
+    @Test("every bad task input answers problem+json with its code", arguments: badTasks.indices)
+    func badTask(_ index: Int) throws {
+        let (name, overrides, status, code) = Self.badTasks[index]
+        symlink("/etc/hostname", api.root + "/link")
+        mkfifo(api.root + "/fifo", 0o600)
+        var patched = JSONObject()
+        for (key, value) in overrides {
+            if case .string(let text) = value { patched[key] = .string(text.replacingOccurrences(of: "ROOT", with: api.root)) } else { patched[key] = value }
+        }
+        let (got, body, response) = api.call("POST", "/v1/sessions/s/tasks", api.task(patched))
+        #expect(got == status, "\(name): \(body.serialized())")
+        #expect(body["code"]?.stringValue == code, "\(name)")
+        #expect(body["status"]?.intValue == Int64(status))
+        #expect(body["title"]?.stringValue?.isEmpty == false)
+        #expect(body["detail"]?.stringValue?.isEmpty == false)
+        #expect(response.header("Content-Type") == "application/problem+json")
+    }
+
+    @Test("malformed JSON is invalid_json; deep nesting too")
+    func invalidJSON() {
+        for raw in ["{", "[1,]", "{'a':1}", "", String(repeating: "[", count: 100) + String(repeating: "]", count: 100)] {
+            let (status, body, _) = api.call("POST", "/v1/sessions/s/tasks", raw: raw)
+            #expect(status == 400, "\(raw.prefix(10))")
+            #expect(body["code"]?.stringValue == "invalid_json")
+        }
+    }
+
+    @Test("a batch is validated all-or-nothing and names the failing index")
+    func batchValidation() {
+        let (status, body, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": [api.task(), api.task(["priority": 7])]])
+        #expect(status == 422)
+        #expect(body["field"]?.stringValue == "tasks[1].priority")
+        #expect(api.call("GET", "/v1/sessions/s/tasks").1["tasks"]?.arrayValue?.isEmpty == true)
+        let (created, batch, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": [api.task(), api.task()]])
+        #expect(created == 201)
+        #expect(batch["tasks"]?.arrayValue?.count == 2)
+    }
+
+    @Test("sessions: ids, PUT semantics, 404, 405")
+    func sessions() {
+        #expect(api.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 200)
+        let (conflict, body, _) = api.call("PUT", "/v1/sessions/s", ["configuration": ["discretionary": true]])
+        #expect(conflict == 409)
+        #expect(body["code"]?.stringValue == "session_exists")
+        #expect(api.call("PUT", "/v1/sessions/bad%20id", ["configuration": [:]]).0 == 422)
+        #expect(api.call("PUT", "/v1/sessions/" + String(repeating: "a", count: 129), [:]).0 == 422)
+        #expect(api.call("GET", "/v1/sessions/nope").1["code"]?.stringValue == "not_found")
+        #expect(api.call("POST", "/v1/sessions/nope/tasks", api.task()).0 == 404)
+        let (methodStatus, methodBody, response) = api.call("POST", "/v1/sessions/s")
+        #expect(methodStatus == 405)
+        #expect(methodBody["code"]?.stringValue == "method_not_allowed")
+        #expect(response.header("Allow")?.contains("PUT") == true)
+        #expect(api.call("GET", "/v2/nothing").0 == 404)
+        let (patched, session, _) = api.call("PATCH", "/v1/sessions/s", ["configuration": ["allows_cellular_access": false]])
+        #expect(patched == 200)
+        #expect(session["configuration"]?["allows_cellular_access"] == .bool(false))
+        #expect(session["configuration"]?["max_connections_per_host"] == .int(6))
+    }
+
+    @Test("idempotency key: the retried POST answers 200 with the first task")
+    func idempotency() {
+        let first = api.call("POST", "/v1/sessions/s/tasks", api.task(["idempotency_key": "cam3-clip42"]))
+        let second = api.call("POST", "/v1/sessions/s/tasks", api.task(["idempotency_key": "cam3-clip42"]))
+        #expect(first.0 == 201)
+        #expect(second.0 == 200)
+        #expect(first.1["id"] == second.1["id"])
+    }
+
+    @Test("list: state filter, limit, cursor; bad values refused")
+    func listing() {
+        for _ in 0..<5 { _ = api.call("POST", "/v1/sessions/s/tasks", api.task()) }
+        let (_, page, _) = api.call("GET", "/v1/sessions/s/tasks", query: ["limit": "2"])
+        #expect(page["tasks"]?.arrayValue?.count == 2)
+        let cursor = page["next_cursor"]?.stringValue ?? ""
+        let (_, next, _) = api.call("GET", "/v1/sessions/s/tasks", query: ["limit": "10", "cursor": cursor])
+        #expect(next["tasks"]?.arrayValue?.count == 3)
+        #expect(next["next_cursor"] == .null)
+        #expect(api.call("GET", "/v1/sessions/s/tasks", query: ["state": "queued"]).1["tasks"]?.arrayValue?.count == 5)
+        #expect(api.call("GET", "/v1/sessions/s/tasks", query: ["state": "done"]).0 == 422)
+        #expect(api.call("GET", "/v1/sessions/s/tasks", query: ["limit": "0"]).0 == 422)
+        #expect(api.call("GET", "/v1/sessions/s/tasks", query: ["cursor": "zz"]).0 == 422)
+    }
+
+    @Test("PATCH a task: priority, headers merged and removed, configuration; finished tasks refuse")
+    func patchTask() throws {
+        let (_, created, _) = api.call("POST", "/v1/sessions/s/tasks",
+                                       api.task(["request": ["url": "http://h/x", "headers": ["X-A": "1", "X-Token": "t"]]]))
+        let id = try #require(created["id"]?.stringValue)
+        let (status, patched, _) = api.call("PATCH", "/v1/tasks/\(id)", [
+            "priority": 0.9, "request": ["headers": ["X-A": .null, "X-B": "2"]], "configuration": ["discretionary": true],
+        ])
+        #expect(status == 200)
+        #expect(patched["priority"] == .double(0.9))
+        #expect(patched["request"]?["headers"] == ["X-Token": "[redacted]", "X-B": "2"])
+        #expect(patched["configuration"]?["discretionary"] == .bool(true))
+        #expect(api.call("PATCH", "/v1/tasks/\(id)", ["priority": 2]).0 == 422)
+        #expect(api.call("POST", "/v1/tasks/\(id)/cancel").0 == 200)
+        let (refused, body, _) = api.call("PATCH", "/v1/tasks/\(id)", ["priority": 0.1])
+        #expect(refused == 409)
+        #expect(body["code"]?.stringValue == "conflict")
+        #expect(api.call("DELETE", "/v1/tasks/\(id)").0 == 204)
+        #expect(api.call("GET", "/v1/tasks/\(id)").0 == 404)
+    }
+
+    @Test("an unfinished task's record cannot be deleted")
+    func deleteUnfinished() throws {
+        let id = try #require(api.call("POST", "/v1/sessions/s/tasks", api.task()).1["id"]?.stringValue)
+        #expect(api.call("DELETE", "/v1/tasks/\(id)").0 == 409)
+    }
+
+    @Test("secrets are redacted in every answer")
+    func redaction() throws {
+        _ = api.call("PUT", "/v1/sessions/r", ["configuration": ["default_headers": ["Authorization": "Bearer SESSIONSECRET"]]])
+        let (_, task, _) = api.call("POST", "/v1/sessions/r/tasks", api.task([
+            "request": ["url": "http://h/x", "headers": ["Authorization": "Bearer TASKSECRET", "Cookie": "c=COOKIESECRET",
+                                                         "X-Api-Key": "KEYSECRET"]],
+            "configuration": ["default_headers": ["X-Session-Token": "OVERRIDESECRET"]],
+        ]))
+        let id = try #require(task["id"]?.stringValue)
+        let answers = [task.serialized(), api.call("GET", "/v1/tasks/\(id)").1.serialized(),
+                       api.call("GET", "/v1/sessions/r/tasks").1.serialized(), api.call("GET", "/v1/sessions/r").1.serialized(),
+                       api.call("GET", "/v1/sessions").1.serialized()]
+        for answer in answers {
+            for secret in ["SESSIONSECRET", "TASKSECRET", "COOKIESECRET", "KEYSECRET", "OVERRIDESECRET"] {
+                #expect(!answer.contains(secret), "\(secret) leaked")
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+import BackhaulCore
+import BackhaulStore
+import Glibc
+import JSON
+import Synchronization
+import Testing
+
+/// A clock tests move by hand.
+final class ManualClock: Clock {
+    private let time = Mutex(1_000_000.0)
+    func now() -> Timestamp { time.withLock { $0 } }
+    func advance(_ seconds: Double) { time.withLock { $0 += seconds } }
+}
+
+func makeTask(_ id: String, session: String = "s", key: String? = nil, priority: Double = 0.5, now: Double = 1_000_000,
+              deadline: Double = 2_000_000) -> TaskRecord {
+    var task = TaskRecord(id: id, sessionID: session, file: FileInfo(path: "/d/\(id)", size: 10, modifiedAtNanoseconds: 1),
+                          request: RequestSpec(url: "http://h/\(id)", method: "PUT", headers: [("Authorization", "Bearer x")]),
+                          upload: UploadSpec(), createdAt: now, deadlineAt: deadline)
+    task.idempotencyKey = key
+    task.priority = priority
+    return task
+}
+
+@Suite("SQLite store")
+struct StoreTests {
+    let clock = ManualClock()
+    let store: Store
+
+    init() throws {
+        store = try Store(path: ":memory:", clock: clock)
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+    }
+
+    @Test("sessions: create, same again, different conflicts")
+    func sessions() throws {
+        #expect(try store.putSession(id: "s", configuration: TransferConfiguration()).1 == false)
+        var other = TransferConfiguration()
+        other.discretionary = true
+        #expect(throws: StoreError.sessionExists) { try store.putSession(id: "s", configuration: other) }
+        #expect(try store.putSession(id: "t", configuration: other).1 == true)
+        #expect(try store.sessions().map(\.0.id) == ["s", "t"])
+    }
+
+    @Test("tasks round-trip every field, secrets included (they are needed to run)")
+    func roundTrip() throws {
+        var task = makeTask("a", key: "k1")
+        task.description = "clip"
+        task.configurationOverrides = ["allows_cellular_access": false]
+        task.earliestBeginAt = 1_000_010
+        let created = try store.createTasks(sessionID: "s", [task])
+        #expect(created.count == 1 && created[0].1)
+        let loaded = try #require(try store.task(id: "a"))
+        #expect(loaded.request.headers.first?.1 == "Bearer x")
+        #expect(loaded.description == "clip")
+        #expect(loaded.state == .waiting && loaded.waitingReason == .scheduled)
+        #expect(loaded.configurationOverrides["allows_cellular_access"] == .bool(false))
+    }
+
+    @Test("an idempotency key returns the first task, within a batch and across calls")
+    func idempotency() throws {
+        let first = try store.createTasks(sessionID: "s", [makeTask("a", key: "k"), makeTask("b", key: "k")])
+        #expect(first.map(\.0.id) == ["a", "a"])
+        #expect(first.map(\.1) == [true, false])
+        let again = try store.createTasks(sessionID: "s", [makeTask("c", key: "k")])
+        #expect(again[0].0.id == "a" && !again[0].1)
+        #expect(try store.task(id: "c") == nil)
+    }
+
+    @Test("a batch is all-or-nothing")
+    func atomicBatch() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("dup")])
+        #expect(throws: StoreError.self) { try store.createTasks(sessionID: "s", [makeTask("x1"), makeTask("dup")]) }
+        #expect(try store.task(id: "x1") == nil)
+    }
+
+    @Test("pagination returns every task exactly once, in creation order")
+    func pagination() throws {
+        _ = try store.createTasks(sessionID: "s", (0..<25).map { makeTask("t\($0)") })
+        var seen: [String] = []
+        var cursor: String?
+        for _ in 0..<10 {
+            let page = try store.tasks(sessionID: "s", state: nil, cursor: cursor, limit: 10)
+            seen += page.tasks.map(\.id)
+            cursor = page.nextCursor
+            if cursor == nil { break }
+        }
+        #expect(seen == (0..<25).map { "t\($0)" })
+    }
+
+    @Test("the queue runs by priority, then creation")
+    func queueOrder() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("low", priority: 0.1), makeTask("high", priority: 0.9),
+                                                   makeTask("mid1"), makeTask("mid2")])
+        #expect(try store.queuedTasks(after: nil, limit: 10).map(\.id) == ["high", "mid1", "mid2", "low"])
+        #expect(try store.queuedTasks(after: (0.5, try store.task(id: "mid1")!.sequence), limit: 10).map(\.id) == ["mid2", "low"])
+    }
+
+    @Test("an attempt's end is written only while the task is still in that attempt")
+    func attemptGuard() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("a")])
+        let running = try #require(try store.startAttempt(id: "a"))
+        #expect(running.state == .running && running.attempts == 1)
+        #expect(try store.startAttempt(id: "a") == nil)
+        _ = try store.apply(.cancel, to: "a")
+        #expect(try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil)) == nil)
+        #expect(try store.task(id: "a")?.state == .cancelled)
+    }
+
+    @Test("interrupted tasks go back to the queue after a crash")
+    func recovery() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        _ = try store.startAttempt(id: "a")
+        _ = try store.startAttempt(id: "b")
+        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 10, result: .completed(nil))
+        #expect(try store.recoverInterrupted() == 1)
+        #expect(try store.task(id: "a")?.state == .queued)
+        #expect(try store.task(id: "a")?.attempts == 1)
+        #expect(try store.task(id: "b")?.state == .completed)
+    }
+
+    @Test("timers: retries and scheduled starts come due; deadlines fail -1001")
+    func timers() throws {
+        var scheduled = makeTask("later")
+        scheduled.earliestBeginAt = clock.now() + 10
+        _ = try store.createTasks(sessionID: "s", [makeTask("retry"), scheduled, makeTask("expiring", deadline: clock.now() + 20)])
+        _ = try store.startAttempt(id: "retry")
+        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, nil))
+        #expect(try store.nextTimer() == clock.now() + 5)
+        clock.advance(6)
+        #expect(try store.fireTimers(now: clock.now()).isEmpty)
+        #expect(try store.task(id: "retry")?.state == .queued)
+        #expect(try store.task(id: "later")?.state == .waiting)
+        clock.advance(5)
+        _ = try store.fireTimers(now: clock.now())
+        #expect(try store.task(id: "later")?.state == .queued)
+        clock.advance(10)
+        #expect(try store.fireTimers(now: clock.now()) == ["expiring"])
+        #expect(try store.task(id: "expiring")?.error?.code == -1001)
+    }
+
+    @Test("events are written with the state changes, and session.drained once at the end")
+    func events() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        _ = try store.startAttempt(id: "a")
+        _ = try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil))
+        _ = try store.apply(.cancel, to: "b")
+        let types = try store.events(after: 0).map(\.type)
+        #expect(types == ["task.completed", "task.cancelled", "session.drained"])
+        let completed = try #require(try store.events(after: 0).first)
+        #expect(completed.payload["data"]?["request"]?["headers"]?["Authorization"] == "[redacted]")
+    }
+
+    @Test("the schema survives reopening a file database, WAL mode on")
+    func reopen() throws {
+        let path = "/tmp/backhaul-store-test-\(getpid()).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        do {
+            let first = try Store(path: path)
+            _ = try first.putSession(id: "s", configuration: TransferConfiguration())
+            _ = try first.createTasks(sessionID: "s", [makeTask("a")])
+        }
+        let second = try Store(path: path)
+        #expect(try second.task(id: "a")?.state == .queued)
+        #expect(second.isWritable())
+    }
+}
