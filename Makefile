@@ -1,0 +1,32 @@
+# backhauld: the two commands are `make run` and `make test`.
+SWIFT ?= swift
+ARGS ?=
+
+.PHONY: deps test-deps build release run test lint clean
+
+deps:
+	@scripts/install-deps.sh
+
+test-deps:
+	@scripts/install-deps.sh --test
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release --static-swift-stdlib
+
+## Starts backhauld on its defaults (127.0.0.1:8427, ./backhaul-state, the working directory as root).
+run: build
+	.build/debug/backhauld $(ARGS)
+
+## Builds everything and runs every test: unit tables, store, API, end to end against real servers.
+test: test-deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+lint:
+	$(SWIFT) format lint --recursive --configuration .swift-format Sources Tests
+
+clean:
+	rm -rf .build

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing backhauld needs, only when it is missing:
+# the C libraries' -dev packages, nginx (a real WebDAV peer for tests) and the Python test peers.
+set -euo pipefail
+
+apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libjson-c-dev libsqlite3-dev)
+if [ "${1:-}" = "--test" ]; then
+  apt_packages+=(nginx-light)
+fi
+python_packages=(openapi-spec-validator)
+
+missing=()
+for package in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--test" ]; then
+  for package in "${python_packages[@]}"; do
+    module=${package//-/_}
+    python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$package"
+  done
+fi
