@@ -2,7 +2,7 @@
 SWIFT ?= swift
 ARGS ?=
 
-.PHONY: deps test-deps build release run test lint clean
+.PHONY: deps test-deps build release run test bench lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -30,3 +30,7 @@ lint:
 
 clean:
 	rm -rf .build
+
+## Side-by-side throughput against curl on loopback (release build); writes bench-results/latest.json.
+bench: test-deps release
+	scripts/bench.py

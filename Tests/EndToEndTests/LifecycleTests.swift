@@ -131,3 +131,25 @@ extension EndToEndTests {
         #expect(info["allowed_roots"]?.arrayValue == [.string(fixture.data)])
     }
 }
+
+extension EndToEndTests {
+    @Test("a running task shows live progress: bytes, rate and ETA")
+    func liveProgress() throws {
+        // Larger than the loopback socket buffers, which absorb a few MB at once.
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 2_000_000, then: .respond(status: 201)))
+        try fixture.session()
+        let id = try fixture.enqueue(fixture.makeFile("slow.bin", size: 24_000_000))
+        var sample: JSON = .null
+        let settled = eventually(timeout: 10) {
+            sample = (try? fixture.daemon.task(id)) ?? .null
+            let progress = sample["progress"]
+            let rate = Double(progress?["bytes_per_second"]?.intValue ?? 0)
+            let fraction = progress?["fraction"]?.doubleValue ?? 0
+            return sample["state"]?.stringValue == "running" && fraction > 0.2 && fraction < 1 && rate > 600_000
+                && rate < 6_000_000 && (progress?["eta_seconds"]?.doubleValue ?? 0) > 0
+        }
+        fixture.expectLog(settled, "no settled live progress: \(sample.serialized())")
+        #expect(sample["progress"]?["bytes_total"]?.intValue == 24_000_000)
+        _ = try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel")
+    }
+}
