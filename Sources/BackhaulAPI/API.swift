@@ -64,6 +64,21 @@ public final class API: Sendable {
         Problem(.validationFailed, error.description, extra: ["field": .string(error.field)])
     }
 
+    /// Runs validation and store work, mapping each kind of error to its problem.
+    func validated<T>(_ body: () throws -> T) throws(Problem) -> T {
+        do {
+            return try body()
+        } catch let error as ValidationError {
+            throw API.problem(error)
+        } catch let error as StoreError {
+            throw API.problem(error)
+        } catch let error as Problem {
+            throw error
+        } catch {
+            throw Problem(.internalError, "\(error)")
+        }
+    }
+
     /// Runs a store call, mapping its errors to problems.
     func stored<T>(_ body: () throws(StoreError) -> T) throws(Problem) -> T {
         do { return try body() } catch { throw API.problem(error) }
@@ -122,17 +137,11 @@ public final class API: Sendable {
 
     @Sendable func putSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        let configuration: TransferConfiguration
-        do {
-            let reader = try FieldReader(try body(request))
+        let value = try body(request)
+        let configuration = try validated {
+            let reader = try FieldReader(value)
             try reader.rejectUnknown(["configuration"])
-            configuration = try TransferConfiguration().applying(reader.value("configuration") ?? .object([:]))
-        } catch let error as ValidationError {
-            throw API.problem(error)
-        } catch let error as Problem {
-            throw error
-        } catch {
-            throw Problem(.internalError, "\(error)")
+            return try TransferConfiguration().applying(reader.value("configuration") ?? .object([:]))
         }
         let (session, created) = try stored { () throws(StoreError) in try store.putSession(id: id, configuration: configuration) }
         let counts = try stored { () throws(StoreError) in try store.session(id: id)?.1 ?? [:] }
@@ -152,24 +161,17 @@ public final class API: Sendable {
         guard let (current, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
             throw Problem(.notFound, "no session \(id)")
         }
-        var configuration: TransferConfiguration?
-        var enabled: Bool?
-        var cancelPending = false
-        do {
-            let reader = try FieldReader(try body(request))
+        let value = try body(request)
+        let (configuration, enabled, cancelPending) = try validated {
+            let reader = try FieldReader(value)
             try reader.rejectUnknown(["configuration", "enabled", "cancel_pending"])
-            if let value = reader.value("configuration") { configuration = try current.configuration.applying(value) }
-            enabled = try reader.bool("enabled")
-            cancelPending = try reader.bool("cancel_pending") ?? false
+            let configuration = try reader.value("configuration").map { try current.configuration.applying($0) }
+            let enabled = try reader.bool("enabled")
+            let cancelPending = try reader.bool("cancel_pending") ?? false
             if cancelPending, enabled != false {
                 throw ValidationError("cancel_pending", "goes with \"enabled\": false")
             }
-        } catch let error as ValidationError {
-            throw API.problem(error)
-        } catch let error as Problem {
-            throw error
-        } catch {
-            throw Problem(.internalError, "\(error)")
+            return (configuration, enabled, cancelPending)
         }
         let (session, counts) = try stored { () throws(StoreError) in
             try store.updateSession(id: id, configuration: configuration, enabled: enabled, cancelPending: cancelPending)
@@ -305,21 +307,9 @@ public final class API: Sendable {
             throw Problem(.notFound, "the task's session is gone")
         }
         let value = try body(request)
-        let change: TaskPatch
-        do {
-            change = try TaskPatch.decode(value, session: session.configuration)
-        } catch {
-            throw API.problem(error)
-        }
-        let updated: TaskRecord
-        do {
-            updated = try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
-        } catch let error as StoreError {
-            throw API.problem(error)
-        } catch let error as ValidationError {
-            throw API.problem(error)
-        } catch {
-            throw Problem(.internalError, "\(error)")
+        let updated = try validated {
+            let change = try TaskPatch.decode(value, session: session.configuration)
+            return try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
         }
         engine?.wake()
         return API.json(200, taskJSON(updated))
