@@ -4,7 +4,6 @@ import CCurl
 import Curl
 import Glibc
 import Logging
-import Synchronization
 
 /// Tunables of the engine (from the daemon's configuration).
 public struct EngineOptions: Sendable {
@@ -38,7 +37,7 @@ public final class Engine: Sendable {
     private let logger: Logger
     private let options: EngineOptions
     private let clock: any Clock
-    private let shared = Mutex(Shared())
+    private let shared = Locked(Shared())
     private let thread = EngineThread()
     private let waker: MultiWaker
     /// Created here, then used only by the engine thread (and freed after it is joined).

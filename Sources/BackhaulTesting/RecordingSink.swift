@@ -1,6 +1,6 @@
 import Foundation
+import BackhaulCore
 import MicroHTTP
-import Synchronization
 
 /// An HTTP server on 127.0.0.1 that records every request (method, path, headers, the exact
 /// body bytes in a file) and misbehaves on cue: status codes, dropped connections, stalls,
@@ -41,8 +41,8 @@ public final class RecordingSink: Sendable {
         var maxInFlight = 0
     }
 
-    private let state = Mutex(State())
-    private let fallback: Mutex<Behaviour>
+    private let state = Locked(State())
+    private let fallback: Locked<Behaviour>
     private let directory: String
     private nonisolated(unsafe) var server: Daemon!
 
@@ -51,7 +51,7 @@ public final class RecordingSink: Sendable {
 
     public init(directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}")) throws {
         self.directory = directory
-        self.fallback = Mutex(fallback)
+        self.fallback = Locked(fallback)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         server = try Daemon(host: "127.0.0.1", port: 0, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
                             handler: Handler(sink: self))

@@ -2,12 +2,11 @@ import BackhaulCore
 import BackhaulStore
 import Glibc
 import JSON
-import Synchronization
 import Testing
 
 /// A clock tests move by hand.
 final class ManualClock: Clock {
-    private let time = Mutex(1_000_000.0)
+    private let time = Locked(1_000_000.0)
     func now() -> Timestamp { time.withLock { $0 } }
     func advance(_ seconds: Double) { time.withLock { $0 += seconds } }
 }
