@@ -3,6 +3,7 @@ import BackhaulStore
 import CCurl
 import Curl
 import Glibc
+import JSON
 import Logging
 
 /// Tunables of the engine (from the daemon's configuration).
@@ -14,6 +15,8 @@ public struct EngineOptions: Sendable {
     public var caBundle: String?
     /// How often the engine looks at timers when nothing wakes it (seconds).
     public var tick: Double = 1
+    /// At most one `task.progress` event (and progress write) per running task this often (seconds).
+    public var progressInterval: Double = 5
 
     public init() {}
 }
@@ -38,7 +41,7 @@ public final class Engine: Sendable {
     private let options: EngineOptions
     private let clock: any Clock
     private let shared = Locked(Shared())
-    private let thread = EngineThread()
+    private let thread = WorkerThread()
     private let waker: MultiWaker
     /// Created here, then used only by the engine thread (and freed after it is joined).
     private nonisolated(unsafe) let multi: MultiHandle
@@ -58,7 +61,7 @@ public final class Engine: Sendable {
         let recovered = try store.recoverInterrupted()
         if recovered > 0 { logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"]) }
         loop = EngineLoop(engine: self, multi: multi)
-        thread.start(name: "backhaul-engine") { [self] in loop!.run() }
+        thread.start { [self] in loop!.run() }
     }
 
     /// Something changed in the store (tasks, sessions, commands): look again.
@@ -120,6 +123,11 @@ private final class EngineLoop {
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
     var perKey: [String: Int] = [:]
+    /// The connection limit of each key with transfers running.
+    var perKeyLimit: [String: Int] = [:]
+    var saturatedKeys: Set<String> = []
+    /// Something may have made a queued task runnable: a wake, a timer, a freed slot.
+    var scheduleNeeded = true
     var sessionConfigurations: [String: TransferConfiguration?] = [:]
     var nextTimer: Timestamp?
     var lastPublish = 0.0
@@ -141,10 +149,14 @@ private final class EngineLoop {
                 break
             }
             var changed = wake
-            if wake { sessionConfigurations.removeAll(keepingCapacity: true) }
+            if wake {
+                sessionConfigurations.removeAll(keepingCapacity: true)
+                scheduleNeeded = true
+            }
             let now = clock.now()
             if wake || (nextTimer.map { now >= $0 } ?? false) || monotonic - lastTimerCheck >= options.tick {
                 lastTimerCheck = monotonic
+                scheduleNeeded = true
                 do {
                     let expired = try store.fireTimers(now: now)
                     if !expired.isEmpty { changed = true }
@@ -160,11 +172,15 @@ private final class EngineLoop {
             } catch {
                 logger.error("curl_multi_perform failed", metadata: ["error": "\(error)"])
             }
+            var freedSlots = false
             for (easy, code) in multi.completed() {
                 guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
                 finished(transfer, code: code)
+                freedSlots = true
             }
             publishProgress(force: false)
+            // Slots came free: fill them now rather than after poll's timeout.
+            if freedSlots && stopDeadline == nil { continue }
             var timeout = options.tick * 1000
             if let nextTimer { timeout = min(timeout, max(0, (nextTimer - clock.now()) * 1000)) }
             if stopDeadline != nil { timeout = min(timeout, 100) }
@@ -181,55 +197,66 @@ private final class EngineLoop {
 
     // MARK: Scheduling
 
-    func configuration(for task: TaskRecord) -> TransferConfiguration? {
+    func configuration(sessionID: String, overrides: JSONObject) -> TransferConfiguration? {
         let sessionConfiguration: TransferConfiguration?
-        if let cached = sessionConfigurations[task.sessionID] {
+        if let cached = sessionConfigurations[sessionID] {
             sessionConfiguration = cached
         } else {
-            sessionConfiguration = (try? store.session(id: task.sessionID))??.0.configuration
-            sessionConfigurations[task.sessionID] = sessionConfiguration
+            sessionConfiguration = (try? store.session(id: sessionID))??.0.configuration
+            sessionConfigurations[sessionID] = sessionConfiguration
         }
         guard let sessionConfiguration else { return nil }
-        return (try? sessionConfiguration.applying(.object(task.configurationOverrides))) ?? sessionConfiguration
+        guard !overrides.isEmpty else { return sessionConfiguration }
+        return (try? sessionConfiguration.applying(.object(overrides))) ?? sessionConfiguration
     }
 
+    /// Starts queued tasks into free slots, in run order, honouring per-host limits. Each query
+    /// leaves out the keys already at their limit; every round starts a task, saturates a key, or
+    /// ends the scan.
     func schedule() {
+        guard scheduleNeeded else { return }
+        scheduleNeeded = false
         var free = options.maxConcurrentTransfers - active.count
         guard free > 0 else { return }
-        var position: (priority: Double, sequence: Int64)?
-        var saturatedKeys = Set<String>()
-        // Scan the queue in run order, skipping tasks whose host is at its limit; bounded pages.
-        for _ in 0..<8 where free > 0 {
-            let page: [TaskRecord]
+        var saturated = Set(perKey.filter { key, count in count >= (perKeyLimit[key] ?? Int.max) }.keys)
+        for _ in 0..<64 where free > 0 {
+            let page: [QueueEntry]
             do {
-                page = try store.queuedTasks(after: position, limit: 256)
+                page = try store.queuedTasks(excluding: saturated, limit: free)
             } catch {
                 logger.error("cannot read the queue", metadata: ["error": "\(error)"])
                 return
             }
-            for task in page where free > 0 {
-                position = (task.priority, task.sequence)
-                guard let configuration = configuration(for: task) else { continue }
-                let key = task.sessionID + " " + task.request.hostKey
-                if perKey[key, default: 0] >= configuration.maxConnectionsPerHost {
-                    saturatedKeys.insert(key)
-                    continue
+            var changed = false
+            for entry in page where free > 0 {
+                let key = entry.sessionID + " " + entry.hostKey
+                guard !saturated.contains(key),
+                    let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides)
+                else { continue }
+                if perKey[key, default: 0] < configuration.maxConnectionsPerHost,
+                    begin(entry.id, configuration: configuration, key: key)
+                {
+                    free -= 1
+                    changed = true
                 }
-                if begin(task, configuration: configuration, key: key) { free -= 1 }
+                if perKey[key, default: 0] >= configuration.maxConnectionsPerHost {
+                    saturated.insert(key)
+                    changed = true
+                }
             }
-            if page.count < 256 { break }
+            if page.isEmpty || !changed { break }
         }
-        if !saturatedKeys.isEmpty { publishProgress(force: true, saturated: saturatedKeys) }
+        saturatedKeys = saturated
     }
 
     /// Starts one attempt; false when the task could not start (it was failed or moved on).
-    func begin(_ queued: TaskRecord, configuration: TransferConfiguration, key: String) -> Bool {
+    func begin(_ id: String, configuration: TransferConfiguration, key: String) -> Bool {
         let task: TaskRecord
         do {
-            guard let started = try store.startAttempt(id: queued.id) else { return false }
+            guard let started = try store.startAttempt(id: id) else { return false }
             task = started
         } catch {
-            logger.error("cannot start a task", metadata: ["task.id": "\(queued.id)", "error": "\(error)"])
+            logger.error("cannot start a task", metadata: ["task.id": "\(id)", "error": "\(error)"])
             return false
         }
         var taskLogger = logger
@@ -264,6 +291,7 @@ private final class EngineLoop {
         active[task.id] = transfer
         byHandle[ObjectIdentifier(transfer.easy)] = transfer
         perKey[key, default: 0] += 1
+        perKeyLimit[key] = configuration.maxConnectionsPerHost
         taskLogger.debug("attempt started", metadata: ["task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)"])
         return true
     }
@@ -349,7 +377,11 @@ private final class EngineLoop {
         active[transfer.task.id] = nil
         byHandle[ObjectIdentifier(transfer.easy)] = nil
         perKey[transfer.limitKey, default: 1] -= 1
-        if perKey[transfer.limitKey] == 0 { perKey[transfer.limitKey] = nil }
+        if perKey[transfer.limitKey] == 0 {
+            perKey[transfer.limitKey] = nil
+            perKeyLimit[transfer.limitKey] = nil
+        }
+        scheduleNeeded = true
     }
 
     /// Stops transfers whose task the API moved away from `running` (cancel, suspend, disable, expiry).
@@ -369,7 +401,7 @@ private final class EngineLoop {
         }
     }
 
-    func publishProgress(force: Bool, saturated: Set<String>? = nil) {
+    func publishProgress(force: Bool) {
         let now = monotonicSeconds()
         guard force || now - lastPublish >= 0.25 else { return }
         lastPublish = now
@@ -382,12 +414,20 @@ private final class EngineLoop {
                 transfer.rate = transfer.rate == 0 ? instant : transfer.rate * 0.5 + instant * 0.5
                 transfer.lastSample = (now, bytes)
             }
-            live[id] = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
+            let progress = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
+            live[id] = progress
+            if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
+                transfer.lastProgressEvent = now
+                transfer.lastProgressBytes = bytes
+                do {
+                    try store.recordProgress(id: id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged,
+                                             live: progress)
+                } catch {
+                    logger.warning("cannot record progress", metadata: ["task.id": "\(id)", "error": "\(error)"])
+                }
+            }
         }
-        let saturatedKeys = saturated ?? Set(perKey.filter { key, count in
-            active.values.first(where: { $0.limitKey == key }).map { count >= $0.configuration.maxConnectionsPerHost } ?? false
-        }.keys)
-        engine.publish(live: live, saturated: saturatedKeys)
+        engine.publish(live: live, saturated: saturatedKeys.filter { perKey[$0] != nil })
     }
 
     static func transportFailure(_ code: CurlCode) -> TransportFailure {

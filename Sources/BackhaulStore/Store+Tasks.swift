@@ -2,6 +2,17 @@ import BackhaulCore
 import JSON
 import SQLite
 
+/// A queued task as the scheduler sees it.
+public struct QueueEntry: Sendable, Equatable {
+    public var sequence: Int64
+    public var id: String
+    public var sessionID: String
+    /// scheme://host:port of the request URL.
+    public var hostKey: String
+    public var priority: Double
+    public var configurationOverrides: JSONObject
+}
+
 /// How an engine attempt ended, to be written if the task is still the engine's.
 public enum AttemptResult: Sendable {
     case completed(ResponseRecord?)
@@ -107,17 +118,8 @@ extension Store {
     static func recordTransition(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp) throws {
         let changed = before?.state != task.state || before?.waitingReason != task.waitingReason
         guard changed else { return }
-        let type: String?
-        switch task.state {
-        case .waiting: type = "task.waiting"
-        case .authRequired: type = "task.auth_required"
-        case .completed: type = "task.completed"
-        case .failed: type = "task.failed"
-        case .cancelled: type = "task.cancelled"
-        default: type = nil
-        }
-        if let type {
-            try appendEvent(db, type: type, sessionID: task.sessionID, task: task, data: task.json(), now: now)
+        if let type = EventType.forTaskState(task.state) {
+            try appendEvent(db, type: type.rawValue, sessionID: task.sessionID, task: task, data: task.json(), now: now)
         }
         if task.state.isFinal, before?.state.isFinal != true {
             try sessionTaskReachedFinalState(db, sessionID: task.sessionID, now: now)
@@ -261,27 +263,32 @@ extension Store {
         try write { db in try db.run("UPDATE tasks SET state = 'queued' WHERE state = 'running'") }
     }
 
-    /// Queued tasks in run order (priority, then creation), after a keyset position.
-    public func queuedTasks(after position: (priority: Double, sequence: Int64)?, limit: Int) throws(StoreError) -> [TaskRecord] {
+    /// Queued tasks in run order (priority, then creation), leaving out the (session, host) keys
+    /// in `excluding` (`"<session> <scheme://host:port>"`, those at their connection limit): only
+    /// what the scheduler needs to pick. SQLite skips the excluded rows itself, so a deep queue
+    /// for one busy host costs little.
+    public func queuedTasks(excluding keys: Set<String> = [], limit: Int) throws(StoreError) -> [QueueEntry] {
         try read { db in
-            if let position {
-                return try db.query(
-                    """
-                    SELECT \(Store.taskColumns) FROM tasks WHERE state = 'queued'
-                        AND (priority < ? OR (priority = ? AND seq > ?))
-                    ORDER BY priority DESC, seq LIMIT ?
-                    """, [position.priority, position.priority, position.sequence, limit], Store.decodeTask)
-            }
+            let excluded = JSON.array(keys.sorted().map { .string($0) }).serialized()
             return try db.query(
-                "SELECT \(Store.taskColumns) FROM tasks WHERE state = 'queued' ORDER BY priority DESC, seq LIMIT ?",
-                [limit], Store.decodeTask)
+                """
+                SELECT seq, id, session_id, host_key, priority, configuration FROM tasks
+                WHERE state = 'queued' AND session_id || ' ' || host_key NOT IN (SELECT value FROM json_each(?))
+                ORDER BY priority DESC, seq LIMIT ?
+                """, [excluded, limit]
+            ) { row in
+                let overrides = row.string(5)
+                return QueueEntry(
+                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2), hostKey: row.string(3), priority: row.double(4),
+                    configurationOverrides: overrides == "{}" ? [:] : ((try? JSON.parse(overrides, maxDepth: 64))?.objectValue ?? [:]))
+            }
         }
     }
 
     /// Marks a queued task running and counts the attempt; nil if it is no longer queued.
     public func startAttempt(id: String) throws(StoreError) -> TaskRecord? {
         let now = self.now
-        return try write { db in
+        return try write(.relaxed) { db in
             guard let task = try Store.fetchTask(db, id: id), task.state == .queued else { return nil }
             return try Store.mutate(db, id: id, now: now) { task in
                 Store.enter(.running, task: &task, now: now)
@@ -296,7 +303,7 @@ extension Store {
     @discardableResult
     public func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptResult) throws(StoreError) -> TaskRecord? {
         let now = self.now
-        return try write { db in
+        return try write(.relaxed) { db in
             guard let current = try Store.fetchTask(db, id: id), current.state == .running, current.attempts == attempt else {
                 return nil
             }
@@ -326,10 +333,23 @@ extension Store {
         }
     }
 
+    /// Persists a running attempt's progress and records a `task.progress` event (the engine
+    /// calls this at a bounded rate).
+    public func recordProgress(id: String, attempt: Int, bytesSent: Int64, live: LiveProgress) throws(StoreError) {
+        let now = self.now
+        try write(.relaxed) { db in
+            guard var task = try Store.fetchTask(db, id: id), task.state == .running, task.attempts == attempt else { return }
+            task.bytesSent = bytesSent
+            try db.run("UPDATE tasks SET bytes_sent = ? WHERE id = ?", [bytesSent, id])
+            try Store.appendEvent(db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, task: task,
+                                  data: task.json(live: live), now: now)
+        }
+    }
+
     /// Moves tasks whose timers have passed: retries due → queued, scheduled starts due → queued,
     /// resource deadlines passed → failed -1001. Returns the ids that failed.
     public func fireTimers(now: Timestamp) throws(StoreError) -> [String] {
-        try write { db in
+        try write(.relaxed) { db in
             let due = try db.query(
                 "SELECT id FROM tasks WHERE state = 'retrying' AND next_attempt_at <= ?", [now]) { $0.string(0) }
             for id in due {

@@ -87,12 +87,16 @@ struct StoreTests {
         #expect(seen == (0..<25).map { "t\($0)" })
     }
 
-    @Test("the queue runs by priority, then creation")
+    @Test("the queue runs by priority, then creation, and skips hosts at their limit")
     func queueOrder() throws {
+        var other = makeTask("other-host")
+        other.request.url = "http://elsewhere:8080/x"
         _ = try store.createTasks(sessionID: "s", [makeTask("low", priority: 0.1), makeTask("high", priority: 0.9),
-                                                   makeTask("mid1"), makeTask("mid2")])
-        #expect(try store.queuedTasks(after: nil, limit: 10).map(\.id) == ["high", "mid1", "mid2", "low"])
-        #expect(try store.queuedTasks(after: (0.5, try store.task(id: "mid1")!.sequence), limit: 10).map(\.id) == ["mid2", "low"])
+                                                   makeTask("mid1"), makeTask("mid2"), other])
+        #expect(try store.queuedTasks(limit: 10).map(\.id) == ["high", "mid1", "mid2", "other-host", "low"])
+        #expect(try store.queuedTasks(limit: 2).map(\.id) == ["high", "mid1"])
+        #expect(try store.queuedTasks(excluding: ["s http://h:80"], limit: 10).map(\.id) == ["other-host"])
+        #expect(try store.queuedTasks(excluding: ["s http://elsewhere:8080"], limit: 10).map(\.hostKey).allSatisfy { $0 == "http://h:80" })
     }
 
     @Test("an attempt's end is written only while the task is still in that attempt")

@@ -250,9 +250,11 @@ struct EndToEndTests {
 
     @Test("cancel stops a running upload; suspend and resume restart it")
     func cancelSuspendResume() throws {
-        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 500_000, then: .respond(status: 201)))
+        // Larger than the loopback socket buffers, which take a few MB at once: otherwise the whole
+        // body could already be on its way when the cancel comes.
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 4_000_000, then: .respond(status: 201)))
         try fixture.session()
-        let file = fixture.makeFile("big.bin", size: 3_000_000)
+        let file = fixture.makeFile("big.bin", size: 32_000_000)
         let cancelled = try fixture.enqueue(file, path: "/c")
         try fixture.daemon.waitForTask(cancelled, state: "running")
         let (status, body) = try fixture.daemon.call("POST", "/v1/tasks/\(cancelled)/cancel")
@@ -261,8 +263,9 @@ struct EndToEndTests {
         #expect(body["cancellation"]?["reason_code"]?.intValue == 0)
         #expect(body["cancellation"]?["reason"]?.stringValue == "user_cancelled")
         #expect(body["error"]?["code"]?.intValue == -999)
-        #expect(eventually(timeout: 5) { fixture.sink.requests.first.map { $0.endedAt != nil } ?? false })
+        #expect(eventually(timeout: 10) { fixture.sink.requests.first.map { $0.endedAt != nil } ?? false })
         #expect(fixture.sink.requests.first?.answered == false)
+        #expect((fixture.sink.requests.first?.bodyLength ?? 0) < 32_000_000)
         // A cancelled task cannot be resumed.
         #expect(try fixture.daemon.call("POST", "/v1/tasks/\(cancelled)/resume").0 == 409)
 
