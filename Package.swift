@@ -22,12 +22,14 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", path: "Sources/CMicroHTTPD"),
         .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
 
         // Domain-free Swift wrappers: the only places that see C pointers.
         .target(name: "Curl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
         .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
         .target(name: "JSON", dependencies: ["CJSONC"], swiftSettings: swiftSettings),
+        .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward.
         .target(name: "BackhaulCore", dependencies: ["JSON"], swiftSettings: swiftSettings),
@@ -37,7 +39,11 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
-            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "JSON", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulWebhooks",
+            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulAPI",
@@ -49,7 +55,7 @@ let package = Package(
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulAPI", "MicroHTTP", "JSON",
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "MicroHTTP", "JSON",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -62,7 +68,8 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         .testTarget(
-            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "JSON"], swiftSettings: swiftSettings),
+            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulWebhooks", "Digest", "JSON"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON"],
             swiftSettings: swiftSettings),

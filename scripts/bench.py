@@ -44,6 +44,7 @@ http {{
   server {{
     listen 127.0.0.1:{port};
     location / {{ root {directory}/root; dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}
+    location /hooks {{ return 204; }}
   }}
 }}
 """)
@@ -95,10 +96,57 @@ def wait_done(port, ids, timeout=900):
         raise RuntimeError(f"{len(pending)} tasks did not finish")
 
 
+def webhook_throughput(args, work, data, nginx_port):
+    files = []
+    for index in range(args.webhook_events):
+        path = f"{data}/w{index}.bin"
+        with open(path, "wb") as out:
+            out.write(b"x" * 1024)
+        files.append(path)
+    state = f"{work}/state-webhooks"
+    daemon, port = start_daemon(args.binary, state, data)
+    try:
+        api(port, "PUT", "/v1/sessions/hooks", {"configuration": {}})
+        status, webhook = api(port, "POST", "/v1/sessions/hooks/webhooks",
+                              {"url": f"http://127.0.0.1:{nginx_port}/hooks", "events": ["task.completed"]})
+        assert status == 201, webhook
+        started = time.time()
+        tasks = [{"file": path, "request": {"url": f"http://127.0.0.1:{nginx_port}/w/{i}.bin"}} for i, path in enumerate(files)]
+        status, created = api(port, "POST", "/v1/sessions/hooks/tasks", {"tasks": tasks})
+        assert status == 201, created
+        uploads_done = None
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            _, session = api(port, "GET", "/v1/sessions/hooks")
+            if uploads_done is None and session["task_counts"]["completed"] == len(files):
+                uploads_done = time.time() - started
+            if uploads_done is not None:
+                _, pending = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=pending&limit=1")
+                _, delivered = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=delivered&limit=1000")
+                if not pending["deliveries"]:
+                    break
+            time.sleep(0.02)
+        delivered_at = time.time() - started
+        count = 0
+        cursor = ""
+        while True:
+            _, page = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=delivered&limit=1000&cursor={cursor}")
+            count += len(page["deliveries"])
+            if not page["next_cursor"]:
+                break
+            cursor = page["next_cursor"]
+        return {"events": count, "uploads_s": uploads_done, "all_delivered_s": delivered_at,
+                "events_per_s": count / delivered_at}
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--webhook-events", type=int, default=2000)
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
     args = parser.parse_args()
@@ -153,6 +201,9 @@ def main():
         results["cases"]["backhauld raw"] = {
             "wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
             "peak_rss_mib": max(rss)}
+
+        # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
+        results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(timeout=10)
@@ -167,6 +218,10 @@ def main():
         case["ratio_to_curl"] = case["wall_s"] / base
         print(f"{name:<16}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
               f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
+    hooks = results["webhooks"]
+    print(f"webhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
+          f"{hooks['all_delivered_s']:.2f} s after enqueue, uploads done at {hooks['uploads_s']:.2f} s: "
+          f"{hooks['events_per_s']:.0f} events/s end to end")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as out:
         json.dump(results, out, indent=2)

@@ -3,11 +3,11 @@
 # the C libraries' -dev packages, nginx (a real WebDAV peer for tests) and the Python test peers.
 set -euo pipefail
 
-apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libjson-c-dev libsqlite3-dev)
+apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev)
 if [ "${1:-}" = "--test" ]; then
   apt_packages+=(nginx-light)
 fi
-python_packages=(openapi-spec-validator)
+python_packages=(openapi-spec-validator standardwebhooks)
 
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -24,10 +24,13 @@ public final class API: Sendable {
     let options: APIOptions
     let clock: any Clock
     let logger: Logger
+    let eventFeed: EventFeed?
 
-    public init(store: Store, engine: Engine?, options: APIOptions, clock: any Clock = SystemClock(), logger: Logger) {
+    public init(store: Store, engine: Engine?, eventFeed: EventFeed? = nil, options: APIOptions, clock: any Clock = SystemClock(),
+                logger: Logger) {
         self.store = store
         self.engine = engine
+        self.eventFeed = eventFeed
         self.options = options
         self.clock = clock
         self.logger = logger
@@ -274,6 +277,13 @@ public final class API: Sendable {
             }
             state = parsed
         }
+        let (limit, cursor) = try page(request)
+        let page = try stored { () throws(StoreError) in try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit) }
+        return API.json(200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+    }
+
+    /// `limit` (1…1000, default 100) and `cursor` of a list request.
+    func page(_ request: RouteRequest) throws(Problem) -> (limit: Int, cursor: String?) {
         var limit = 100
         if let text = request.http.query["limit"] {
             guard let parsed = Int(text), (1...1000).contains(parsed) else {
@@ -285,8 +295,7 @@ public final class API: Sendable {
         if let cursor, !cursor.isEmpty, Int64(cursor) == nil {
             throw Problem(.validationFailed, "cursor is not one this API gave out", extra: ["field": "cursor"])
         }
-        let page = try stored { () throws(StoreError) in try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit) }
-        return API.json(200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+        return (limit, cursor)
     }
 
     func existingTask(_ request: RouteRequest) throws(Problem) -> TaskRecord {

@@ -18,6 +18,14 @@ extension API {
             Route("POST", "/v1/tasks/{id}/cancel") { (request) throws(Problem) in try self.command(.cancel, request) },
             Route("POST", "/v1/tasks/{id}/suspend") { (request) throws(Problem) in try self.command(.suspend, request) },
             Route("POST", "/v1/tasks/{id}/resume") { (request) throws(Problem) in try self.command(.resume, request) },
+            Route("POST", "/v1/sessions/{id}/webhooks", createWebhook),
+            Route("GET", "/v1/sessions/{id}/webhooks", listWebhooks),
+            Route("GET", "/v1/webhooks/{id}", getWebhook),
+            Route("PATCH", "/v1/webhooks/{id}", patchWebhook),
+            Route("DELETE", "/v1/webhooks/{id}", deleteWebhook),
+            Route("POST", "/v1/webhooks/{id}/rotate", rotateWebhookSecret),
+            Route("GET", "/v1/webhooks/{id}/deliveries", listDeliveries),
+            Route("GET", "/v1/events", events),
         ]
     }
 }

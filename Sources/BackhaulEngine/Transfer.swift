@@ -24,12 +24,14 @@ final class Transfer {
     private var lastActivity = monotonicSeconds()
     private var lastCounters: (Int64, Int64) = (0, 0)
 
-    private(set) var status = 0
-    private(set) var headers: [(String, String)] = []
-    private(set) var body: [UInt8] = []
+    let response = ResponseCollector(bodyLimit: ResponseRecord.maxBodyBytes)
     /// Bytes acknowledged before the current request plus what curl has sent of it.
     var requestBytesSent: Int64 = 0
     var bytesBeforeRequest: Int64 = 0
+
+    /// When the last `task.progress` event was written (monotonic), and at what byte count.
+    var lastProgressEvent = monotonicSeconds()
+    var lastProgressBytes: Int64 = 0
 
     // Rate estimate (bytes/s), updated by the engine loop.
     var rate: Double = 0
@@ -58,12 +60,7 @@ final class Transfer {
             bodyOffset = bodyStart + offset
             return true
         }
-        easy.onHeaderLine = { [unowned self] line in receiveHeader(line) }
-        easy.onData = { [unowned self] bytes in
-            let room = ResponseRecord.maxBodyBytes - body.count
-            if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
-            return true
-        }
+        response.attach(to: easy)
         // curl calls this at least once a second, idle or not: the request timeout is measured
         // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
         easy.onProgress = { [unowned self] uploaded, downloaded in
@@ -96,41 +93,21 @@ final class Transfer {
         return .bytes(count)
     }
 
-    private func receiveHeader(_ line: String) {
-        // "\r\n" is one Character in Swift: trim by scalars.
-        var scalars = Substring(line).unicodeScalars
-        while let last = scalars.last, last == "\r" || last == "\n" { scalars.removeLast() }
-        let trimmed = String(scalars)
-        if trimmed.hasPrefix("HTTP/") {
-            // A new response (after 100 Continue, or a new request): start over.
-            let parts = trimmed.split(separator: " ", maxSplits: 2)
-            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
-            headers = []
-            body = []
-        } else if let colon = trimmed.firstIndex(of: ":") {
-            let name = String(trimmed[..<colon])
-            let value = String(trimmed[trimmed.index(after: colon)...]).drop(while: { $0 == " " || $0 == "\t" })
-            headers.append((name, String(value)))
-        }
-    }
-
     var responseHead: ResponseHead {
         var map: [String: String] = [:]
-        for (name, value) in headers { map[name.lowercased()] = value }
-        return ResponseHead(status: status, headers: map)
+        for (name, value) in response.headers { map[name.lowercased()] = value }
+        return ResponseHead(status: response.status, headers: map)
     }
 
     var responseRecord: ResponseRecord? {
-        status == 0 ? nil : ResponseRecord(status: status, headers: headers, body: body)
+        response.status == 0 ? nil : ResponseRecord(status: response.status, headers: response.headers, body: response.body)
     }
 
     /// Configures the handle for the next request the protocol asked for.
     func prepare(_ request: PlannedRequest, options: EngineOptions) throws {
         bytesBeforeRequest = machine.bytesAcknowledged
         requestBytesSent = 0
-        status = 0
-        headers = []
-        body = []
+        response.reset()
         try easy.set(CURLOPT_URL, request.url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")

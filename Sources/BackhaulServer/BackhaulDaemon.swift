@@ -2,6 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulStore
+import BackhaulWebhooks
 import Glibc
 import JSON
 import Logging
@@ -13,6 +14,8 @@ public final class BackhaulDaemon: Sendable {
     let logger: Logger
     let store: Store
     let engine: Engine
+    let dispatcher: WebhookDispatcher
+    let feed = EventFeed()
     let http: Daemon
     let lockDescriptor: Int32
 
@@ -38,12 +41,23 @@ public final class BackhaulDaemon: Sendable {
         var engineOptions = EngineOptions()
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
         engineOptions.caBundle = configuration.caBundle
+        engineOptions.progressInterval = configuration.progressInterval
         engine = try Engine(store: store, logger: logger, options: engineOptions)
+        var dispatcherOptions = DispatcherOptions()
+        dispatcherOptions.schedule = configuration.webhookRetrySchedule
+        dispatcherOptions.caBundle = configuration.caBundle
+        dispatcher = try WebhookDispatcher(store: store, logger: logger, options: dispatcherOptions)
+        let (feed, dispatcher) = (self.feed, self.dispatcher)
+        store.observeEvents {
+            feed.notify()
+            dispatcher.wake()
+        }
         try engine.start()
+        dispatcher.start()
 
         var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
         apiOptions.info = configuration.infoJSON
-        let router = API(store: store, engine: engine, options: apiOptions, logger: logger).router
+        let router = API(store: store, engine: engine, eventFeed: feed, options: apiOptions, logger: logger).router
         let accessLogger = logger
         let handler = BufferingHandler(
             maxBodyBytes: configuration.maxBodyBytes,
@@ -61,9 +75,10 @@ public final class BackhaulDaemon: Sendable {
             })
         do {
             http = try Daemon(host: configuration.listenHost, port: configuration.listenPort,
-                              threading: .threadPool(configuration.apiThreads), handler: handler)
+                              threading: .threadPerConnection, handler: handler)
         } catch {
             engine.shutdown(grace: 0)
+            dispatcher.shutdown()
             throw StartupError(description: error.description)
         }
         logger.info("listening", metadata: [
@@ -79,7 +94,9 @@ public final class BackhaulDaemon: Sendable {
     public func stop() {
         logger.info("stopping", metadata: ["shutdown.grace_seconds": "\(configuration.shutdownGraceSeconds)"])
         http.quiesce()
+        feed.close()
         engine.shutdown(grace: configuration.shutdownGraceSeconds)
+        dispatcher.shutdown()
         http.stop()
         close(lockDescriptor)
         logger.info("stopped")

@@ -15,7 +15,10 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var maxConcurrentTransfers = 16
     public var shutdownGraceSeconds = 10.0
     public var caBundle: String?
-    public var apiThreads = 2
+    /// Delays before each webhook delivery attempt, seconds (the first is the initial one).
+    public var webhookRetrySchedule: [Double] = DeliveryPlan.standardSchedule
+    /// Seconds between `task.progress` events of one running task.
+    public var progressInterval = 5.0
 
     public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
 
@@ -34,10 +37,13 @@ public struct DaemonConfiguration: Sendable, Equatable {
           --max-body-bytes N       largest API request body (default 16777216)
           --shutdown-grace SECONDS how long SIGTERM waits for running transfers (default 10)
           --ca-bundle FILE         CA certificates for https destinations
+          --webhook-retry-schedule S  seconds before each delivery attempt, comma-separated
+                                   (default 0,5,300,1800,7200,18000,36000,50400,72000,86400)
+          --progress-interval SECONDS  task.progress events per running task at most this often (default 5)
           --version, --help
         environment: BACKHAUL_LISTEN, BACKHAUL_STATE_DIR, BACKHAUL_ALLOWED_ROOTS (colon-separated),
           BACKHAUL_CONFIG, BACKHAUL_LOG_LEVEL, BACKHAUL_MAX_TRANSFERS, BACKHAUL_MAX_BODY_BYTES,
-          BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE
+          BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE, BACKHAUL_WEBHOOK_RETRY_SCHEDULE, BACKHAUL_PROGRESS_INTERVAL
         """
 
     public struct Invalid: Error, Sendable, CustomStringConvertible {
@@ -65,7 +71,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
                 name = String(name[..<equals])
             }
             guard ["--listen", "--state-dir", "--allow-root", "--config", "--log-level", "--max-transfers",
-                   "--max-body-bytes", "--shutdown-grace", "--ca-bundle"].contains(name)
+                   "--max-body-bytes", "--shutdown-grace", "--ca-bundle", "--webhook-retry-schedule",
+                   "--progress-interval"].contains(name)
             else { throw Invalid(description: "unknown option \(name)\n\(usage)") }
             if value == nil {
                 index += 1
@@ -90,6 +97,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
         if let value = environment["BACKHAUL_MAX_BODY_BYTES"] { try configuration.set("max_body_bytes", value) }
         if let value = environment["BACKHAUL_SHUTDOWN_GRACE"] { try configuration.set("shutdown_grace", value) }
         if let value = environment["BACKHAUL_CA_BUNDLE"] { try configuration.set("ca_bundle", value) }
+        if let value = environment["BACKHAUL_WEBHOOK_RETRY_SCHEDULE"] { try configuration.set("webhook_retry_schedule", value) }
+        if let value = environment["BACKHAUL_PROGRESS_INTERVAL"] { try configuration.set("progress_interval", value) }
         var roots: [String] = []
         for (name, value) in flags {
             switch name {
@@ -134,6 +143,17 @@ public struct DaemonConfiguration: Sendable, Equatable {
             }
             shutdownGraceSeconds = number
         case "ca_bundle": caBundle = value
+        case "webhook_retry_schedule":
+            let delays = value.split(separator: ",").map { Double($0.trimmingSpaces()) }
+            guard !delays.isEmpty, delays.count <= 50, delays.allSatisfy({ ($0 ?? -1) >= 0 && ($0 ?? 0) <= 604_800 }) else {
+                throw Invalid(description: "the webhook retry schedule is 1 to 50 comma-separated delays in seconds")
+            }
+            webhookRetrySchedule = delays.map { $0! }
+        case "progress_interval":
+            guard let number = Double(value), number >= 0.1, number <= 3600 else {
+                throw Invalid(description: "progress interval must be 0.1 to 3600 seconds")
+            }
+            progressInterval = number
         default: throw Invalid(description: "unknown setting \(key)")
         }
     }
@@ -158,6 +178,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
             switch (key, member) {
             case ("allowed_roots", .array(let items)):
                 allowedRoots = items.compactMap(\.stringValue)
+            case ("webhook_retry_schedule", .array(let items)):
+                try set(key, items.compactMap(\.doubleValue).map { String($0) }.joined(separator: ","))
             case (_, .string(let text)): try set(key, text)
             case (_, .int(let number)): try set(key, String(number))
             case (_, .double(let number)): try set(key, String(number))
@@ -195,10 +217,12 @@ public struct DaemonConfiguration: Sendable, Equatable {
             "allowed_roots": .array(allowedRoots.map { .string($0) }), "log_level": .string(logLevel),
             "max_transfers": .int(Int64(maxConcurrentTransfers)), "max_body_bytes": .int(Int64(maxBodyBytes)),
             "shutdown_grace": .double(shutdownGraceSeconds), "ca_bundle": caBundle.map { .string($0) } ?? .null,
+            "webhook_retry_schedule": .array(webhookRetrySchedule.map { .double($0) }), "progress_interval": .double(progressInterval),
         ]
     }
 }
 
-extension String {
+extension StringProtocol {
     fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
+    fileprivate func trimmingSpaces() -> String { String(drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed()) }
 }

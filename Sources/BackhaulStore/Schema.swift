@@ -60,5 +60,37 @@ enum Schema {
             );
             CREATE INDEX events_by_session ON events (session_id, seq);
             """),
+        (2, """
+            CREATE TABLE webhooks (
+                id TEXT PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                url TEXT NOT NULL,
+                events TEXT NOT NULL,
+                secret TEXT NOT NULL,
+                previous_secret TEXT,
+                previous_secret_expires_at REAL,
+                enabled INTEGER NOT NULL DEFAULT 1,
+                disabled_reason TEXT,
+                created_at REAL NOT NULL
+            );
+            CREATE INDEX webhooks_by_session ON webhooks (session_id);
+            CREATE TABLE deliveries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                webhook_id TEXT NOT NULL,
+                event_seq INTEGER NOT NULL,
+                event_type TEXT NOT NULL,
+                state TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at REAL,
+                last_status INTEGER,
+                last_error TEXT,
+                history TEXT NOT NULL DEFAULT '[]',
+                created_at REAL NOT NULL,
+                finished_at REAL
+            );
+            CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+            CREATE INDEX deliveries_by_webhook ON deliveries (webhook_id, seq);
+            CREATE INDEX events_by_time ON events (created_at);
+            """),
     ]
 }

@@ -3,6 +3,9 @@ import JSON
 import SQLite
 
 extension Store {
+    /// The unfinished states as an SQL list, for index seeks.
+    static let unfinishedStates = "(" + TaskState.unfinished.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+
     static func fetchSession(_ db: Connection, id: String) throws -> SessionRecord? {
         try db.queryFirst("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
     }
@@ -36,10 +39,10 @@ extension Store {
     /// After a task of the session finished: `session.drained` when nothing is left to do, and
     /// a finishing session's record goes.
     static func sessionTaskReachedFinalState(_ db: Connection, sessionID: String, now: Timestamp) throws {
-        let unfinished = try db.queryFirst(
-            "SELECT COUNT(*) FROM tasks WHERE session_id = ? AND state NOT IN ('completed', 'failed', 'cancelled')",
-            [sessionID]) { $0.int(0) } ?? 0
-        guard unfinished == 0 else { return }
+        // Existence, by index seeks on (session_id, state): not a walk over the session's tasks.
+        let anyUnfinished = try db.queryFirst(
+            "SELECT 1 FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) LIMIT 1", [sessionID]) { _ in true }
+        guard anyUnfinished == nil else { return }
         var summary = JSONObject()
         for (state, count) in try counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
         try appendEvent(db, type: "session.drained", sessionID: sessionID, task: nil,
@@ -94,7 +97,7 @@ extension Store {
             if let enabled { session.enabled = enabled }
             try Store.saveSession(db, session)
             let unfinished = try db.query(
-                "SELECT id FROM tasks WHERE session_id = ? AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq",
+                "SELECT id FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
                 [id]) { $0.string(0) }
             for taskID in unfinished {
                 _ = try Store.mutate(db, id: taskID, now: now) { task in
@@ -124,7 +127,7 @@ extension Store {
             session.lifecycle = .finishing
             try Store.saveSession(db, session)
             let unfinished = try db.query(
-                "SELECT id FROM tasks WHERE session_id = ? AND state NOT IN ('completed', 'failed', 'cancelled') ORDER BY seq",
+                "SELECT id FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
                 [id]) { $0.string(0) }
             if cancel {
                 for taskID in unfinished {

@@ -1,7 +1,6 @@
 import BackhaulCore
 import JSON
 import SQLite
-import Synchronization
 
 /// What the store refuses, in the API's terms.
 public enum StoreError: Error, Sendable, Equatable {
@@ -38,11 +37,11 @@ public struct TaskPage: Sendable {
 /// The durable state: one SQLite database in WAL mode, one connection behind a lock.
 /// Every state change and its event are one transaction.
 public final class Store: Sendable {
-    /// Serialises every use of `connection`.
-    private let lock = Mutex(())
-    // Touched only while `lock` is held: one connection, one writer at a time.
-    private nonisolated(unsafe) let connection: Connection
+    /// The one connection, used only while its lock is held: one writer at a time.
+    private let connection: Locked<Connection>
     private let clock: any Clock
+    /// The last event sequence seen after a write, and who to tell about new events.
+    private let eventWatch = Locked<(last: Int64, observers: [@Sendable () -> Void])>((0, []))
 
     /// Opens (creating and migrating) the database at `path`; ":memory:" for tests.
     public init(path: String, clock: any Clock = SystemClock()) throws {
@@ -52,14 +51,43 @@ public final class Store: Sendable {
         }
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
         try Migrator(migrations: Schema.migrations).migrate(db)
-        connection = db
+        let last = try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
+        connection = Locked(db)
         self.clock = clock
+        eventWatch.withLock { $0.last = last }
+    }
+
+    /// Calls `observer` (on the writing thread, after the commit) whenever a write added events.
+    public func observeEvents(_ observer: @escaping @Sendable () -> Void) {
+        eventWatch.withLock { $0.observers.append(observer) }
+    }
+
+    /// How a write must reach the disk before it returns.
+    enum Durability {
+        /// fsync on commit (`synchronous=FULL`): for what a client is told was accepted or done.
+        case synced
+        /// No fsync on commit (`synchronous=NORMAL`, WAL): safe against a crash of the process, and
+        /// the next synced commit flushes it too. For the engine's own bookkeeping, where losing the
+        /// last moments to a power cut only repeats work (an upload runs again).
+        case relaxed
     }
 
     /// Runs `body` in one write transaction, mapping storage errors to the API's.
-    func write<T: Sendable>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
+    func write<T: Sendable>(_ durability: Durability = .synced, _ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
-            return try lock.withLock { _ in try connection.transaction { try body(connection) } }
+            let (result, lastEvent) = try connection.withLock { db in
+                if durability == .relaxed { try db.execute("PRAGMA synchronous = NORMAL") }
+                defer { if durability == .relaxed { try? db.execute("PRAGMA synchronous = FULL") } }
+                let result = try db.transaction { try body(db) }
+                return (result, try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0)
+            }
+            let observers: [@Sendable () -> Void] = eventWatch.withLock { watch in
+                guard lastEvent > watch.last else { return [] }
+                watch.last = lastEvent
+                return watch.observers
+            }
+            for observer in observers { observer() }
+            return result
         } catch let error as StoreError {
             throw error
         } catch let error as SQLiteError where error.isStorageFull {
@@ -71,7 +99,7 @@ public final class Store: Sendable {
 
     func read<T: Sendable>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
-            return try lock.withLock { _ in try body(connection) }
+            return try connection.withLock { db in try body(db) }
         } catch let error as StoreError {
             throw error
         } catch {
@@ -86,11 +114,30 @@ public final class Store: Sendable {
 
     // MARK: Events
 
+    /// Appends an event and, in the same transaction, a pending delivery for every enabled
+    /// subscription of the session that wants it (the outbox).
     static func appendEvent(_ db: Connection, type: String, sessionID: String, task: TaskRecord?, data: JSON,
                             now: Timestamp) throws {
         try db.run(
             "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
             [RandomID.make(prefix: "msg_"), type, sessionID, task?.id, now, data.serialized()])
+        let eventSequence = db.lastInsertRowID
+        let subscribers = try db.query(
+            "SELECT id, events FROM webhooks WHERE session_id = ? AND enabled = 1", [sessionID]) { ($0.string(0), $0.string(1)) }
+        for (webhookID, events) in subscribers {
+            let wanted = (try? JSON.parse(events))?.arrayValue?.contains(.string(type)) ?? false
+            guard wanted else { continue }
+            try db.run(
+                """
+                INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+                VALUES (?, ?, ?, 'pending', ?, ?)
+                """, [webhookID, eventSequence, type, now, now])
+        }
+    }
+
+    /// The newest event's sequence (0 when there is none).
+    public func lastEventSequence() throws(StoreError) -> Int64 {
+        try read { db in try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0 }
     }
 
     /// Events after `sequence`, oldest first, optionally for one session.

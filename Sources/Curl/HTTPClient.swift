@@ -16,43 +16,17 @@ public struct HTTPExchange: Sendable {
 /// and tests. Not Sendable: one per thread.
 public final class HTTPClient {
     private let easy: EasyHandle
-    private var responseHeaders: [(String, String)] = []
-    private var responseBody: [UInt8] = []
-    private var requestBody: [UInt8] = []
-    private var requestOffset = 0
+    private let response = ResponseCollector(bodyLimit: Int.max)
+    private let requestBody = MemoryBody()
 
     public init() throws(CurlCode) {
         easy = try EasyHandle()
-        easy.onHeaderLine = { [unowned self] line in
-            var scalars = Substring(line).unicodeScalars
-            while let last = scalars.last, last == "\r" || last == "\n" { scalars.removeLast() }
-            let text = String(scalars)
-            if text.hasPrefix("HTTP/") {
-                responseHeaders = []
-            } else if let colon = text.firstIndex(of: ":") {
-                let value = text[text.index(after: colon)...].drop(while: { $0 == " " })
-                responseHeaders.append((String(text[..<colon]), String(value)))
-            }
-        }
-        easy.onData = { [unowned self] bytes in
-            responseBody.append(contentsOf: bytes)
-            return true
-        }
-        easy.readBody = { [unowned self] buffer in
-            let count = min(buffer.count, requestBody.count - requestOffset)
-            if count > 0 {
-                requestBody.withUnsafeBytes { source in
-                    buffer.baseAddress!.copyMemory(from: source.baseAddress! + requestOffset, byteCount: count)
-                }
-                requestOffset += count
-            }
-            return .bytes(count)
-        }
-        easy.seekBody = { [unowned self] offset in
-            guard offset >= 0, offset <= Int64(requestBody.count) else { return false }
-            requestOffset = Int(offset)
-            return true
-        }
+        try attach()
+    }
+
+    private func attach() throws(CurlCode) {
+        response.attach(to: easy)
+        requestBody.attach(to: easy)
     }
 
     /// Sends one request and waits for the whole response.
@@ -60,10 +34,8 @@ public final class HTTPClient {
                      timeoutSeconds: Int = 30) throws(CurlCode) -> HTTPExchange {
         curl_easy_reset(easy.raw)
         try easy.reinstallCallbacks()
-        responseHeaders = []
-        responseBody = []
-        requestBody = body ?? []
-        requestOffset = 0
+        response.reset()
+        requestBody.replace(with: body ?? [])
         try easy.set(CURLOPT_URL, url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_TIMEOUT, timeoutSeconds)
@@ -86,6 +58,6 @@ public final class HTTPClient {
         easy.clearError()
         let code = curl_easy_perform(easy.raw)
         guard code == CURLE_OK else { throw easy.error(for: code) }
-        return HTTPExchange(status: easy.responseCode, headers: responseHeaders, body: responseBody)
+        return HTTPExchange(status: easy.responseCode, headers: response.headers, body: response.body)
     }
 }
