@@ -167,12 +167,16 @@ extension Store {
         }
     }
 
-    /// The earliest pending delivery's due time.
-    public func nextDeliveryAt() throws(StoreError) -> Timestamp? {
-        try read { db in
-            try db.queryFirst("SELECT MIN(d.next_attempt_at) FROM deliveries d WHERE d.state = 'pending' AND \(Store.drainedIsLast)") {
-                $0.optionalDouble(0)
-            } ?? nil
+    /// The earliest due time of a pending delivery that is not in flight.
+    public func nextDeliveryAt(excluding inFlight: Set<Int64> = []) throws(StoreError) -> Timestamp? {
+        let busy = JSON.array(inFlight.sorted().map { .int($0) }).serialized()
+        return try read { db in
+            try db.queryFirst(
+                """
+                SELECT MIN(d.next_attempt_at) FROM deliveries d
+                WHERE d.state = 'pending' AND \(Store.drainedIsLast) AND d.seq NOT IN (SELECT value FROM json_each(?))
+                """, [busy]
+            ) { $0.optionalDouble(0) } ?? nil
         }
     }
 

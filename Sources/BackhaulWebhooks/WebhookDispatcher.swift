@@ -114,7 +114,8 @@ private final class DispatchLoop {
             let (wake, stopping) = takeSignals()
             if stopping { break }
             let now = clock.now()
-            if wake || (nextDue.map { $0 <= now } ?? false) { fill(now: now) }
+            let poolFull = inFlight.count >= options.maxInFlight
+            if !poolFull, wake || (nextDue.map { $0 <= now } ?? false) { fill(now: now) }
             do { try multi.perform() } catch { logger.error("curl_multi_perform failed", metadata: ["error": "\(error)"]) }
             var finishedAny = false
             for (easy, code) in multi.completed() {
@@ -129,8 +130,9 @@ private final class DispatchLoop {
                     logger.warning("cannot prune the event log", metadata: ["error": "\(error)"])
                 }
             }
+            // A full pool waits for completions (their sockets wake the poll), not for due times.
             var timeout = 1000.0
-            if let nextDue { timeout = min(timeout, max(0, (nextDue - clock.now()) * 1000)) }
+            if let nextDue, inFlight.count < options.maxInFlight { timeout = min(timeout, max(0, (nextDue - clock.now()) * 1000)) }
             do { try multi.poll(timeoutMilliseconds: Int(timeout.rounded(.up))) } catch {
                 logger.error("curl_multi_poll failed", metadata: ["error": "\(error)"])
             }
@@ -147,7 +149,7 @@ private final class DispatchLoop {
                 let busy = Set(inFlight.values.map(\.delivery.sequence))
                 for delivery in try store.dueDeliveries(now: now, limit: free, excluding: busy) { start(delivery, now: now) }
             }
-            nextDue = try store.nextDeliveryAt()
+            nextDue = try store.nextDeliveryAt(excluding: Set(inFlight.values.map(\.delivery.sequence)))
         } catch {
             logger.error("cannot read the outbox", metadata: ["error": "\(error)"])
         }
