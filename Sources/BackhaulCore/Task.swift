@@ -9,7 +9,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable {
     case raw, multipart, chunked, tus, s3
 
     /// Protocols this build can carry out; the others are refused at enqueue.
-    public static let supported: Set<UploadProtocol> = [.raw, .multipart]
+    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked]
 }
 
 /// The request a task makes (SPEC §2.2 `request`), headers unredacted.
@@ -61,7 +61,8 @@ public struct UploadSpec: Sendable, Equatable {
         } else if let contentType {
             object["content_type"] = .string(contentType)
         }
-        if let chunkSize { object["chunk_size"] = .int(chunkSize) }
+        if protocolName == .chunked { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
+        else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
         return .object(object)
     }
 
@@ -196,6 +197,8 @@ public struct TaskRecord: Sendable, Equatable {
     public var response: ResponseRecord?
     public var error: TaskError?
     public var cancellation: CancellationReason?
+    /// A resumable protocol's progress (what the server acknowledged).
+    public var checkpoint: UploadCheckpoint?
 
     public init(id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
                 createdAt: Timestamp, deadlineAt: Timestamp) {

@@ -71,6 +71,11 @@ public protocol UploadStateMachine: Sendable {
     var bytesAcknowledged: Int64 { get }
 }
 
+extension UploadStateMachine {
+    /// Whether the protocol resumes from `bytesAcknowledged` (then it is persisted as it grows).
+    public var isResumable: Bool { self is ChunkedUpload }
+}
+
 /// `raw` and `multipart`: the whole file in one request; success is any 2xx.
 public struct SingleRequestUpload: UploadStateMachine {
     private enum State: Equatable { case idle, sent, done }
@@ -122,8 +127,10 @@ public struct SingleRequestUpload: UploadStateMachine {
 public enum UploadProtocols {
     public static func machine(for task: TaskRecord, headers: [(String, String)]) -> any UploadStateMachine {
         switch task.upload.protocolName {
-        case .raw, .multipart, .chunked, .tus, .s3:
-            // Only raw and multipart are accepted at enqueue in this version.
+        case .chunked:
+            return ChunkedUpload(task: task, headers: headers, checkpoint: task.checkpoint)
+        case .raw, .multipart, .tus, .s3:
+            // tus and s3 are refused at enqueue in this version.
             return SingleRequestUpload(task: task, headers: headers)
         }
     }

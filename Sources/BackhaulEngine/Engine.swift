@@ -310,6 +310,7 @@ private final class EngineLoop {
             step = .failed(.transport(Self.transportFailure(code), message: code.message))
         } else {
             step = transfer.machine.didReceive(transfer.responseHead, now: now)
+            persistCheckpoint(transfer)
         }
         if case .send(let next) = step {
             do {
@@ -322,6 +323,19 @@ private final class EngineLoop {
             }
         }
         conclude(transfer, step: step)
+    }
+
+    /// A resumable upload's acknowledged offset is saved as it grows, so a crash or a retry
+    /// resumes from there.
+    func persistCheckpoint(_ transfer: Transfer) {
+        let acknowledged = transfer.machine.bytesAcknowledged
+        guard transfer.machine.isResumable, acknowledged > transfer.checkpoint.offset else { return }
+        transfer.checkpoint = UploadCheckpoint(offset: acknowledged, attempt: transfer.attempt)
+        do {
+            try store.saveCheckpoint(id: transfer.task.id, attempt: transfer.attempt, transfer.checkpoint)
+        } catch {
+            logger.warning("cannot save a checkpoint", metadata: ["task.id": "\(transfer.task.id)", "error": "\(error)"])
+        }
     }
 
     /// Writes the end of an attempt and frees its slot.
@@ -342,7 +356,7 @@ private final class EngineLoop {
                 unlink(task.file.path)
             }
         case .failed(let failure):
-            let decision = RetryPlanner.decide(failure, attempts: transfer.attempt, policy: transfer.configuration.retry,
+            let decision = RetryPlanner.decide(failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
                                                now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
             switch decision {
             case .retry(let at):

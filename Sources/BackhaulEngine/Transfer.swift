@@ -29,6 +29,9 @@ final class Transfer {
     var requestBytesSent: Int64 = 0
     var bytesBeforeRequest: Int64 = 0
 
+    /// What the server acknowledged, as last persisted.
+    var checkpoint: UploadCheckpoint
+
     /// When the last `task.progress` event was written (monotonic), and at what byte count.
     var lastProgressEvent = monotonicSeconds()
     var lastProgressBytes: Int64 = 0
@@ -47,10 +50,14 @@ final class Transfer {
         self.file = file
         self.easy = try EasyHandle()
         self.lastSample = (monotonicSeconds(), 0)
+        self.checkpoint = task.checkpoint ?? UploadCheckpoint(offset: 0)
         installHandlers()
     }
 
     var bytesSent: Int64 { bytesBeforeRequest + requestBytesSent }
+
+    /// Failed attempts since the server last acknowledged more bytes (what retry limits count).
+    var failuresSinceProgress: Int { checkpoint.attempt == 0 ? attempt : attempt - checkpoint.attempt + 1 }
 
     private func installHandlers() {
         // The handlers capture `self` unowned: the transfer owns the handle, never the reverse.

@@ -28,7 +28,7 @@ extension Store {
         seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
         priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
         created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
-        cancellation
+        cancellation, checkpoint
         """
 
     static func decodeTask(_ row: Row) throws -> TaskRecord {
@@ -60,6 +60,7 @@ extension Store {
         task.response = try row.optionalString(24).flatMap { ResponseRecord.decode(try JSON.parse($0, maxDepth: 64)) }
         task.error = try row.optionalString(25).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) }
         task.cancellation = row.optionalInt(26).flatMap { CancellationReason(rawValue: Int($0)) }
+        task.checkpoint = row.optionalString(27).flatMap { UploadCheckpoint(try? JSON.parse($0)) }
         return task
     }
 
@@ -330,6 +331,16 @@ extension Store {
                     task.attempts -= 1
                 }
             }
+        }
+    }
+
+    /// Persists what the server acknowledged of a resumable upload, if the task is still in
+    /// that attempt.
+    public func saveCheckpoint(id: String, attempt: Int, _ checkpoint: UploadCheckpoint) throws(StoreError) {
+        try write(.relaxed) { db in
+            try db.run(
+                "UPDATE tasks SET checkpoint = ?, bytes_sent = ? WHERE id = ? AND state = 'running' AND attempts = ?",
+                [checkpoint.json.serialized(), checkpoint.offset, id, attempt])
         }
     }
 

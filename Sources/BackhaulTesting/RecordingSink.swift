@@ -15,6 +15,12 @@ public final class RecordingSink: Sendable {
         case stall(seconds: Double, status: Int)
         /// Read the body at most this fast, then behave as `then`.
         indirect case throttle(bytesPerSecond: Int, then: Behaviour)
+        /// A resumable Content-Range server: each chunk is written at its offset into the path's
+        /// assembled file; intermediate chunks get 308 with `Range: bytes=0-n`, the last 201;
+        /// `Content-Range: bytes */total` asks for the current range.
+        case resumable
+        /// In a script: this request gets the fallback behaviour.
+        case passThrough
     }
 
     public struct Recorded: Sendable {
@@ -78,8 +84,18 @@ public final class RecordingSink: Sendable {
         }
     }
 
+    /// The file a resumable upload to `path` has assembled so far.
+    public func assembled(_ path: String) -> Data {
+        FileManager.default.contents(atPath: assembledPath(path)) ?? Data()
+    }
+
+    fileprivate func assembledPath(_ path: String) -> String {
+        directory + "/assembled" + path.replacingOccurrences(of: "/", with: "_")
+    }
+
     fileprivate func begin(_ head: HTTPRequestHead) -> (Int, Behaviour, FileHandle?) {
-        let behaviour: Behaviour = state.withLock { $0.script.isEmpty ? nil : $0.script.removeFirst() } ?? fallback.withLock { $0 }
+        var behaviour: Behaviour = state.withLock { $0.script.isEmpty ? nil : $0.script.removeFirst() } ?? fallback.withLock { $0 }
+        if case .passThrough = behaviour { behaviour = fallback.withLock { $0 } }
         let index: Int = state.withLock { state in
             state.inFlight += 1
             state.maxInFlight = max(state.maxInFlight, state.inFlight)
@@ -112,7 +128,7 @@ public final class RecordingSink: Sendable {
         let sink: RecordingSink
         func begin(_ head: HTTPRequestHead) -> any RequestBodyConsumer {
             let (index, behaviour, file) = sink.begin(head)
-            return Consumer(sink: sink, index: index, behaviour: behaviour, file: file)
+            return Consumer(sink: sink, head: head, index: index, behaviour: behaviour, file: file)
         }
     }
 
@@ -122,11 +138,16 @@ public final class RecordingSink: Sendable {
         var behaviour: Behaviour
         var throttle: Int?
         let file: FileHandle?
+        let head: HTTPRequestHead
         var received: Int64 = 0
         var ended = false
+        /// For `.resumable`: the parsed Content-Range and the assembled file.
+        var range: (first: Int64, last: Int64, total: Int64)?
+        var assembled: FileHandle?
 
-        init(sink: RecordingSink, index: Int, behaviour: Behaviour, file: FileHandle?) {
+        init(sink: RecordingSink, head: HTTPRequestHead, index: Int, behaviour: Behaviour, file: FileHandle?) {
             self.sink = sink
+            self.head = head
             self.index = index
             self.file = file
             self.behaviour = behaviour
@@ -134,10 +155,41 @@ public final class RecordingSink: Sendable {
                 throttle = rate
                 self.behaviour = then
             }
+            if case .resumable = self.behaviour, let header = head.headers["content-range"] {
+                range = Self.parseContentRange(header)
+                let path = sink.assembledPath(head.path)
+                if !FileManager.default.fileExists(atPath: path) { FileManager.default.createFile(atPath: path, contents: nil) }
+                if let range, range.first >= 0 {
+                    assembled = FileHandle(forWritingAtPath: path)
+                    assembled?.seek(toFileOffset: UInt64(range.first))
+                }
+            }
+        }
+
+        /// `bytes a-b/total` → (a, b, total); `bytes */total` → (-1, -1, total).
+        static func parseContentRange(_ header: String) -> (first: Int64, last: Int64, total: Int64)? {
+            guard header.hasPrefix("bytes ") else { return nil }
+            let parts = header.dropFirst(6).split(separator: "/")
+            guard parts.count == 2, let total = Int64(parts[1]) else { return nil }
+            if parts[0] == "*" { return (-1, -1, total) }
+            let bounds = parts[0].split(separator: "-")
+            guard bounds.count == 2, let first = Int64(bounds[0]), let last = Int64(bounds[1]) else { return nil }
+            return (first, last, total)
+        }
+
+        /// The answer of a resumable server to this request, after its body.
+        func resumableAnswer() -> HTTPResponse {
+            try? assembled?.synchronize()
+            try? assembled?.close()
+            let size = (try? FileManager.default.attributesOfItem(atPath: sink.assembledPath(head.path))[.size] as? Int64) ?? 0
+            guard let range else { return HTTPResponse(status: 201) }
+            if size >= range.total { return HTTPResponse(status: 201, body: Array("{\"ok\":true}".utf8)) }
+            return HTTPResponse(status: 308, headers: size > 0 ? [("Range", "bytes=0-\(size - 1)")] : [])
         }
 
         deinit {
             try? file?.close()
+            try? assembled?.close()
             if !ended { sink.end(index, status: nil) }
         }
 
@@ -159,6 +211,7 @@ public final class RecordingSink: Sendable {
         private func write(_ bytes: UnsafeRawBufferPointer) {
             guard bytes.count > 0 else { return }
             file?.write(Data(bytes))
+            assembled?.write(Data(bytes))
             received += Int64(bytes.count)
             sink.received(index, bytes: bytes.count)
         }
@@ -177,7 +230,11 @@ public final class RecordingSink: Sendable {
             case .drop:
                 sink.end(index, status: nil)
                 return nil
-            case .throttle:
+            case .resumable:
+                let answer = resumableAnswer()
+                sink.end(index, status: answer.status)
+                return answer
+            case .throttle, .passThrough:
                 sink.end(index, status: 201)
                 return HTTPResponse(status: 201)
             }
