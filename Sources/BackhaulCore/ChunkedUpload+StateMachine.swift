@@ -114,7 +114,7 @@ public struct ChunkedUpload: UploadStateMachine {
         return last + 1
     }
 
-    public var checkpoint: UploadCheckpoint { UploadCheckpoint(offset: offset) }
+    public var checkpoint: UploadCheckpoint? { UploadCheckpoint(offset: offset) }
 }
 
 /// What a resumable upload persists between attempts and across restarts.
@@ -123,17 +123,28 @@ public struct UploadCheckpoint: Sendable, Equatable {
     public var offset: Int64
     /// The attempt in which the offset last advanced (retry limits count failures after it).
     public var attempt: Int
+    /// The upload's own URL at the server, for protocols that create one (tus).
+    public var location: String?
 
-    public init(offset: Int64, attempt: Int = 0) {
+    public init(offset: Int64, attempt: Int = 0, location: String? = nil) {
         self.offset = offset
         self.attempt = attempt
+        self.location = location
     }
 
-    public var json: JSON { ["offset": .int(offset), "attempt": .int(Int64(attempt))] }
+    public var json: JSON {
+        var object: JSONObject = ["offset": .int(offset), "attempt": .int(Int64(attempt))]
+        if let location { object["location"] = .string(location) }
+        return .object(object)
+    }
 
     public init?(_ json: JSON?) {
         guard let json, let offset = json["offset"]?.intValue else { return nil }
         self.offset = offset
         self.attempt = Int(json["attempt"]?.intValue ?? 0)
+        self.location = json["location"]?.stringValue
     }
+
+    /// Same progress, ignoring which attempt recorded it.
+    public func samePlace(as other: UploadCheckpoint) -> Bool { offset == other.offset && location == other.location }
 }

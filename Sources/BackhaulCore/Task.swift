@@ -9,7 +9,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable {
     case raw, multipart, chunked, tus, s3
 
     /// Protocols this build can carry out; the others are refused at enqueue.
-    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked]
+    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus]
 }
 
 /// The request a task makes (SPEC §2.2 `request`), headers unredacted.
@@ -61,7 +61,7 @@ public struct UploadSpec: Sendable, Equatable {
         } else if let contentType {
             object["content_type"] = .string(contentType)
         }
-        if protocolName == .chunked { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
+        if protocolName == .chunked || protocolName == .tus { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
         else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
         return .object(object)
     }

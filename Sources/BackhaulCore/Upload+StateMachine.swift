@@ -69,11 +69,15 @@ public protocol UploadStateMachine: Sendable {
     mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep
     /// Bytes the server has acknowledged (what survives a failure).
     var bytesAcknowledged: Int64 { get }
+    /// What a resumable protocol persists as it goes (nil: the protocol starts over each attempt).
+    var checkpoint: UploadCheckpoint? { get }
+    /// The request that releases the server's side when the task is cancelled (tus termination).
+    var cancellationRequest: PlannedRequest? { get }
 }
 
 extension UploadStateMachine {
-    /// Whether the protocol resumes from `bytesAcknowledged` (then it is persisted as it grows).
-    public var isResumable: Bool { self is ChunkedUpload }
+    public var checkpoint: UploadCheckpoint? { nil }
+    public var cancellationRequest: PlannedRequest? { nil }
 }
 
 /// `raw` and `multipart`: the whole file in one request; success is any 2xx.
@@ -129,8 +133,10 @@ public enum UploadProtocols {
         switch task.upload.protocolName {
         case .chunked:
             return ChunkedUpload(task: task, headers: headers, checkpoint: task.checkpoint)
-        case .raw, .multipart, .tus, .s3:
-            // tus and s3 are refused at enqueue in this version.
+        case .tus:
+            return TusUpload(task: task, headers: headers, checkpoint: task.checkpoint)
+        case .raw, .multipart, .s3:
+            // s3 is refused at enqueue in this version.
             return SingleRequestUpload(task: task, headers: headers)
         }
     }

@@ -120,6 +120,23 @@ private final class EngineLoop {
     let options: EngineOptions
     let clock: any Clock
 
+    /// Requests that release a cancelled task's server side (tus `DELETE`), beside the transfers.
+    final class Cleanup {
+        let sequence: Int64
+        let attempts: Int
+        let easy: EasyHandle
+        let response = ResponseCollector(bodyLimit: 1024)
+        init(sequence: Int64, attempts: Int) throws {
+            self.sequence = sequence
+            self.attempts = attempts
+            easy = try EasyHandle()
+            response.attach(to: easy)
+        }
+    }
+
+    var cleanups: [ObjectIdentifier: Cleanup] = [:]
+    static let maxCleanupAttempts = 5
+
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
     var perKey: [String: Int] = [:]
@@ -166,7 +183,10 @@ private final class EngineLoop {
                 }
             }
             if changed { reconcile() }
-            if stopDeadline == nil { schedule() }
+            if stopDeadline == nil {
+                if scheduleNeeded { startCleanups(now: now) }
+                schedule()
+            }
             do {
                 try multi.perform()
             } catch {
@@ -174,6 +194,10 @@ private final class EngineLoop {
             }
             var freedSlots = false
             for (easy, code) in multi.completed() {
+                if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
+                    finishedCleanup(cleanup, code: code)
+                    continue
+                }
                 guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
                 finished(transfer, code: code)
                 freedSlots = true
@@ -328,9 +352,9 @@ private final class EngineLoop {
     /// A resumable upload's acknowledged offset is saved as it grows, so a crash or a retry
     /// resumes from there.
     func persistCheckpoint(_ transfer: Transfer) {
-        let acknowledged = transfer.machine.bytesAcknowledged
-        guard transfer.machine.isResumable, acknowledged > transfer.checkpoint.offset else { return }
-        transfer.checkpoint = UploadCheckpoint(offset: acknowledged, attempt: transfer.attempt)
+        guard var checkpoint = transfer.machine.checkpoint, !checkpoint.samePlace(as: transfer.checkpoint) else { return }
+        checkpoint.attempt = checkpoint.offset > transfer.checkpoint.offset ? transfer.attempt : transfer.checkpoint.attempt
+        transfer.checkpoint = checkpoint
         do {
             try store.saveCheckpoint(id: transfer.task.id, attempt: transfer.attempt, transfer.checkpoint)
         } catch {
@@ -396,6 +420,54 @@ private final class EngineLoop {
             perKeyLimit[transfer.limitKey] = nil
         }
         scheduleNeeded = true
+    }
+
+    func startCleanups(now: Timestamp) {
+        guard cleanups.count < 4 else { return }
+        let due: [(Int64, PlannedRequest, Int)]
+        do {
+            due = try store.dueCleanups(now: now, limit: 4 - cleanups.count, excluding: Set(cleanups.values.map(\.sequence)))
+        } catch {
+            logger.error("cannot read cleanups", metadata: ["error": "\(error)"])
+            return
+        }
+        for (sequence, request, attempts) in due {
+            do {
+                let cleanup = try Cleanup(sequence: sequence, attempts: attempts)
+                try cleanup.easy.set(CURLOPT_URL, request.url)
+                try cleanup.easy.set(CURLOPT_NOSIGNAL, 1)
+                try cleanup.easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
+                try cleanup.easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+                try cleanup.easy.set(CURLOPT_TIMEOUT, 30)
+                if let bundle = options.caBundle { try cleanup.easy.set(CURLOPT_CAINFO, bundle) }
+                try cleanup.easy.setHeaders(request.headers.map { "\($0.0): \($0.1)" })
+                try multi.add(cleanup.easy)
+                cleanups[ObjectIdentifier(cleanup.easy)] = cleanup
+            } catch {
+                logger.warning("cannot start a cleanup request", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// 2xx, 404 and 410 end a cleanup (the server no longer holds the upload); other outcomes are
+    /// retried a few times with backoff, then given up and logged.
+    func finishedCleanup(_ cleanup: Cleanup, code: CurlCode) {
+        let status = code == .ok ? cleanup.response.status : 0
+        let done = (200..<300).contains(status) || status == 404 || status == 410
+        var retryAt: Timestamp?
+        if !done {
+            if cleanup.attempts + 1 < Self.maxCleanupAttempts {
+                retryAt = clock.now() + 5 * Double(1 << cleanup.attempts)
+                nextTimer = min(nextTimer ?? retryAt!, retryAt!)
+            } else {
+                logger.warning("giving up releasing a cancelled upload at the server", metadata: [
+                    "cleanup.status": "\(status)", "error": "\(code == .ok ? "" : code.message)",
+                ])
+            }
+        }
+        do { try store.recordCleanup(sequence: cleanup.sequence, retryAt: retryAt) } catch {
+            logger.error("cannot record a cleanup", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Stops transfers whose task the API moved away from `running` (cancel, suspend, disable, expiry).

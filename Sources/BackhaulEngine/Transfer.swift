@@ -115,6 +115,7 @@ final class Transfer {
         bytesBeforeRequest = machine.bytesAcknowledged
         requestBytesSent = 0
         response.reset()
+        try easy.reset()
         try easy.set(CURLOPT_URL, request.url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
@@ -132,7 +133,11 @@ final class Transfer {
             bodyStart = 0
             bodyOffset = 0
             bodyEnd = 0
-            if request.method == "GET" { try easy.set(CURLOPT_HTTPGET, 1) } else { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+            switch request.method {
+            case "GET": try easy.set(CURLOPT_HTTPGET, 1)
+            case "HEAD": try easy.set(CURLOPT_NOBODY, 1)
+            default: try easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+            }
         case .file(let offset, let length):
             bodyStart = offset
             bodyOffset = offset

@@ -92,5 +92,16 @@ enum Schema {
             CREATE INDEX deliveries_by_webhook ON deliveries (webhook_id, seq);
             CREATE INDEX events_by_time ON events (created_at);
             """),
+        (3, """
+            CREATE TABLE cleanups (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                task_id TEXT NOT NULL,
+                request TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at REAL NOT NULL,
+                created_at REAL NOT NULL
+            );
+            CREATE INDEX cleanups_due ON cleanups (next_attempt_at);
+            """),
     ]
 }

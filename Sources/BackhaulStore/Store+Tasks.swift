@@ -122,9 +122,26 @@ extension Store {
         if let type = EventType.forTaskState(task.state) {
             try appendEvent(db, type: type.rawValue, sessionID: task.sessionID, task: task, data: task.json(), now: now)
         }
+        if task.state == .cancelled, before?.state.isFinal != true {
+            try scheduleCleanup(db, for: task, now: now)
+        }
         if task.state.isFinal, before?.state.isFinal != true {
             try sessionTaskReachedFinalState(db, sessionID: task.sessionID, now: now)
         }
+    }
+
+    /// A cancelled task whose protocol left something at the server (a tus upload) gets the
+    /// request that releases it, queued in the same transaction.
+    static func scheduleCleanup(_ db: Connection, for task: TaskRecord, now: Timestamp) throws {
+        guard task.checkpoint != nil else { return }
+        let defaults = try fetchSession(db, id: task.sessionID)?.configuration.defaultHeaders ?? []
+        let machine = UploadProtocols.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
+        guard let request = machine.cancellationRequest else { return }
+        var headers = JSONObject()
+        for (name, value) in request.headers { headers[name] = .string(value) }
+        let stored: JSON = ["method": .string(request.method), "url": .string(request.url), "headers": .object(headers)]
+        try db.run("INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES (?, ?, ?, ?)",
+                   [task.id, stored.serialized(), now, now])
     }
 
     // MARK: Client operations

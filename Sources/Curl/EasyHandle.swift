@@ -50,6 +50,17 @@ public final class EasyHandle {
     /// Connects the trampolines again after `curl_easy_reset`.
     func reinstallCallbacks() throws(CurlCode) { try installCallbacks() }
 
+    /// Forgets every option of the previous request (`curl_easy_reset`), keeping the callbacks
+    /// and the connection cache; the next request starts from defaults.
+    public func reset() throws(CurlCode) {
+        curl_easy_reset(raw)
+        if let mime {
+            curl_mime_free(mime)
+            self.mime = nil
+        }
+        try installCallbacks()
+    }
+
     /// Connects the trampolines; the userdata is this object, unretained (the owner keeps it alive).
     private func installCallbacks() throws(CurlCode) {
         let me = Unmanaged.passUnretained(self).toOpaque()

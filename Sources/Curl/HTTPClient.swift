@@ -32,8 +32,7 @@ public final class HTTPClient {
     /// Sends one request and waits for the whole response.
     public func send(_ method: String, _ url: String, headers: [String] = [], body: [UInt8]? = nil,
                      timeoutSeconds: Int = 30) throws(CurlCode) -> HTTPExchange {
-        curl_easy_reset(easy.raw)
-        try easy.reinstallCallbacks()
+        try easy.reset()
         response.reset()
         requestBody.replace(with: body ?? [])
         try easy.set(CURLOPT_URL, url)

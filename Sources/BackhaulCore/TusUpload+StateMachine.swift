@@ -1,0 +1,126 @@
+/// tus 1.0.0 (core, creation, termination). `request.url` is the creation endpoint.
+///
+/// - No upload yet: `POST` with `Upload-Length` and `Upload-Metadata` (filename, filetype);
+///   the `Location` answered is the upload's URL, persisted at once.
+/// - Then `PATCH`es of `chunk_size` bytes with `Upload-Offset`; each answer's `Upload-Offset`
+///   is the acknowledged offset, persisted.
+/// - Resuming (a known URL): `HEAD` learns the server's offset. A `409` offset mismatch re-syncs
+///   with `HEAD` instead of failing; a `404`/`410` (the upload expired) starts a new one.
+/// - Cancelling sends `DELETE` to the upload URL (termination).
+public struct TusUpload: UploadStateMachine {
+    public static let version = "1.0.0"
+
+    private enum State: Equatable { case idle, creating, probing, patching(first: Int64, last: Int64), done }
+
+    private var state = State.idle
+    private let creationURL: String
+    private let headers: [(String, String)]
+    private let total: Int64
+    private let chunkSize: Int64
+    private let metadata: String
+    public private(set) var offset: Int64
+    public private(set) var location: String?
+
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+        creationURL = task.request.url
+        self.headers = headers + [("Tus-Resumable", Self.version)]
+        total = task.file.size
+        chunkSize = max(1, task.upload.chunkSize ?? ChunkedUpload.defaultChunkSize)
+        let name = task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file")
+        let type = task.upload.contentType ?? "application/octet-stream"
+        metadata = "filename \(Base64.encode(Array(name.utf8))),filetype \(Base64.encode(Array(type.utf8)))"
+        location = checkpoint?.location
+        offset = checkpoint?.location == nil ? 0 : min(checkpoint?.offset ?? 0, task.file.size)
+    }
+
+    public var bytesAcknowledged: Int64 { offset }
+
+    public var checkpoint: UploadCheckpoint? { UploadCheckpoint(offset: offset, location: location) }
+
+    public var cancellationRequest: PlannedRequest? {
+        location.map { PlannedRequest(method: "DELETE", url: $0, headers: headers, body: .empty) }
+    }
+
+    public mutating func start(now: Timestamp) -> UploadStep {
+        guard location != nil else { return create() }
+        state = .probing
+        return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
+    }
+
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        let status = response.status
+        switch state {
+        case .creating:
+            guard status == 201, let target = response.headers["location"] else { return failHTTP(response, now: now) }
+            location = Self.resolve(target, against: creationURL)
+            offset = response.headers["upload-offset"].flatMap { Int64($0) } ?? 0
+            return next()
+        case .probing:
+            if status == 404 || status == 410 {
+                // The server forgot the upload: start a new one.
+                location = nil
+                offset = 0
+                return create()
+            }
+            guard (200..<300).contains(status), let serverOffset = response.headers["upload-offset"].flatMap({ Int64($0) }),
+                serverOffset <= total
+            else { return failHTTP(response, now: now) }
+            offset = serverOffset
+            return next()
+        case .patching(_, let last):
+            if status == 409 {
+                // Offset mismatch: ask where the server is rather than fail.
+                state = .probing
+                return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
+            }
+            guard (200..<300).contains(status) else { return failHTTP(response, now: now) }
+            let acknowledged = response.headers["upload-offset"].flatMap { Int64($0) } ?? (last + 1)
+            guard acknowledged > offset, acknowledged <= total else {
+                return fail("the server acknowledged offset \(acknowledged) after a PATCH at \(offset)")
+            }
+            offset = acknowledged
+            return next()
+        case .idle, .done:
+            return fail("a response came when none was expected")
+        }
+    }
+
+    private mutating func create() -> UploadStep {
+        state = .creating
+        return .send(PlannedRequest(
+            method: "POST", url: creationURL,
+            headers: headers + [("Upload-Length", String(total)), ("Upload-Metadata", metadata)], body: .file(offset: 0, length: 0)))
+    }
+
+    private mutating func next() -> UploadStep {
+        guard offset < total else {
+            state = .done
+            return .completed
+        }
+        let last = min(total, offset + chunkSize) - 1
+        state = .patching(first: offset, last: last)
+        return .send(PlannedRequest(
+            method: "PATCH", url: location!,
+            headers: headers + [("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream")],
+            body: .file(offset: offset, length: last - offset + 1)))
+    }
+
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        state = .idle
+        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
+        return .failed(.http(status: response.status, retryAfter: retryAfter))
+    }
+
+    private mutating func fail(_ message: String) -> UploadStep {
+        state = .idle
+        return .failed(.fatal(TaskError(.badServerResponse, message: message)))
+    }
+
+    /// An absolute `Location` as is; a path against the creation URL's origin.
+    static func resolve(_ location: String, against base: String) -> String {
+        if location.hasPrefix("http://") || location.hasPrefix("https://") { return location }
+        guard location.hasPrefix("/"), let parts = URLParts(base) else { return location }
+        let defaultPort = parts.scheme == "https" ? 443 : 80
+        return "\(parts.scheme)://\(parts.host)\(parts.port == defaultPort ? "" : ":\(parts.port)")\(location)"
+    }
+}

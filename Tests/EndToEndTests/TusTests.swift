@@ -1,0 +1,62 @@
+import BackhaulTesting
+import Foundation
+import JSON
+import Testing
+
+extension EndToEndTests {
+    func enqueueTus(_ fixture: Fixture, _ tus: TusServer, file: String, chunk: Int) throws -> String {
+        try fixture.enqueue(file, extra: [
+            "request": ["url": .string(tus.creationURL), "method": "POST"],
+            "upload": ["protocol": "tus", "chunk_size": .int(Int64(chunk)), "content_type": "video/mp4"],
+        ])
+    }
+
+    @Test("tus: creation and PATCHes to tuspyserver arrive byte-exact")
+    func tusUpload() throws {
+        let fixture = try Fixture()
+        let tus = try TusServer(directory: fixture.scratch.path)
+        try fixture.session()
+        let file = fixture.makeFile("clip.mp4", size: 3 * 1024 * 1024 + 77)
+        let task = try fixture.daemon.waitForTask(try enqueueTus(fixture, tus, file: file, chunk: 1 << 20))
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(tus.requests.map { $0.serialized() })")
+        let uploads = tus.uploads
+        try #require(uploads.count == 1)
+        #expect(fixture.contents(uploads[0]) == fixture.contents(file))
+        #expect(tus.requests.map { $0["method"]?.stringValue } == ["POST", "PATCH", "PATCH", "PATCH", "PATCH"])
+    }
+
+    @Test("tus: SIGKILL mid-upload, restart: HEAD, then the rest; under 1.5× the file sent")
+    func tusSurvivesSigkill() throws {
+        let fixture = try Fixture()
+        let tus = try TusServer(directory: fixture.scratch.path)
+        try fixture.session()
+        let size = 48 * 1024 * 1024
+        let file = fixture.makeFile("big.mp4", size: size)
+        let id = try enqueueTus(fixture, tus, file: file, chunk: 1 << 20)
+        try #require(eventually(timeout: 30) { tus.requests.filter { $0["method"]?.stringValue == "PATCH" }.count >= 3 })
+        fixture.daemon.kill9()
+        try fixture.daemon.start()
+        let task = try fixture.daemon.waitForTask(id, timeout: 90)
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
+        #expect(fixture.contents(tus.uploads.first ?? "") == fixture.contents(file))
+        let sent = tus.requests.filter { $0["method"]?.stringValue == "PATCH" }.reduce(Int64(0)) { $0 + ($1["content_length"]?.intValue ?? 0) }
+        #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
+        #expect(tus.requests.contains { $0["method"]?.stringValue == "HEAD" })
+        #expect(tus.uploads.count == 1, "the restart resumed the same upload")
+        print("tus SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file")
+    }
+
+    @Test("tus: cancel terminates the upload at the server (DELETE)")
+    func tusCancelTerminates() throws {
+        let fixture = try Fixture()
+        let tus = try TusServer(directory: fixture.scratch.path)
+        try fixture.session()
+        let file = fixture.makeFile("big.mp4", size: 64 * 1024 * 1024)
+        let id = try enqueueTus(fixture, tus, file: file, chunk: 1 << 20)
+        try #require(eventually(timeout: 30) { tus.requests.contains { $0["method"]?.stringValue == "PATCH" } })
+        #expect(try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel").1["state"]?.stringValue == "cancelled")
+        let deleted = eventually(timeout: 15) { tus.requests.contains { $0["method"]?.stringValue == "DELETE" && $0["status"]?.intValue == 204 } }
+        fixture.expectLog(deleted, "requests: \(tus.requests.map { $0.serialized() })")
+        #expect(eventually(timeout: 5) { tus.uploads.isEmpty })
+    }
+}
