@@ -7,7 +7,7 @@ apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev li
 if [ "${1:-}" = "--test" ]; then
   apt_packages+=(nginx-light)
 fi
-python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn)
+python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -24,6 +24,9 @@ fi
 if [ "${1:-}" = "--test" ]; then
   for package in "${python_packages[@]}"; do
     module=${package//-/_}
-    python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$package"
+    spec=$package
+    # moto's server needs its extras (Flask); importing moto.server proves they are there.
+    [ "$package" = moto ] && spec="moto[server]" && module=moto.server
+    python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
   done
 fi

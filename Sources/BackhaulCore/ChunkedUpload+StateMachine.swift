@@ -123,18 +123,22 @@ public struct UploadCheckpoint: Sendable, Equatable {
     public var offset: Int64
     /// The attempt in which the offset last advanced (retry limits count failures after it).
     public var attempt: Int
-    /// The upload's own URL at the server, for protocols that create one (tus).
+    /// The upload's own identity at the server: a tus upload URL, an S3 UploadId.
     public var location: String?
+    /// S3: the ETags of the parts uploaded, in order.
+    public var parts: [String]
 
-    public init(offset: Int64, attempt: Int = 0, location: String? = nil) {
+    public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = []) {
         self.offset = offset
         self.attempt = attempt
         self.location = location
+        self.parts = parts
     }
 
     public var json: JSON {
         var object: JSONObject = ["offset": .int(offset), "attempt": .int(Int64(attempt))]
         if let location { object["location"] = .string(location) }
+        if !parts.isEmpty { object["parts"] = .array(parts.map { .string($0) }) }
         return .object(object)
     }
 
@@ -143,8 +147,11 @@ public struct UploadCheckpoint: Sendable, Equatable {
         self.offset = offset
         self.attempt = Int(json["attempt"]?.intValue ?? 0)
         self.location = json["location"]?.stringValue
+        self.parts = json["parts"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
     /// Same progress, ignoring which attempt recorded it.
-    public func samePlace(as other: UploadCheckpoint) -> Bool { offset == other.offset && location == other.location }
+    public func samePlace(as other: UploadCheckpoint) -> Bool {
+        offset == other.offset && location == other.location && parts == other.parts
+    }
 }

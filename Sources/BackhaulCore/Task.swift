@@ -9,7 +9,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable {
     case raw, multipart, chunked, tus, s3
 
     /// Protocols this build can carry out; the others are refused at enqueue.
-    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus]
+    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus, .s3]
 }
 
 /// The request a task makes (SPEC §2.2 `request`), headers unredacted.
@@ -44,11 +44,21 @@ public struct UploadSpec: Sendable, Equatable {
     public var contentType: String?
     public var fields: [(String, String)] = []
     public var chunkSize: Int64?
+    /// S3 credentials (`s3` protocol); stored to sign with, never shown.
+    public var s3: S3Credentials?
 
     public init(protocolName: UploadProtocol = .raw) { self.protocolName = protocolName }
 
-    public static func == (lhs: UploadSpec, rhs: UploadSpec) -> Bool { lhs.json == rhs.json }
+    public static func == (lhs: UploadSpec, rhs: UploadSpec) -> Bool { lhs.storedJSON == rhs.storedJSON }
 
+    /// What the database keeps: the API's view plus the S3 secrets needed to sign.
+    public var storedJSON: JSON {
+        guard let s3, case .object(var object) = json else { return json }
+        object["s3"] = s3.json(redacted: false)
+        return .object(object)
+    }
+
+    /// The API's view: S3 secrets left out.
     public var json: JSON {
         var object: JSONObject = ["protocol": .string(protocolName.rawValue)]
         if protocolName == .multipart {
@@ -62,6 +72,7 @@ public struct UploadSpec: Sendable, Equatable {
             object["content_type"] = .string(contentType)
         }
         if protocolName == .chunked || protocolName == .tus { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
+        else if protocolName == .s3 { object["chunk_size"] = .int(S3Upload.partSize(chunkSize)) }
         else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
         return .object(object)
     }
@@ -69,7 +80,7 @@ public struct UploadSpec: Sendable, Equatable {
     public static func decode(_ value: JSON?, path: String = "upload") throws(ValidationError) -> UploadSpec {
         guard let value, !value.isNull else { return UploadSpec() }
         let reader = try FieldReader(value, path: path)
-        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size"])
+        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3"])
         var spec = UploadSpec()
         if let name = try reader.string("protocol", maxLength: 32) {
             guard let parsed = UploadProtocol(rawValue: name) else {
@@ -95,6 +106,15 @@ public struct UploadSpec: Sendable, Equatable {
         spec.chunkSize = try reader.integer("chunk_size", in: 1...(5 << 30))
         if spec.protocolName != .multipart, !spec.fields.isEmpty {
             throw ValidationError(reader.field("fields"), "is only for the multipart protocol")
+        }
+        if let s3 = try reader.object("s3") { spec.s3 = try S3Credentials.decode(s3) }
+        if spec.protocolName == .s3 {
+            guard spec.s3 != nil else { throw ValidationError(reader.field("s3"), "is required for the s3 protocol") }
+            if let size = spec.chunkSize, size < S3Upload.minimumPartSize {
+                throw ValidationError(reader.field("chunk_size"), "must be at least 5 MiB (5242880) for s3")
+            }
+        } else if spec.s3 != nil {
+            throw ValidationError(reader.field("s3"), "is only for the s3 protocol")
         }
         return spec
     }

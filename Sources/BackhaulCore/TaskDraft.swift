@@ -15,7 +15,7 @@ public struct TaskDraft: Sendable {
 
     static let fields: Set<String> = [
         "kind", "file", "request", "upload", "priority", "earliest_begin_at", "description", "idempotency_key",
-        "delete_file_on_success", "configuration",
+        "delete_file_on_success", "configuration", "s3",
     ]
 
     public static let methods: Set<String> = ["PUT", "POST", "PATCH"]
@@ -50,7 +50,14 @@ public struct TaskDraft: Sendable {
         for (name, value) in headers {
             try HeaderRules.validate(name: name, value: value, field: requestReader.field("headers"))
         }
-        let upload = try UploadSpec.decode(reader.value("upload"), path: reader.field("upload"))
+        // SPEC §2.2 puts `s3` beside `upload`; it is kept with the upload's settings.
+        var uploadValue = reader.value("upload") ?? .object([:])
+        if let s3 = reader.value("s3"), case .object(var object) = uploadValue {
+            guard object["s3"] == nil else { throw ValidationError(reader.field("s3"), "is given twice") }
+            object["s3"] = s3
+            uploadValue = .object(object)
+        }
+        let upload = try UploadSpec.decode(uploadValue, path: reader.field("upload"))
         let priority = try reader.number("priority", in: 0...1) ?? 0.5
         var overrides = JSONObject()
         if let configuration = reader.value("configuration") {

@@ -4,16 +4,19 @@ public struct PlannedRequest: Sendable, Equatable {
     public var url: String
     public var headers: [(String, String)]
     public var body: PlannedBody
+    /// Sign with AWS SigV4 (S3).
+    public var signing: S3Credentials?
 
-    public init(method: String, url: String, headers: [(String, String)], body: PlannedBody) {
+    public init(method: String, url: String, headers: [(String, String)], body: PlannedBody, signing: S3Credentials? = nil) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
+        self.signing = signing
     }
 
     public static func == (lhs: PlannedRequest, rhs: PlannedRequest) -> Bool {
-        lhs.method == rhs.method && lhs.url == rhs.url && lhs.body == rhs.body
+        lhs.method == rhs.method && lhs.url == rhs.url && lhs.body == rhs.body && lhs.signing == rhs.signing
             && lhs.headers.map { "\($0.0): \($0.1)" } == rhs.headers.map { "\($0.0): \($0.1)" }
     }
 }
@@ -23,6 +26,8 @@ public enum PlannedBody: Sendable, Equatable {
     case empty
     case file(offset: Int64, length: Int64)
     case multipart(MultipartPlan)
+    /// A small body built by the protocol (an S3 CompleteMultipartUpload document).
+    case bytes([UInt8])
 }
 
 public struct MultipartPlan: Sendable, Equatable {
@@ -47,10 +52,13 @@ public struct ResponseHead: Sendable, Equatable {
     public var status: Int
     /// Lower-cased names.
     public var headers: [String: String]
+    /// The first 64 KiB of the body (S3 answers in XML).
+    public var body: [UInt8]
 
-    public init(status: Int, headers: [String: String] = [:]) {
+    public init(status: Int, headers: [String: String] = [:], body: [UInt8] = []) {
         self.status = status
         self.headers = headers
+        self.body = body
     }
 }
 
@@ -135,8 +143,9 @@ public enum UploadProtocols {
             return ChunkedUpload(task: task, headers: headers, checkpoint: task.checkpoint)
         case .tus:
             return TusUpload(task: task, headers: headers, checkpoint: task.checkpoint)
-        case .raw, .multipart, .s3:
-            // s3 is refused at enqueue in this version.
+        case .s3:
+            return S3Upload(task: task, headers: headers, checkpoint: task.checkpoint)
+        case .raw, .multipart:
             return SingleRequestUpload(task: task, headers: headers)
         }
     }

@@ -25,6 +25,8 @@ final class Transfer {
     private var lastCounters: (Int64, Int64) = (0, 0)
 
     let response = ResponseCollector(bodyLimit: ResponseRecord.maxBodyBytes)
+    /// A body the protocol built in memory (S3's CompleteMultipartUpload).
+    private let memory = MemoryBody()
     /// Bytes acknowledged before the current request plus what curl has sent of it.
     var requestBytesSent: Int64 = 0
     var bytesBeforeRequest: Int64 = 0
@@ -60,13 +62,7 @@ final class Transfer {
     var failuresSinceProgress: Int { checkpoint.attempt == 0 ? attempt : attempt - checkpoint.attempt + 1 }
 
     private func installHandlers() {
-        // The handlers capture `self` unowned: the transfer owns the handle, never the reverse.
-        easy.readBody = { [unowned self] buffer in readFile(into: buffer) }
-        easy.seekBody = { [unowned self] offset in
-            guard offset >= 0, bodyStart + offset <= bodyEnd else { return false }
-            bodyOffset = bodyStart + offset
-            return true
-        }
+        attachFileBody()
         response.attach(to: easy)
         // curl calls this at least once a second, idle or not: the request timeout is measured
         // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
@@ -82,6 +78,17 @@ final class Transfer {
                 idleTimedOut = true
                 return false
             }
+            return true
+        }
+    }
+
+    /// Request bodies come from the file (the handlers capture `self` unowned: the transfer owns
+    /// the handle, never the reverse).
+    private func attachFileBody() {
+        easy.readBody = { [unowned self] buffer in readFile(into: buffer) }
+        easy.seekBody = { [unowned self] offset in
+            guard offset >= 0, bodyStart + offset <= bodyEnd else { return false }
+            bodyOffset = bodyStart + offset
             return true
         }
     }
@@ -103,7 +110,7 @@ final class Transfer {
     var responseHead: ResponseHead {
         var map: [String: String] = [:]
         for (name, value) in response.headers { map[name.lowercased()] = value }
-        return ResponseHead(status: response.status, headers: map)
+        return ResponseHead(status: response.status, headers: map, body: response.body)
     }
 
     var responseRecord: ResponseRecord? {
@@ -127,6 +134,12 @@ final class Transfer {
         lastCounters = (0, 0)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))
         if let bundle = options.caBundle { try easy.set(CURLOPT_CAINFO, bundle) }
+        if let signing = request.signing {
+            // libcurl computes the SigV4 signature (CURLOPT_AWS_SIGV4) over the headers it sends.
+            try easy.set(CURLOPT_AWS_SIGV4, "aws:amz:\(signing.region):s3")
+            try easy.set(CURLOPT_USERPWD, "\(signing.accessKeyID):\(signing.secretAccessKey)")
+        }
+        attachFileBody()
         var lines = request.headers.map { "\($0.0): \($0.1)" }
         switch request.body {
         case .empty:
@@ -148,6 +161,15 @@ final class Transfer {
             if !lines.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
                 lines.append("Content-Type: application/octet-stream")
             }
+        case .bytes(let bytes):
+            bodyStart = 0
+            bodyOffset = 0
+            bodyEnd = 0
+            memory.replace(with: bytes)
+            memory.attach(to: easy)
+            try easy.set(CURLOPT_UPLOAD, 1)
+            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: Int64(bytes.count))
+            if request.method != "PUT" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
         case .multipart(let plan):
             bodyStart = 0
             bodyOffset = 0

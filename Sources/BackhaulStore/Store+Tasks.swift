@@ -76,7 +76,7 @@ extension Store {
             """,
             [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
              task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
-             task.upload.json.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+             task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
              task.deleteFileOnSuccess, JSON.object(task.configurationOverrides).serialized(), task.attempts,
              task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
              task.deadlineAt])

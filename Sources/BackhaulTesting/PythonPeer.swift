@@ -76,3 +76,51 @@ public final class TusServer {
             .map { files + "/" + $0 }
     }
 }
+
+/// S3 (`s3_server.py`: moto checking SigV4 signatures, an IAM user of its own, one bucket),
+/// with its request log.
+public final class S3Server {
+    public let peer: PythonPeer
+    public let logFile: String
+    public let credentials: JSON
+
+    public init(directory: String) throws {
+        logFile = directory + "/s3-requests.jsonl"
+        let credentialsFile = directory + "/s3-credentials.json"
+        FileManager.default.createFile(atPath: logFile, contents: nil)
+        peer = try PythonPeer(script: "s3_server.py", arguments: ["--credentials", credentialsFile, "--log", logFile])
+        var loaded: JSON?
+        eventually(timeout: 30) {
+            loaded = FileManager.default.contents(atPath: credentialsFile).flatMap { try? JSON.parse(Array($0)) }
+            return loaded != nil
+        }
+        guard let loaded else { throw NginxServer.NginxError(message: "moto did not set up its user and bucket") }
+        credentials = loaded
+    }
+
+    public var bucket: String { credentials["bucket"]?.stringValue ?? "" }
+    public func objectURL(_ key: String) -> String { "http://127.0.0.1:\(peer.port)/\(bucket)/\(key)" }
+
+    /// The `s3` object of a task.
+    public var taskCredentials: JSON {
+        ["region": credentials["region"] ?? "us-east-1", "access_key_id": credentials["access_key_id"] ?? "",
+         "secret_access_key": credentials["secret_access_key"] ?? ""]
+    }
+
+    public var requests: [JSON] { PythonPeer.lines(logFile) }
+
+    /// Downloads an object with the curl CLI signing for itself (an independent client).
+    public func object(_ key: String) -> Data {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+        let user = "\(credentials["access_key_id"]?.stringValue ?? ""):\(credentials["secret_access_key"]?.stringValue ?? "")"
+        process.arguments = ["-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                             objectURL(key)]
+        let output = Pipe()
+        process.standardOutput = output
+        try? process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return data
+    }
+}

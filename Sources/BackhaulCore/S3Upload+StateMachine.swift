@@ -1,0 +1,250 @@
+import JSON
+
+/// Credentials for SigV4 signing (SPEC §2.2 `s3`). The secret and the session token are stored
+/// to sign with and never shown.
+public struct S3Credentials: Sendable, Equatable {
+    public var region: String
+    public var accessKeyID: String
+    public var secretAccessKey: String
+    public var sessionToken: String?
+
+    public init(region: String, accessKeyID: String, secretAccessKey: String, sessionToken: String? = nil) {
+        self.region = region
+        self.accessKeyID = accessKeyID
+        self.secretAccessKey = secretAccessKey
+        self.sessionToken = sessionToken
+    }
+
+    public func json(redacted: Bool) -> JSON {
+        var object: JSONObject = ["region": .string(region), "access_key_id": .string(accessKeyID)]
+        if !redacted {
+            object["secret_access_key"] = .string(secretAccessKey)
+            if let sessionToken { object["session_token"] = .string(sessionToken) }
+        }
+        return .object(object)
+    }
+
+    static func decode(_ reader: FieldReader) throws(ValidationError) -> S3Credentials {
+        try reader.rejectUnknown(["region", "access_key_id", "secret_access_key", "session_token"])
+        let region = try reader.requiredString("region", maxLength: 64)
+        guard !region.isEmpty, region.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) else {
+            throw ValidationError(reader.field("region"), "is not an AWS region name")
+        }
+        let key = try reader.requiredString("access_key_id", maxLength: 256)
+        guard !key.contains(":") else { throw ValidationError(reader.field("access_key_id"), "must not contain ':'") }
+        return S3Credentials(region: region, accessKeyID: key,
+                             secretAccessKey: try reader.requiredString("secret_access_key", maxLength: 1024),
+                             sessionToken: try reader.string("session_token", maxLength: 4096))
+    }
+}
+
+/// S3 multipart upload (Create, UploadPart, Complete, Abort) signed with SigV4; `request.url`
+/// is the object URL. A file of at most one part goes as one PUT. Each part's ETag is persisted;
+/// on resume `ListParts` says which parts the server really holds, and parts after the first gap
+/// are sent again. Cancelling aborts the multipart upload.
+public struct S3Upload: UploadStateMachine {
+    public static let minimumPartSize: Int64 = 5 << 20
+    public static let maximumParts: Int64 = 10_000
+
+    /// The part size for a requested `chunk_size` (default 8 MiB, at least 5 MiB).
+    public static func partSize(_ requested: Int64?) -> Int64 { max(minimumPartSize, requested ?? ChunkedUpload.defaultChunkSize) }
+
+    private enum State: Equatable { case idle, single, creating, listing, part(Int), completing, done }
+
+    private var state = State.idle
+    private let url: String
+    private let headers: [(String, String)]
+    private let credentials: S3Credentials?
+    private let total: Int64
+    private let partSize: Int64
+    private let contentType: String?
+    public private(set) var uploadID: String?
+    public private(set) var etags: [String]
+
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+        url = task.request.url
+        credentials = task.upload.s3
+        var signed = headers
+        signed.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))
+        if let token = task.upload.s3?.sessionToken { signed.append(("x-amz-security-token", token)) }
+        self.headers = signed
+        total = task.file.size
+        partSize = Self.partSize(task.upload.chunkSize)
+        contentType = task.upload.contentType
+        uploadID = checkpoint?.location
+        etags = checkpoint?.location == nil ? [] : (checkpoint?.parts ?? [])
+    }
+
+    private var partCount: Int64 { max(1, (total + partSize - 1) / partSize) }
+
+    public var bytesAcknowledged: Int64 {
+        state == .done ? total : min(total, Int64(etags.count) * partSize)
+    }
+
+    public var checkpoint: UploadCheckpoint? {
+        UploadCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags)
+    }
+
+    public var cancellationRequest: PlannedRequest? {
+        uploadID.map { request("DELETE", query: "uploadId=\(Self.escape($0))", body: .empty) }
+    }
+
+    public mutating func start(now: Timestamp) -> UploadStep {
+        guard partCount <= Self.maximumParts else {
+            return .failed(.fatal(TaskError(.dataLengthExceedsMaximum,
+                                            message: "\(partCount) parts of \(partSize) bytes: S3 allows at most 10,000; raise chunk_size")))
+        }
+        if total <= partSize {
+            state = .single
+            var typed = request("PUT", query: nil, body: .file(offset: 0, length: total))
+            if let contentType { typed.headers.append(("Content-Type", contentType)) }
+            return .send(typed)
+        }
+        if let uploadID {
+            state = .listing
+            return .send(request("GET", query: "uploadId=\(Self.escape(uploadID))", body: .empty))
+        }
+        return create()
+    }
+
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        let status = response.status
+        let ok = (200..<300).contains(status)
+        switch state {
+        case .single:
+            guard ok else { return failHTTP(response, now: now) }
+            state = .done
+            return .completed
+        case .creating:
+            guard ok, let id = XMLText.first("UploadId", in: response.body) else { return failHTTP(response, now: now) }
+            uploadID = id
+            etags = []
+            return nextPart()
+        case .listing:
+            if status == 404 {
+                // The multipart upload is gone (aborted or expired): start again.
+                uploadID = nil
+                etags = []
+                return create()
+            }
+            guard ok else { return failHTTP(response, now: now) }
+            etags = Self.contiguousParts(XMLText.blocks("Part", in: response.body), partSize: partSize)
+            return nextPart()
+        case .part(let number):
+            guard ok, let etag = response.headers["etag"] else { return failHTTP(response, now: now) }
+            etags = Array(etags.prefix(number - 1)) + [etag]
+            return nextPart()
+        case .completing:
+            // S3 can answer 200 with an <Error> document when completion fails late.
+            guard ok, XMLText.first("Code", in: response.body) == nil else {
+                if ok { return .failed(.http(status: 500, retryAfter: nil)) }
+                return failHTTP(response, now: now)
+            }
+            state = .done
+            return .completed
+        case .idle, .done:
+            return .failed(.fatal(TaskError(.badServerResponse, message: "a response came when none was expected")))
+        }
+    }
+
+    private mutating func create() -> UploadStep {
+        state = .creating
+        var created = request("POST", query: "uploads=", body: .file(offset: 0, length: 0))
+        if let contentType { created.headers.append(("Content-Type", contentType)) }
+        return .send(created)
+    }
+
+    private mutating func nextPart() -> UploadStep {
+        let number = etags.count + 1
+        let first = Int64(number - 1) * partSize
+        guard first < total else { return complete() }
+        state = .part(number)
+        let length = min(partSize, total - first)
+        // Query keys already in sorted order, as SigV4 with libcurl 7.88 wants.
+        return .send(request("PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
+                             body: .file(offset: first, length: length)))
+    }
+
+    private mutating func complete() -> UploadStep {
+        state = .completing
+        var document = "<CompleteMultipartUpload>"
+        for (index, etag) in etags.enumerated() {
+            document += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(XMLText.escape(etag))</ETag></Part>"
+        }
+        document += "</CompleteMultipartUpload>"
+        var request = request("POST", query: "uploadId=\(Self.escape(uploadID!))", body: .bytes(Array(document.utf8)))
+        request.headers.append(("Content-Type", "application/xml"))
+        return .send(request)
+    }
+
+    private func request(_ method: String, query: String?, body: PlannedBody) -> PlannedRequest {
+        PlannedRequest(method: method, url: query.map { url + "?" + $0 } ?? url, headers: headers, body: body, signing: credentials)
+    }
+
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        state = .idle
+        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
+        return .failed(.http(status: response.status, retryAfter: retryAfter))
+    }
+
+    /// The ETags of parts 1…n that the server holds whole, up to the first gap.
+    static func contiguousParts(_ parts: [String], partSize: Int64) -> [String] {
+        var byNumber: [Int: (etag: String, size: Int64)] = [:]
+        for part in parts {
+            let bytes = Array(part.utf8)
+            guard let number = XMLText.first("PartNumber", in: bytes).flatMap({ Int($0) }),
+                let etag = XMLText.first("ETag", in: bytes) else { continue }
+            byNumber[number] = (XMLText.unescape(etag), XMLText.first("Size", in: bytes).flatMap { Int64($0) } ?? partSize)
+        }
+        var result: [String] = []
+        while let part = byNumber[result.count + 1], part.size == partSize {
+            result.append(part.etag)
+        }
+        return result
+    }
+
+    /// Percent-encodes an UploadId for a query string.
+    static func escape(_ text: String) -> String {
+        var result = ""
+        for byte in text.utf8 {
+            let character = Character(Unicode.Scalar(byte))
+            if character.isLetter && byte < 128 || character.isNumber && byte < 128 || "-_.~".contains(character) {
+                result.append(character)
+            } else {
+                let hex = String(byte, radix: 16, uppercase: true)
+                result += "%" + (hex.count == 1 ? "0" + hex : hex)
+            }
+        }
+        return result
+    }
+}
+
+/// Just enough XML for S3's answers: the text of simple elements.
+enum XMLText {
+    static func first(_ tag: String, in body: [UInt8]) -> String? { blocks(tag, in: body).first.map(unescape) }
+
+    /// The inner text of every `<tag>…</tag>` in order.
+    static func blocks(_ tag: String, in body: [UInt8]) -> [String] {
+        let text = String(decoding: body, as: UTF8.self)
+        var result: [String] = []
+        var rest = Substring(text)
+        let open = "<\(tag)>"
+        let close = "</\(tag)>"
+        while let start = rest.firstRange(of: open) {
+            let after = rest[start.upperBound...]
+            guard let end = after.firstRange(of: close) else { break }
+            result.append(String(after[..<end.lowerBound]))
+            rest = after[end.upperBound...]
+        }
+        return result
+    }
+
+    static func unescape(_ text: String) -> String {
+        text.replacing("&quot;", with: "\"").replacing("&lt;", with: "<").replacing("&gt;", with: ">")
+            .replacing("&apos;", with: "'").replacing("&amp;", with: "&")
+    }
+
+    static func escape(_ text: String) -> String {
+        text.replacing("&", with: "&amp;").replacing("<", with: "&lt;").replacing(">", with: "&gt;").replacing("\"", with: "&quot;")
+    }
+}

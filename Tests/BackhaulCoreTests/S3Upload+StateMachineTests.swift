@@ -1,0 +1,107 @@
+import BackhaulCore
+import Testing
+
+@Suite("S3 multipart upload state machine")
+struct S3UploadStateMachineTests {
+    static let mib: Int64 = 1 << 20
+    let credentials = S3Credentials(region: "eu-west-1", accessKeyID: "AKIA", secretAccessKey: "secret", sessionToken: "tok")
+
+    func task(size: Int64, chunk: Int64? = nil) -> TaskRecord {
+        var upload = UploadSpec(protocolName: .s3)
+        upload.chunkSize = chunk
+        upload.s3 = credentials
+        return TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
+                          request: RequestSpec(url: "http://s3/b/k", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+    }
+
+    func xml(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    @Test("part size: 8 MiB by default, 5 MiB at least")
+    func partSizes() {
+        #expect(S3Upload.partSize(nil) == 8 * Self.mib)
+        #expect(S3Upload.partSize(Self.mib) == 5 * Self.mib)
+        #expect(S3Upload.partSize(64 * Self.mib) == 64 * Self.mib)
+    }
+
+    @Test("a file of one part is one signed PUT with the session token and unsigned payload")
+    func single() {
+        var machine = S3Upload(task: task(size: 1000), headers: [], checkpoint: nil)
+        guard case .send(let request) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        #expect(request.method == "PUT" && request.url == "http://s3/b/k" && request.body == .file(offset: 0, length: 1000))
+        #expect(request.signing == credentials)
+        #expect(request.headers.contains { $0 == ("x-amz-content-sha256", "UNSIGNED-PAYLOAD") })
+        #expect(request.headers.contains { $0 == ("x-amz-security-token", "tok") })
+        #expect(machine.didReceive(ResponseHead(status: 200), now: 0) == .completed)
+    }
+
+    @Test("create, parts with their ETags persisted, complete with the part list")
+    func multipart() {
+        var machine = S3Upload(task: task(size: 12 * Self.mib, chunk: 5 * Self.mib), headers: [], checkpoint: nil)
+        guard case .send(let create) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        #expect(create.method == "POST" && create.url == "http://s3/b/k?uploads=")
+        guard case .send(let part1) = machine.didReceive(
+            ResponseHead(status: 200, body: xml("<InitiateMultipartUploadResult><UploadId>u+1</UploadId></InitiateMultipartUploadResult>")), now: 0)
+        else { Issue.record("expected part 1"); return }
+        #expect(part1.url == "http://s3/b/k?partNumber=1&uploadId=u%2B1")
+        #expect(part1.body == .file(offset: 0, length: 5 * Self.mib))
+        guard case .send(let part2) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e1\""]), now: 0) else {
+            Issue.record("expected part 2"); return
+        }
+        #expect(part2.url == "http://s3/b/k?partNumber=2&uploadId=u%2B1")
+        #expect(machine.checkpoint == UploadCheckpoint(offset: 5 * Self.mib, location: "u+1", parts: ["\"e1\""]))
+        guard case .send(let part3) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e2\""]), now: 0) else {
+            Issue.record("expected part 3"); return
+        }
+        #expect(part3.body == .file(offset: 10 * Self.mib, length: 2 * Self.mib))
+        guard case .send(let complete) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e3\""]), now: 0) else {
+            Issue.record("expected complete"); return
+        }
+        #expect(complete.method == "POST" && complete.url == "http://s3/b/k?uploadId=u%2B1")
+        let expected = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag></Part>"
+            + "<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag></Part>"
+            + "<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part></CompleteMultipartUpload>"
+        #expect(complete.body == .bytes(Array(expected.utf8)))
+        #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<CompleteMultipartUploadResult/>")), now: 0) == .completed)
+        #expect(machine.cancellationRequest?.method == "DELETE")
+    }
+
+    @Test("a 200 carrying an <Error> from Complete is retried, not taken as success")
+    func completeError() {
+        var machine = S3Upload(task: task(size: 12 * Self.mib, chunk: 6 * Self.mib), headers: [],
+                               checkpoint: UploadCheckpoint(offset: 12 * Self.mib, location: "u", parts: ["a", "b"]))
+        _ = machine.start(now: 0)
+        _ = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>a</ETag><Size>6291456</Size></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag><Size>6291456</Size></Part></ListPartsResult>")), now: 0)
+        #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<Error><Code>InternalError</Code></Error>")), now: 0)
+                == .failed(.http(status: 500, retryAfter: nil)))
+    }
+
+    @Test("resume: ListParts decides, up to the first missing or short part")
+    func resume() {
+        var machine = S3Upload(task: task(size: 20 * Self.mib, chunk: 5 * Self.mib), headers: [],
+                               checkpoint: UploadCheckpoint(offset: 15 * Self.mib, location: "u", parts: ["a", "b", "c"]))
+        guard case .send(let list) = machine.start(now: 0) else { Issue.record("expected ListParts"); return }
+        #expect(list.method == "GET" && list.url == "http://s3/b/k?uploadId=u")
+        let parts = "<Part><PartNumber>1</PartNumber><ETag>&quot;a&quot;</ETag><Size>5242880</Size></Part>"
+            + "<Part><PartNumber>2</PartNumber><ETag>&quot;b&quot;</ETag><Size>5242880</Size></Part>"
+            + "<Part><PartNumber>4</PartNumber><ETag>&quot;d&quot;</ETag><Size>5242880</Size></Part>"
+        guard case .send(let next) = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult>\(parts)</ListPartsResult>")), now: 0)
+        else { Issue.record("expected part 3"); return }
+        #expect(next.url == "http://s3/b/k?partNumber=3&uploadId=u")
+        #expect(machine.etags == ["\"a\"", "\"b\""])
+    }
+
+    @Test("resume: a vanished upload (404) starts a new one")
+    func vanished() {
+        var machine = S3Upload(task: task(size: 20 * Self.mib), headers: [], checkpoint: UploadCheckpoint(offset: 0, location: "u"))
+        _ = machine.start(now: 0)
+        guard case .send(let create) = machine.didReceive(ResponseHead(status: 404), now: 0) else { Issue.record("expected a request"); return }
+        #expect(create.url == "http://s3/b/k?uploads=")
+    }
+
+    @Test("more than 10,000 parts fails -1103 at once")
+    func tooManyParts() {
+        var machine = S3Upload(task: task(size: 60 << 30, chunk: 5 * Self.mib), headers: [], checkpoint: nil)
+        guard case .failed(.fatal(let error)) = machine.start(now: 0) else { Issue.record("expected a failure"); return }
+        #expect(error.code == -1103)
+    }
+}
