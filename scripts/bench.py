@@ -53,6 +53,57 @@ http {{
     return process, port
 
 
+class ChunkSink:
+    """A resumable Content-Range sink on tmpfs (nginx answers 501 to ranged PUTs): writes each
+    chunk at its offset, 308 + Range for intermediate chunks, 201 for the last."""
+
+    def __init__(self, directory):
+        import http.server, threading
+        self.directory = directory
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_):
+                pass
+
+            def do_PUT(self):
+                length = int(self.headers.get("Content-Length", "0"))
+                first, last, total = sink.parse(self.headers.get("Content-Range", ""))
+                path = sink.assembled(self.path)
+                mode = "r+b" if os.path.exists(path) else "wb"
+                with open(path, mode) as out:
+                    out.seek(first)
+                    remaining = length
+                    while remaining > 0:
+                        block = self.rfile.read(min(remaining, 1 << 20))
+                        if not block:
+                            break
+                        out.write(block)
+                        remaining -= len(block)
+                size = os.path.getsize(path)
+                status = 201 if size >= total else 308
+                self.send_response(status)
+                if status == 308:
+                    self.send_header("Range", f"bytes=0-{size - 1}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def assembled(self, path):
+        return f"{self.directory}/assembled" + path.replace("/", "_")
+
+    @staticmethod
+    def parse(header):
+        spec, total = header.removeprefix("bytes ").split("/")
+        first, last = spec.split("-")
+        return int(first), int(last), int(total)
+
+
 def proc_cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
@@ -161,6 +212,11 @@ def main():
         for _ in range(args.size_mib):
             out.write(block)
     nginx, nginx_port = start_nginx(sink_dir)
+    chunk_sink = ChunkSink(sink_dir)
+
+    def sink_port(upload):
+        return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
+
     results = {"size_mib": args.size_mib, "runs": args.runs, "cases": {}}
     try:
         # curl -T, the baseline.
@@ -174,33 +230,34 @@ def main():
             os.remove(f"{sink_dir}/root/curl/{run}.bin")
         results["cases"]["curl -T"] = {"wall_s": statistics.median(walls)}
 
-        # backhauld raw.
-        walls, cpus, rss = [], [], []
-        for run in range(args.runs):
-            state = f"{work}/state-{run}"
-            daemon, port = start_daemon(args.binary, state, data)
-            try:
-                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
-                cpu_before = proc_cpu_seconds(daemon.pid)
-                subprocess.run(["sync"])
-                started = time.time()
-                status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
-                    "file": source, "request": {"url": f"http://127.0.0.1:{nginx_port}/bh/{run}.bin"}})
-                assert status == 201, task
-                wait_done(port, [task["id"]])
-                walls.append(time.time() - started)
-                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
-                rss.append(proc_peak_rss_mib(daemon.pid))
-                if subprocess.run(["cmp", "-s", source, f"{sink_dir}/root/bh/{run}.bin"]).returncode != 0:
-                    raise RuntimeError("the uploaded file differs")
-                os.remove(f"{sink_dir}/root/bh/{run}.bin")
-            finally:
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(timeout=30)
+        # backhauld, raw and chunked (8 MiB), to the same sink.
         gib = args.size_mib / 1024
-        results["cases"]["backhauld raw"] = {
-            "wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
-            "peak_rss_mib": max(rss)}
+        for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
+            walls, cpus, rss = [], [], []
+            for run in range(args.runs):
+                state = f"{work}/state-{name.split()[1]}-{run}"
+                daemon, port = start_daemon(args.binary, state, data)
+                try:
+                    api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
+                    cpu_before = proc_cpu_seconds(daemon.pid)
+                    subprocess.run(["sync"])
+                    started = time.time()
+                    status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
+                        "file": source, "upload": upload, "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run}.bin"}})
+                    assert status == 201, task
+                    wait_done(port, [task["id"]])
+                    walls.append(time.time() - started)
+                    cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                    rss.append(proc_peak_rss_mib(daemon.pid))
+                    target = f"{sink_dir}/root/bh/{run}.bin" if upload["protocol"] == "raw" else chunk_sink.assembled(f"/bh/{run}.bin")
+                    if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
+                        raise RuntimeError(f"{name}: the uploaded file differs")
+                    os.remove(target)
+                finally:
+                    daemon.send_signal(signal.SIGTERM)
+                    daemon.wait(timeout=30)
+            results["cases"][name] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
+                                      "peak_rss_mib": max(rss)}
 
         # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
         results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
@@ -212,11 +269,11 @@ def main():
 
     base = results["cases"]["curl -T"]["wall_s"]
     print(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
-    print(f"{'case':<16}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
+    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
     for name, case in results["cases"].items():
         case["mib_per_s"] = args.size_mib / case["wall_s"]
         case["ratio_to_curl"] = case["wall_s"] / base
-        print(f"{name:<16}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
+        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
               f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
     hooks = results["webhooks"]
     print(f"webhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
