@@ -39,7 +39,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
-            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "JSON", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", "JSON", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulWebhooks",
@@ -79,7 +79,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "backhauld"],
+            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "backhauld"],
             swiftSettings: swiftSettings),
     ]
 )

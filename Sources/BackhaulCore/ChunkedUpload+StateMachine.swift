@@ -21,6 +21,7 @@ public struct ChunkedUpload: UploadStateMachine {
     private let headers: [(String, String)]
     private let total: Int64
     private let chunkSize: Int64
+    private let checksum: Bool
     /// Bytes the server has acknowledged (the next chunk starts here).
     public private(set) var offset: Int64
 
@@ -30,6 +31,7 @@ public struct ChunkedUpload: UploadStateMachine {
         self.headers = headers
         total = task.file.size
         chunkSize = max(1, task.upload.chunkSize ?? Self.defaultChunkSize)
+        checksum = task.upload.checksum == .sha256
         offset = min(checkpoint?.offset ?? 0, task.file.size)
     }
 
@@ -90,9 +92,12 @@ public struct ChunkedUpload: UploadStateMachine {
         let first = offset
         let last = min(total, first + chunkSize) - 1
         state = .sending(first: first, last: last)
-        return .send(PlannedRequest(
+        var request = PlannedRequest(
             method: method, url: url, headers: headers + [("Content-Range", "bytes \(first)-\(last)/\(total)")],
-            body: .file(offset: first, length: last - first + 1)))
+            body: .file(offset: first, length: last - first + 1))
+        // Each request's content is one chunk: its digest goes in Content-Digest.
+        if checksum { request.digestTrailers = ["Content-Digest"] }
+        return .send(request)
     }
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {

@@ -46,6 +46,10 @@ public struct UploadSpec: Sendable, Equatable {
     public var chunkSize: Int64?
     /// S3 credentials (`s3` protocol); stored to sign with, never shown.
     public var s3: S3Credentials?
+    /// A digest computed while the file is read and sent with it.
+    public var checksum: ChecksumAlgorithm?
+
+    public enum ChecksumAlgorithm: String, Sendable { case sha256 }
 
     public init(protocolName: UploadProtocol = .raw) { self.protocolName = protocolName }
 
@@ -71,6 +75,7 @@ public struct UploadSpec: Sendable, Equatable {
         } else if let contentType {
             object["content_type"] = .string(contentType)
         }
+        if let checksum { object["checksum"] = .string(checksum.rawValue) }
         if protocolName == .chunked || protocolName == .tus { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
         else if protocolName == .s3 { object["chunk_size"] = .int(S3Upload.partSize(chunkSize)) }
         else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
@@ -80,7 +85,7 @@ public struct UploadSpec: Sendable, Equatable {
     public static func decode(_ value: JSON?, path: String = "upload") throws(ValidationError) -> UploadSpec {
         guard let value, !value.isNull else { return UploadSpec() }
         let reader = try FieldReader(value, path: path)
-        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3"])
+        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3", "checksum"])
         var spec = UploadSpec()
         if let name = try reader.string("protocol", maxLength: 32) {
             guard let parsed = UploadProtocol(rawValue: name) else {
@@ -108,6 +113,15 @@ public struct UploadSpec: Sendable, Equatable {
             throw ValidationError(reader.field("fields"), "is only for the multipart protocol")
         }
         if let s3 = try reader.object("s3") { spec.s3 = try S3Credentials.decode(s3) }
+        if let name = try reader.string("checksum", maxLength: 16) {
+            guard let algorithm = ChecksumAlgorithm(rawValue: name) else {
+                throw ValidationError(reader.field("checksum"), "must be sha256")
+            }
+            guard spec.protocolName == .raw || spec.protocolName == .chunked else {
+                throw ValidationError(reader.field("checksum"), "is available for raw and chunked uploads in this version")
+            }
+            spec.checksum = algorithm
+        }
         if spec.protocolName == .s3 {
             guard spec.s3 != nil else { throw ValidationError(reader.field("s3"), "is required for the s3 protocol") }
             if let size = spec.chunkSize, size < S3Upload.minimumPartSize {

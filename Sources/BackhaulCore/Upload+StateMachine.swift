@@ -6,6 +6,9 @@ public struct PlannedRequest: Sendable, Equatable {
     public var body: PlannedBody
     /// Sign with AWS SigV4 (S3).
     public var signing: S3Credentials?
+    /// Header names sent as trailers carrying the SHA-256 of the body, computed while it is read
+    /// (RFC 9530 `sha-256=:…:`); the body then goes with chunked transfer encoding.
+    public var digestTrailers: [String] = []
 
     public init(method: String, url: String, headers: [(String, String)], body: PlannedBody, signing: S3Credentials? = nil) {
         self.method = method
@@ -17,6 +20,7 @@ public struct PlannedRequest: Sendable, Equatable {
 
     public static func == (lhs: PlannedRequest, rhs: PlannedRequest) -> Bool {
         lhs.method == rhs.method && lhs.url == rhs.url && lhs.body == rhs.body && lhs.signing == rhs.signing
+            && lhs.digestTrailers == rhs.digestTrailers
             && lhs.headers.map { "\($0.0): \($0.1)" } == rhs.headers.map { "\($0.0): \($0.1)" }
     }
 }
@@ -92,7 +96,7 @@ extension UploadStateMachine {
 public struct SingleRequestUpload: UploadStateMachine {
     private enum State: Equatable { case idle, sent, done }
     private var state = State.idle
-    private let request: PlannedRequest
+    private var request: PlannedRequest
     private let fileSize: Int64
 
     public init(task: TaskRecord, headers: [(String, String)]) {
@@ -114,6 +118,10 @@ public struct SingleRequestUpload: UploadStateMachine {
             }
         }
         request = PlannedRequest(method: task.request.method, url: task.request.url, headers: headers, body: body)
+        if task.upload.checksum == .sha256, task.upload.protocolName == .raw {
+            // The whole representation is the body: both digests are the same.
+            request.digestTrailers = ["Repr-Digest", "Content-Digest"]
+        }
     }
 
     public mutating func start(now: Timestamp) -> UploadStep {

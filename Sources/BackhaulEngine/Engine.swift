@@ -338,8 +338,10 @@ private final class EngineLoop {
         }
         if case .send(let next) = step {
             do {
+                byHandle[ObjectIdentifier(transfer.easy)] = nil
                 try transfer.prepare(next, options: options)
                 try multi.add(transfer.easy)
+                byHandle[ObjectIdentifier(transfer.easy)] = transfer
                 return
             } catch {
                 conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))

@@ -1,6 +1,7 @@
 import BackhaulCore
 import CCurl
 import Curl
+import Digest
 
 /// One task's attempt in flight: the protocol's state machine, the open file, the curl handle
 /// and what has come back so far. Lives on the engine thread only.
@@ -11,7 +12,10 @@ final class Transfer {
     let limitKey: String
     var machine: any UploadStateMachine
     let file: OpenedFile
-    let easy: EasyHandle
+    /// The handle of the current request: a fresh one per request (curl's connection cache
+    /// lives in the multi handle, so connections are still reused). Reusing one handle across
+    /// requests with `curl_easy_reset` crashed libcurl 7.88 when trailers were sent.
+    private(set) var easy: EasyHandle
 
     /// Where the current request body reads from the file.
     private var bodyStart: Int64 = 0
@@ -27,6 +31,8 @@ final class Transfer {
     let response = ResponseCollector(bodyLimit: ResponseRecord.maxBodyBytes)
     /// A body the protocol built in memory (S3's CompleteMultipartUpload).
     private let memory = MemoryBody()
+    /// The SHA-256 of the body read so far, when the request sends digest trailers.
+    private var digest: SHA256Hasher?
     /// Bytes acknowledged before the current request plus what curl has sent of it.
     var requestBytesSent: Int64 = 0
     var bytesBeforeRequest: Int64 = 0
@@ -88,6 +94,11 @@ final class Transfer {
         easy.readBody = { [unowned self] buffer in readFile(into: buffer) }
         easy.seekBody = { [unowned self] offset in
             guard offset >= 0, bodyStart + offset <= bodyEnd else { return false }
+            if digest != nil {
+                // A digest cannot rewind: only a restart from the beginning is possible.
+                guard offset == 0 else { return false }
+                digest = SHA256Hasher()
+            }
             bodyOffset = bodyStart + offset
             return true
         }
@@ -103,6 +114,7 @@ final class Transfer {
             fileChangedDuringRead = true
             return .abort
         }
+        digest?.update(UnsafeRawBufferPointer(rebasing: window[0..<count]))
         bodyOffset += Int64(count)
         return .bytes(count)
     }
@@ -122,7 +134,8 @@ final class Transfer {
         bytesBeforeRequest = machine.bytesAcknowledged
         requestBytesSent = 0
         response.reset()
-        try easy.reset()
+        easy = try EasyHandle()
+        installHandlers()
         try easy.set(CURLOPT_URL, request.url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
@@ -140,6 +153,8 @@ final class Transfer {
             try easy.set(CURLOPT_USERPWD, "\(signing.accessKeyID):\(signing.secretAccessKey)")
         }
         attachFileBody()
+        digest = nil
+        easy.trailers = nil
         var lines = request.headers.map { "\($0.0): \($0.1)" }
         switch request.body {
         case .empty:
@@ -156,7 +171,20 @@ final class Transfer {
             bodyOffset = offset
             bodyEnd = offset + length
             try easy.set(CURLOPT_UPLOAD, 1)
-            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: length)
+            if request.digestTrailers.isEmpty {
+                try easy.set(CURLOPT_INFILESIZE_LARGE, offset: length)
+            } else {
+                // The digest is known only after the last byte is read: it goes in trailers, so
+                // the body goes with chunked transfer encoding.
+                let names = request.digestTrailers
+                digest = SHA256Hasher()
+                lines += ["Transfer-Encoding: chunked", "Trailer: \(names.joined(separator: ", "))"]
+                easy.trailers = { [unowned self] in
+                    guard let value = digest?.finish() else { return [] }
+                    digest = nil
+                    return names.map { "\($0): sha-256=:\(Base64.encode(value)):" }
+                }
+            }
             if request.method != "PUT" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
             if !lines.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
                 lines.append("Content-Type: application/octet-stream")

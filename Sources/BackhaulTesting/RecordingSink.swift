@@ -29,6 +29,8 @@ public final class RecordingSink: Sendable {
         public var path: String
         public var query: [String: String]
         public var headers: [String: String]
+        /// Trailers after a chunked body (names lower-cased).
+        public var trailers: [String: String] = [:]
         public var bodyFile: String
         public var bodyLength: Int64
         /// The whole body arrived and an answer was sent.
@@ -109,6 +111,10 @@ public final class RecordingSink: Sendable {
         let file = "\(directory)/\(index).body"
         FileManager.default.createFile(atPath: file, contents: nil)
         return (index, behaviour, FileHandle(forWritingAtPath: file))
+    }
+
+    fileprivate func trailers(_ index: Int, _ trailers: [String: String]) {
+        state.withLock { $0.records[index].trailers = trailers }
     }
 
     fileprivate func received(_ index: Int, bytes: Int) {
@@ -215,6 +221,8 @@ public final class RecordingSink: Sendable {
             received += Int64(bytes.count)
             sink.received(index, bytes: bytes.count)
         }
+
+        func receivedTrailers(_ trailers: [String: String]) { sink.trailers(index, trailers) }
 
         func finish() -> HTTPResponse? {
             try? file?.synchronize()

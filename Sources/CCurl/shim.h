@@ -55,6 +55,16 @@ static inline CURLcode bh_curl_easy_set_seek_callback(CURL *handle, bh_curl_seek
 static inline int bh_curl_seekfunc_ok(void) { return CURL_SEEKFUNC_OK; }
 static inline int bh_curl_seekfunc_cantseek(void) { return CURL_SEEKFUNC_CANTSEEK; }
 
+typedef int (*bh_curl_trailer_callback)(struct curl_slist **list, void *userdata);
+
+/// Sets the trailer callback and its userdata (chunked uploads send trailers after the body).
+static inline CURLcode bh_curl_easy_set_trailer_callback(CURL *handle, bh_curl_trailer_callback callback, void *userdata) {
+    CURLcode code = curl_easy_setopt(handle, CURLOPT_TRAILERFUNCTION, callback);
+    if (code != CURLE_OK) return code;
+    return curl_easy_setopt(handle, CURLOPT_TRAILERDATA, userdata);
+}
+static inline int bh_curl_trailerfunc_ok(void) { return CURL_TRAILERFUNC_OK; }
+
 static inline CURLcode bh_curl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

@@ -23,6 +23,8 @@ public final class EasyHandle {
     public var onData: ((UnsafeRawBufferPointer) -> Bool)?
     /// Moves the body back to `offset` from its start (curl rewinds to resend); false if impossible.
     public var seekBody: ((Int64) -> Bool)?
+    /// Trailer lines (`Name: value`) sent after a chunked upload's body.
+    public var trailers: (() -> [String])?
     /// Progress `(uploadedNow, downloadedNow)`; return false to abort the transfer.
     public var onProgress: ((Int64, Int64) -> Bool)?
 
@@ -84,6 +86,11 @@ public final class EasyHandle {
             let owner = EasyHandle.owner(userdata)
             guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
             return bh_curl_seekfunc_ok()
+        }, me), self)
+        try check(bh_curl_easy_set_trailer_callback(raw, { list, userdata in
+            guard let list, let lines = EasyHandle.owner(userdata).trailers?() else { return bh_curl_trailerfunc_ok() }
+            for line in lines { list.pointee = curl_slist_append(list.pointee, line) }
+            return bh_curl_trailerfunc_ok()
         }, me), self)
         try check(bh_curl_easy_set_xferinfo_callback(raw, { userdata, _, downloaded, _, uploaded in
             guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }

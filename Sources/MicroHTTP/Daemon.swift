@@ -179,6 +179,8 @@ private let accessHandler: bh_mhd_access_handler = { cls, connection, url, metho
     }
     if state.answered { return MHD_Result.YES }
     state.answered = true
+    let trailers = collect(connection, kind: .FOOTER_KIND, lowercaseKeys: true)
+    if !trailers.isEmpty { state.consumer.receivedTrailers(trailers) }
     guard let response = state.consumer.finish() else { return MHD_Result.NO }
     return queue(response, on: connection)
 }

@@ -103,6 +103,12 @@ public protocol RequestBodyConsumer: AnyObject {
     func consume(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition
     /// The body is complete: the answer, or nil to close the connection without one.
     func finish() -> HTTPResponse?
+    /// Trailers that followed a chunked body (names lower-cased), just before `finish`.
+    func receivedTrailers(_ trailers: [String: String])
+}
+
+extension RequestBodyConsumer {
+    public func receivedTrailers(_ trailers: [String: String]) {}
 }
 
 /// A server's request handler: makes a body consumer for each request head.
