@@ -59,12 +59,13 @@ public final class TusServer {
     public let files: String
     public let logFile: String
 
-    public init(directory: String) throws {
+    /// `failPatch`: the Nth PATCH (1-based) is answered 503 and not stored.
+    public init(directory: String, failPatch: Int = 0) throws {
         files = directory + "/tus-files"
         logFile = directory + "/tus-requests.jsonl"
         try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "tus_server.py", arguments: ["--files", files, "--log", logFile])
+        peer = try PythonPeer(script: "tus_server.py", arguments: ["--files", files, "--log", logFile, "--fail-patch", String(failPatch)])
     }
 
     public var creationURL: String { "http://127.0.0.1:\(peer.port)/files" }
@@ -84,11 +85,13 @@ public final class S3Server {
     public let logFile: String
     public let credentials: JSON
 
-    public init(directory: String) throws {
+    /// `failPart`: the Nth UploadPart (1-based) is answered 503.
+    public init(directory: String, failPart: Int = 0) throws {
         logFile = directory + "/s3-requests.jsonl"
         let credentialsFile = directory + "/s3-credentials.json"
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "s3_server.py", arguments: ["--credentials", credentialsFile, "--log", logFile])
+        peer = try PythonPeer(script: "s3_server.py",
+                              arguments: ["--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart)])
         var loaded: JSON?
         eventually(timeout: 30) {
             loaded = FileManager.default.contents(atPath: credentialsFile).flatMap { try? JSON.parse(Array($0)) }

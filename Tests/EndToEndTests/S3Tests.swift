@@ -102,3 +102,18 @@ extension EndToEndTests {
         #expect(task["error"]?["code"]?.intValue == -1103)
     }
 }
+
+extension EndToEndTests {
+    @Test("s3: a 503 on one part re-sends only that part")
+    func s3FaultResendsOnePart() throws {
+        let fixture = try Fixture()
+        let s3 = try S3Server(directory: fixture.scratch.path, failPart: 2)
+        try fixture.session("s1", quickRetry)
+        let file = fixture.makeFile("p.bin", size: 15 * 1024 * 1024)
+        let task = try fixture.daemon.waitForTask(try enqueueS3(fixture, s3, file: file, key: "p.bin"), timeout: 60)
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
+        let parts = s3.requests.filter { $0["method"]?.stringValue == "PUT" }.compactMap { $0["query"]?.stringValue?.split(separator: "&").first }
+        #expect(parts == ["partNumber=1", "partNumber=2", "partNumber=2", "partNumber=3"])
+        #expect(s3.object("p.bin") == fixture.contents(file))
+    }
+}

@@ -60,3 +60,20 @@ extension EndToEndTests {
         #expect(eventually(timeout: 5) { tus.uploads.isEmpty })
     }
 }
+
+extension EndToEndTests {
+    @Test("tus: a 503 on one PATCH re-sends only that chunk")
+    func tusFaultResendsOneChunk() throws {
+        let fixture = try Fixture()
+        let tus = try TusServer(directory: fixture.scratch.path, failPatch: 2)
+        try fixture.session("s1", quickRetry)
+        let size = 4 * 1024 * 1024
+        let file = fixture.makeFile("a.mp4", size: size)
+        let task = try fixture.daemon.waitForTask(try enqueueTus(fixture, tus, file: file, chunk: 1 << 20))
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
+        #expect(fixture.contents(tus.uploads.first ?? "") == fixture.contents(file))
+        let patches = tus.requests.filter { $0["method"]?.stringValue == "PATCH" }
+        #expect(patches.map { $0["upload_offset"]?.stringValue } == ["0", "1048576", "1048576", "2097152", "3145728"])
+        #expect(patches.map { $0["status"]?.intValue } == [204, 503, 204, 204, 204])
+    }
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An S3 server for tests: moto with real SigV4 checking, set up with its own IAM user.
 
-  s3_server.py --port P --bucket NAME --credentials FILE --log FILE
+  s3_server.py --port P --bucket NAME --credentials FILE --log FILE [--fail-part N]
 
 moto checks signatures after INITIAL_NO_AUTH_ACTION_COUNT calls; the first four create an IAM
 user, its access key, a policy and the attachment. The bucket is then made with that key, and
@@ -26,10 +26,21 @@ def main():
     parser.add_argument("--bucket", default="backhaul-test")
     parser.add_argument("--credentials", required=True)
     parser.add_argument("--log", required=True)
+    parser.add_argument("--fail-part", type=int, default=0, help="answer 503 to the Nth UploadPart")
     args = parser.parse_args()
     app = DomainDispatcherApplication(create_backend_app)
+    parts = {"count": 0}
 
     def logged(environ, start_response):
+        if environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in environ.get("QUERY_STRING", ""):
+            parts["count"] += 1
+            if parts["count"] == args.fail_part:
+                environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                with open(args.log, "a") as log:
+                    log.write(json.dumps({"method": "PUT", "path": environ.get("PATH_INFO"), "query": environ.get("QUERY_STRING"),
+                                          "content_length": int(environ.get("CONTENT_LENGTH") or 0), "injected": 503}) + "\n")
+                start_response("503 Service Unavailable", [("Content-Length", "0")])
+                return [b""]
         if environ.get("HTTP_HOST", "").startswith("127.0.0.1"):
             with open(args.log, "a") as log:
                 log.write(json.dumps({
