@@ -102,13 +102,12 @@ public struct ChunkedUpload: UploadStateMachine {
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         state = .idle
-        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
-        return .failed(.http(status: response.status, retryAfter: retryAfter))
+        return .failed(response, now: now)
     }
 
     private mutating func fail(_ message: String) -> UploadStep {
         state = .idle
-        return .failed(.fatal(TaskError(.badServerResponse, message: message)))
+        return .protocolViolation(message)
     }
 
     private static func isTransient(_ status: Int) -> Bool { RetryPlanner.transientStatuses.contains(status) }

@@ -143,7 +143,7 @@ public struct S3Upload: UploadStateMachine {
             state = .done
             return .completed
         case .idle, .done:
-            return .failed(.fatal(TaskError(.badServerResponse, message: "a response came when none was expected")))
+            return .protocolViolation("a response came when none was expected")
         }
     }
 
@@ -183,8 +183,7 @@ public struct S3Upload: UploadStateMachine {
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         state = .idle
-        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
-        return .failed(.http(status: response.status, retryAfter: retryAfter))
+        return .failed(response, now: now)
     }
 
     /// The ETags of parts 1…n that the server holds whole, up to the first gap.

@@ -107,13 +107,12 @@ public struct TusUpload: UploadStateMachine {
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         state = .idle
-        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
-        return .failed(.http(status: response.status, retryAfter: retryAfter))
+        return .failed(response, now: now)
     }
 
     private mutating func fail(_ message: String) -> UploadStep {
         state = .idle
-        return .failed(.fatal(TaskError(.badServerResponse, message: message)))
+        return .protocolViolation(message)
     }
 
     /// An absolute `Location` as is; a path against the creation URL's origin.

@@ -74,6 +74,19 @@ public enum UploadStep: Sendable, Equatable {
     case failed(AttemptFailure)
 }
 
+extension UploadStep {
+    /// A response that ends the attempt: the status (and `Retry-After`) go to the retry policy.
+    public static func failed(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
+        return .failed(.http(status: response.status, retryAfter: retryAfter))
+    }
+
+    /// The server broke the protocol: no retry will help.
+    public static func protocolViolation(_ message: String) -> UploadStep {
+        .failed(.fatal(TaskError(.badServerResponse, message: message)))
+    }
+}
+
 /// One upload protocol as a pure state machine: no I/O, no clock, no randomness.
 /// The engine calls `start` at each attempt, then `didReceive` for each response.
 public protocol UploadStateMachine: Sendable {
@@ -130,14 +143,13 @@ public struct SingleRequestUpload: UploadStateMachine {
     }
 
     public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
-        guard state == .sent else { return .failed(.fatal(TaskError(.badServerResponse, message: "unexpected response"))) }
+        guard state == .sent else { return .protocolViolation("unexpected response") }
         if (200..<300).contains(response.status) {
             state = .done
             return .completed
         }
         state = .idle
-        let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
-        return .failed(.http(status: response.status, retryAfter: retryAfter))
+        return .failed(response, now: now)
     }
 
     public var bytesAcknowledged: Int64 { state == .done ? fileSize : 0 }
