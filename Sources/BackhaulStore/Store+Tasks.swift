@@ -106,8 +106,15 @@ extension Store {
     static func mutate(_ db: Connection, id: String, now: Timestamp, _ change: (inout TaskRecord) throws -> Void)
         throws -> TaskRecord
     {
-        guard var task = try fetchTask(db, id: id) else { throw StoreError.notFound }
-        let before = task
+        guard let task = try fetchTask(db, id: id) else { throw StoreError.notFound }
+        return try save(db, changing: task, now: now, change)
+    }
+
+    /// Changes a task the caller has already read (and checked) in this transaction, writes it
+    /// and records its events.
+    static func save(_ db: Connection, changing before: TaskRecord, now: Timestamp,
+                     _ change: (inout TaskRecord) throws -> Void) throws -> TaskRecord {
+        var task = before
         try change(&task)
         guard task != before else { return task }
         try update(db, task)
@@ -307,8 +314,8 @@ extension Store {
     public func startAttempt(id: String) throws(StoreError) -> TaskRecord? {
         let now = self.now
         return try write(.relaxed) { db in
-            guard let task = try Store.fetchTask(db, id: id), task.state == .queued else { return nil }
-            return try Store.mutate(db, id: id, now: now) { task in
+            guard let queued = try Store.fetchTask(db, id: id), queued.state == .queued else { return nil }
+            return try Store.save(db, changing: queued, now: now) { task in
                 Store.enter(.running, task: &task, now: now)
                 task.attempts += 1
                 if task.startedAt == nil { task.startedAt = now }
@@ -325,7 +332,7 @@ extension Store {
             guard let current = try Store.fetchTask(db, id: id), current.state == .running, current.attempts == attempt else {
                 return nil
             }
-            return try Store.mutate(db, id: id, now: now) { task in
+            return try Store.save(db, changing: current, now: now) { task in
                 task.bytesSent = bytesSent
                 switch result {
                 case .completed(let response):

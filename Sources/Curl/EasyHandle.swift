@@ -49,9 +49,6 @@ public final class EasyHandle {
         return text.isEmpty ? nil : text
     }
 
-    /// Connects the trampolines again after `curl_easy_reset`.
-    func reinstallCallbacks() throws(CurlCode) { try installCallbacks() }
-
     /// Forgets every option of the previous request (`curl_easy_reset`), keeping the callbacks
     /// and the connection cache; the next request starts from defaults.
     public func reset() throws(CurlCode) {
