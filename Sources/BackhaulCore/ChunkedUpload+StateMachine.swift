@@ -131,18 +131,22 @@ public struct UploadCheckpoint: Sendable, Equatable {
     public var location: String?
     /// S3: the ETags of the parts uploaded, in order.
     public var parts: [String]
+    /// S3 with checksums: each part's base64 SHA-256 as the server confirmed it ("" if none).
+    public var partChecksums: [String]
 
-    public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = []) {
+    public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = [], partChecksums: [String] = []) {
         self.offset = offset
         self.attempt = attempt
         self.location = location
         self.parts = parts
+        self.partChecksums = partChecksums
     }
 
     public var json: JSON {
         var object: JSONObject = ["offset": .int(offset), "attempt": .int(Int64(attempt))]
         if let location { object["location"] = .string(location) }
         if !parts.isEmpty { object["parts"] = .array(parts.map { .string($0) }) }
+        if partChecksums.contains(where: { !$0.isEmpty }) { object["part_checksums"] = .array(partChecksums.map { .string($0) }) }
         return .object(object)
     }
 
@@ -152,10 +156,11 @@ public struct UploadCheckpoint: Sendable, Equatable {
         self.attempt = Int(json["attempt"]?.intValue ?? 0)
         self.location = json["location"]?.stringValue
         self.parts = json["parts"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        self.partChecksums = json["part_checksums"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
     /// Same progress, ignoring which attempt recorded it.
     public func samePlace(as other: UploadCheckpoint) -> Bool {
-        offset == other.offset && location == other.location && parts == other.parts
+        offset == other.offset && location == other.location && parts == other.parts && partChecksums == other.partChecksums
     }
 }

@@ -2,6 +2,9 @@
 public enum AttemptFailure: Sendable, Equatable {
     /// The server answered with a status that does not complete the task.
     case http(status: Int, retryAfter: Double?)
+    /// The server computed a different checksum of the body than the one sent with it (tus 460,
+    /// S3 `BadDigest`): the bytes were damaged on the way, so the piece is sent again.
+    case checksumMismatch(status: Int)
     /// The transfer itself failed.
     case transport(TransportFailure, message: String)
     /// A failure that no retry can fix (file gone, file changed, protocol limits).
@@ -54,6 +57,11 @@ public enum RetryPlanner {
             guard transientStatuses.contains(status), !exhausted else { return .fail(error) }
             return schedule(attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
                             random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt", httpStatus: status))
+        case .checksumMismatch(let status):
+            let error = TaskError(.badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
+                                  httpStatus: status)
+            guard !exhausted else { return .fail(error) }
+            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline, random: random) ?? .fail(error)
         case .transport(let kind, let message):
             let error = TaskError(kind.errorKind, message: message)
             guard kind.isTransient, !exhausted else { return .fail(error) }

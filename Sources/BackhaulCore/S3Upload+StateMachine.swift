@@ -42,6 +42,10 @@ public struct S3Credentials: Sendable, Equatable {
 /// is the object URL. A file of at most one part goes as one PUT. Each part's ETag is persisted;
 /// on resume `ListParts` says which parts the server really holds, and parts after the first gap
 /// are sent again. Cancelling aborts the multipart upload.
+///
+/// With `checksum: sha256` every part (and a single PUT) carries `x-amz-checksum-sha256`, the
+/// upload is created with `x-amz-checksum-algorithm: SHA256`, Complete lists each part's
+/// checksum, and a `BadDigest` answer sends the part again.
 public struct S3Upload: UploadStateMachine {
     public static let minimumPartSize: Int64 = 5 << 20
     public static let maximumParts: Int64 = 10_000
@@ -60,6 +64,9 @@ public struct S3Upload: UploadStateMachine {
     private let contentType: String?
     public private(set) var uploadID: String?
     public private(set) var etags: [String]
+    /// Each uploaded part's SHA-256 as the server echoed it, parallel to `etags`.
+    public private(set) var checksums: [String]
+    private let checksum: Bool
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
         url = task.request.url
@@ -71,9 +78,15 @@ public struct S3Upload: UploadStateMachine {
         total = task.file.size
         partSize = Self.partSize(task.upload.chunkSize)
         contentType = task.upload.contentType
+        checksum = task.upload.checksum == .sha256
         uploadID = checkpoint?.location
         etags = checkpoint?.location == nil ? [] : (checkpoint?.parts ?? [])
+        checksums = checkpoint?.location == nil ? [] : (checkpoint?.partChecksums ?? [])
+        checksums = Array((checksums + Array(repeating: "", count: etags.count)).prefix(etags.count))
     }
+
+    /// The header each body carries when checksums are on.
+    private var digestHeader: DigestHeader? { checksum ? DigestHeader(name: "x-amz-checksum-sha256") : nil }
 
     private var partCount: Int64 { max(1, (total + partSize - 1) / partSize) }
 
@@ -82,7 +95,7 @@ public struct S3Upload: UploadStateMachine {
     }
 
     public var checkpoint: UploadCheckpoint? {
-        UploadCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags)
+        UploadCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags, partChecksums: checksum ? checksums : [])
     }
 
     public var cancellationRequest: PlannedRequest? {
@@ -98,6 +111,7 @@ public struct S3Upload: UploadStateMachine {
             state = .single
             var typed = request("PUT", query: nil, body: .file(offset: 0, length: total))
             if let contentType { typed.headers.append(("Content-Type", contentType)) }
+            typed.digestHeader = digestHeader
             return .send(typed)
         }
         if let uploadID {
@@ -112,6 +126,7 @@ public struct S3Upload: UploadStateMachine {
         let ok = (200..<300).contains(status)
         switch state {
         case .single:
+            if isBadDigest(response) { return failHTTP(response, now: now) }
             guard ok else { return failHTTP(response, now: now) }
             state = .done
             return .completed
@@ -119,20 +134,25 @@ public struct S3Upload: UploadStateMachine {
             guard ok, let id = XMLText.first("UploadId", in: response.body) else { return failHTTP(response, now: now) }
             uploadID = id
             etags = []
+            checksums = []
             return nextPart()
         case .listing:
             if status == 404 {
                 // The multipart upload is gone (aborted or expired): start again.
                 uploadID = nil
                 etags = []
+                checksums = []
                 return create()
             }
             guard ok else { return failHTTP(response, now: now) }
-            etags = Self.contiguousParts(XMLText.blocks("Part", in: response.body), partSize: partSize)
+            let parts = Self.contiguousParts(XMLText.blocks("Part", in: response.body), partSize: partSize)
+            etags = parts.map(\.etag)
+            checksums = parts.map(\.checksum)
             return nextPart()
         case .part(let number):
             guard ok, let etag = response.headers["etag"] else { return failHTTP(response, now: now) }
             etags = Array(etags.prefix(number - 1)) + [etag]
+            checksums = Array(checksums.prefix(number - 1)) + [response.headers["x-amz-checksum-sha256"] ?? ""]
             return nextPart()
         case .completing:
             // S3 can answer 200 with an <Error> document when completion fails late.
@@ -151,6 +171,7 @@ public struct S3Upload: UploadStateMachine {
         state = .creating
         var created = request("POST", query: "uploads=", body: .file(offset: 0, length: 0))
         if let contentType { created.headers.append(("Content-Type", contentType)) }
+        if checksum { created.headers.append(("x-amz-checksum-algorithm", "SHA256")) }
         return .send(created)
     }
 
@@ -161,15 +182,19 @@ public struct S3Upload: UploadStateMachine {
         state = .part(number)
         let length = min(partSize, total - first)
         // Query keys already in sorted order, as SigV4 with libcurl 7.88 wants.
-        return .send(request("PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
-                             body: .file(offset: first, length: length)))
+        var part = request("PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
+                           body: .file(offset: first, length: length))
+        part.digestHeader = digestHeader
+        return .send(part)
     }
 
     private mutating func complete() -> UploadStep {
         state = .completing
         var document = "<CompleteMultipartUpload>"
         for (index, etag) in etags.enumerated() {
-            document += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(XMLText.escape(etag))</ETag></Part>"
+            let sum = index < checksums.count && !checksums[index].isEmpty
+                ? "<ChecksumSHA256>\(XMLText.escape(checksums[index]))</ChecksumSHA256>" : ""
+            document += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(XMLText.escape(etag))</ETag>\(sum)</Part>"
         }
         document += "</CompleteMultipartUpload>"
         var request = request("POST", query: "uploadId=\(Self.escape(uploadID!))", body: .bytes(Array(document.utf8)))
@@ -181,23 +206,31 @@ public struct S3Upload: UploadStateMachine {
         PlannedRequest(method: method, url: query.map { url + "?" + $0 } ?? url, headers: headers, body: body, signing: credentials)
     }
 
+    /// Ends the attempt on an error answer; a checksum mismatch sends the piece again.
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         state = .idle
-        return .failed(response, now: now)
+        return isBadDigest(response) ? .checksumMismatch(response) : .failed(response, now: now)
     }
 
-    /// The ETags of parts 1…n that the server holds whole, up to the first gap.
-    static func contiguousParts(_ parts: [String], partSize: Int64) -> [String] {
-        var byNumber: [Int: (etag: String, size: Int64)] = [:]
+    /// S3's answer when the body does not match the checksum sent with it.
+    private func isBadDigest(_ response: ResponseHead) -> Bool {
+        guard checksum, response.status == 400, let code = XMLText.first("Code", in: response.body) else { return false }
+        return code == "BadDigest" || code == "XAmzContentChecksumMismatch"
+    }
+
+    /// The parts 1…n that the server holds whole, up to the first gap.
+    static func contiguousParts(_ parts: [String], partSize: Int64) -> [(etag: String, checksum: String)] {
+        var byNumber: [Int: (etag: String, checksum: String, size: Int64)] = [:]
         for part in parts {
             let bytes = Array(part.utf8)
             guard let number = XMLText.first("PartNumber", in: bytes).flatMap({ Int($0) }),
                 let etag = XMLText.first("ETag", in: bytes) else { continue }
-            byNumber[number] = (XMLText.unescape(etag), XMLText.first("Size", in: bytes).flatMap { Int64($0) } ?? partSize)
+            byNumber[number] = (etag, XMLText.first("ChecksumSHA256", in: bytes) ?? "",
+                                XMLText.first("Size", in: bytes).flatMap { Int64($0) } ?? partSize)
         }
-        var result: [String] = []
+        var result: [(etag: String, checksum: String)] = []
         while let part = byNumber[result.count + 1], part.size == partSize {
-            result.append(part.etag)
+            result.append((part.etag, part.checksum))
         }
         return result
     }

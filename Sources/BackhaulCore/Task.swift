@@ -117,8 +117,8 @@ public struct UploadSpec: Sendable, Equatable {
             guard let algorithm = ChecksumAlgorithm(rawValue: name) else {
                 throw ValidationError(reader.field("checksum"), "must be sha256")
             }
-            guard spec.protocolName == .raw || spec.protocolName == .chunked else {
-                throw ValidationError(reader.field("checksum"), "is available for raw and chunked uploads in this version")
+            if spec.protocolName == .multipart, spec.fields.contains(where: { $0.0 == MultipartPlan.digestFieldName }) {
+                throw ValidationError(reader.field("fields"), "must not have a field named \(MultipartPlan.digestFieldName): the checksum goes there")
             }
             spec.checksum = algorithm
         }

@@ -7,10 +7,16 @@
 /// - Resuming (a known URL): `HEAD` learns the server's offset. A `409` offset mismatch re-syncs
 ///   with `HEAD` instead of failing; a `404`/`410` (the upload expired) starts a new one.
 /// - Cancelling sends `DELETE` to the upload URL (termination).
+/// - With `checksum: sha256`, an `OPTIONS` first asks whether the server offers the checksum
+///   extension with sha256; if it does, each `PATCH` carries `Upload-Checksum: sha256 <base64>`
+///   and a `460 Checksum Mismatch` sends that chunk again. A server without it gets plain PATCHes.
 public struct TusUpload: UploadStateMachine {
     public static let version = "1.0.0"
 
-    private enum State: Equatable { case idle, creating, probing, patching(first: Int64, last: Int64), done }
+    private enum State: Equatable { case idle, discovering, creating, probing, patching(first: Int64, last: Int64), done }
+
+    /// The status a tus server answers when `Upload-Checksum` does not match the body.
+    public static let checksumMismatchStatus = 460
 
     private var state = State.idle
     private let creationURL: String
@@ -20,6 +26,9 @@ public struct TusUpload: UploadStateMachine {
     private let metadata: String
     public private(set) var offset: Int64
     public private(set) var location: String?
+    private let wantsChecksum: Bool
+    /// Whether the server offers the checksum extension with sha256; nil until asked.
+    public private(set) var checksumOffered: Bool?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
         creationURL = task.request.url
@@ -29,6 +38,7 @@ public struct TusUpload: UploadStateMachine {
         let name = task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file")
         let type = task.upload.contentType ?? "application/octet-stream"
         metadata = "filename \(Base64.encode(Array(name.utf8))),filetype \(Base64.encode(Array(type.utf8)))"
+        wantsChecksum = task.upload.checksum == .sha256
         location = checkpoint?.location
         offset = checkpoint?.location == nil ? 0 : min(checkpoint?.offset ?? 0, task.file.size)
     }
@@ -42,7 +52,19 @@ public struct TusUpload: UploadStateMachine {
     }
 
     public mutating func start(now: Timestamp) -> UploadStep {
+        if wantsChecksum, checksumOffered == nil {
+            state = .discovering
+            return .send(PlannedRequest(method: "OPTIONS", url: creationURL, headers: headers, body: .empty))
+        }
+        return resume()
+    }
+
+    private mutating func resume() -> UploadStep {
         guard location != nil else { return create() }
+        return probe()
+    }
+
+    private mutating func probe() -> UploadStep {
         state = .probing
         return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
     }
@@ -50,6 +72,14 @@ public struct TusUpload: UploadStateMachine {
     public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         let status = response.status
         switch state {
+        case .discovering:
+            // A server that cannot answer OPTIONS is taken to offer no extension.
+            func listed(_ name: String) -> [String] {
+                (response.headers[name] ?? "").split(separator: ",").map { String($0).trimmingWhitespace().lowercased() }
+            }
+            checksumOffered = (200..<300).contains(status) && listed("tus-extension").contains("checksum")
+                && listed("tus-checksum-algorithm").contains("sha256")
+            return resume()
         case .creating:
             guard status == 201, let target = response.headers["location"] else { return failHTTP(response, now: now) }
             location = Self.resolve(target, against: creationURL)
@@ -70,8 +100,11 @@ public struct TusUpload: UploadStateMachine {
         case .patching(_, let last):
             if status == 409 {
                 // Offset mismatch: ask where the server is rather than fail.
-                state = .probing
-                return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
+                return probe()
+            }
+            if status == Self.checksumMismatchStatus, checksumOffered == true {
+                state = .idle
+                return .checksumMismatch(response)
             }
             guard (200..<300).contains(status) else { return failHTTP(response, now: now) }
             let acknowledged = response.headers["upload-offset"].flatMap { Int64($0) } ?? (last + 1)
@@ -99,10 +132,12 @@ public struct TusUpload: UploadStateMachine {
         }
         let last = min(total, offset + chunkSize) - 1
         state = .patching(first: offset, last: last)
-        return .send(PlannedRequest(
+        var patch = PlannedRequest(
             method: "PATCH", url: location!,
             headers: headers + [("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream")],
-            body: .file(offset: offset, length: last - offset + 1)))
+            body: .file(offset: offset, length: last - offset + 1))
+        if checksumOffered == true { patch.digestHeader = DigestHeader(name: "Upload-Checksum", prefix: "sha256 ") }
+        return .send(patch)
     }
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {

@@ -9,6 +9,10 @@ public struct PlannedRequest: Sendable, Equatable {
     /// Header names sent as trailers carrying the SHA-256 of the body, computed while it is read
     /// (RFC 9530 `sha-256=:…:`); the body then goes with chunked transfer encoding.
     public var digestTrailers: [String] = []
+    /// A header carrying the SHA-256 of the file body, for protocols that want it before the
+    /// body (tus `Upload-Checksum`, S3 `x-amz-checksum-sha256`): the engine reads the range once
+    /// to hash it, in slices between transfers, before it sends the request.
+    public var digestHeader: DigestHeader?
 
     public init(method: String, url: String, headers: [(String, String)], body: PlannedBody, signing: S3Credentials? = nil) {
         self.method = method
@@ -20,8 +24,18 @@ public struct PlannedRequest: Sendable, Equatable {
 
     public static func == (lhs: PlannedRequest, rhs: PlannedRequest) -> Bool {
         lhs.method == rhs.method && lhs.url == rhs.url && lhs.body == rhs.body && lhs.signing == rhs.signing
-            && lhs.digestTrailers == rhs.digestTrailers
+            && lhs.digestTrailers == rhs.digestTrailers && lhs.digestHeader == rhs.digestHeader
             && lhs.headers.map { "\($0.0): \($0.1)" } == rhs.headers.map { "\($0.0): \($0.1)" }
+    }
+}
+
+/// A header whose value is `prefix` + the base64 SHA-256 of the request's file body.
+public struct DigestHeader: Sendable, Equatable {
+    public var name: String
+    public var prefix: String
+    public init(name: String, prefix: String = "") {
+        self.name = name
+        self.prefix = prefix
     }
 }
 
@@ -40,6 +54,14 @@ public struct MultipartPlan: Sendable, Equatable {
     public var filename: String
     public var contentType: String
     public var fileLength: Int64
+    /// A text field sent after the file whose value is the file's SHA-256 in lower-case hex,
+    /// computed while the file part is read.
+    public var digestField: String?
+}
+
+extension MultipartPlan {
+    /// The name of the trailing field that carries the file's SHA-256.
+    public static let digestFieldName = "sha256"
 }
 
 public struct FormField: Sendable, Equatable {
@@ -79,6 +101,11 @@ extension UploadStep {
     public static func failed(_ response: ResponseHead, now: Timestamp) -> UploadStep {
         let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
         return .failed(.http(status: response.status, retryAfter: retryAfter))
+    }
+
+    /// The server refused the body because its checksum did not match: send it again.
+    public static func checksumMismatch(_ response: ResponseHead) -> UploadStep {
+        .failed(.checksumMismatch(status: response.status))
     }
 
     /// The server broke the protocol: no retry will help.
@@ -123,7 +150,8 @@ public struct SingleRequestUpload: UploadStateMachine {
                 fileField: task.upload.field,
                 filename: task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file"),
                 contentType: task.upload.contentType ?? "application/octet-stream",
-                fileLength: task.file.size))
+                fileLength: task.file.size,
+                digestField: task.upload.checksum == .sha256 ? MultipartPlan.digestFieldName : nil))
         default:
             body = .file(offset: 0, length: task.file.size)
             if let type = task.upload.contentType, !headers.contains(where: { $0.0.lowercased() == "content-type" }) {

@@ -139,6 +139,10 @@ private final class EngineLoop {
 
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
+    /// Transfers whose next request waits for its body's digest (see `advanceHashing`).
+    var hashing: [String: Transfer] = [:]
+    static let hashBudget = 8 << 20
+    let hashBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     var perKey: [String: Int] = [:]
     /// The connection limit of each key with transfers running.
     var perKeyLimit: [String: Int] = [:]
@@ -154,6 +158,8 @@ private final class EngineLoop {
         self.multi = multi
         (store, logger, options, clock) = engine.context
     }
+
+    deinit { hashBuffer.deallocate() }
 
     func run() {
         logger.info("engine started", metadata: ["engine.max_concurrent_transfers": "\(options.maxConcurrentTransfers)"])
@@ -187,6 +193,7 @@ private final class EngineLoop {
                 if scheduleNeeded { startCleanups(now: now) }
                 schedule()
             }
+            advanceHashing()
             do {
                 try multi.perform()
             } catch {
@@ -208,6 +215,7 @@ private final class EngineLoop {
             var timeout = options.tick * 1000
             if let nextTimer { timeout = min(timeout, max(0, (nextTimer - clock.now()) * 1000)) }
             if stopDeadline != nil { timeout = min(timeout, 100) }
+            if !hashing.isEmpty { timeout = 0 }
             do {
                 try multi.poll(timeoutMilliseconds: Int(timeout.rounded(.up)))
             } catch {
@@ -304,8 +312,7 @@ private final class EngineLoop {
                 conclude(transfer, step: step)
                 return false
             }
-            try transfer.prepare(request, options: options)
-            try multi.add(transfer.easy)
+            try send(transfer, request)
         } catch {
             taskLogger.error("cannot start the transfer", metadata: ["error": "\(error)"])
             record(task.id, attempt: task.attempts, bytesSent: 0,
@@ -313,7 +320,6 @@ private final class EngineLoop {
             return false
         }
         active[task.id] = transfer
-        byHandle[ObjectIdentifier(transfer.easy)] = transfer
         perKey[key, default: 0] += 1
         perKeyLimit[key] = configuration.maxConnectionsPerHost
         taskLogger.debug("attempt started", metadata: ["task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)"])
@@ -339,9 +345,7 @@ private final class EngineLoop {
         if case .send(let next) = step {
             do {
                 byHandle[ObjectIdentifier(transfer.easy)] = nil
-                try transfer.prepare(next, options: options)
-                try multi.add(transfer.easy)
-                byHandle[ObjectIdentifier(transfer.easy)] = transfer
+                try send(transfer, next)
                 return
             } catch {
                 conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))
@@ -349,6 +353,38 @@ private final class EngineLoop {
             }
         }
         conclude(transfer, step: step)
+    }
+
+    /// Hands a request to curl, or first to the hasher when it carries a digest header.
+    func send(_ transfer: Transfer, _ request: PlannedRequest) throws {
+        if transfer.needsHashing(request) {
+            hashing[transfer.task.id] = transfer
+            return
+        }
+        try transfer.prepare(request, options: options)
+        try multi.add(transfer.easy)
+        byHandle[ObjectIdentifier(transfer.easy)] = transfer
+    }
+
+    /// Hashes the bodies of waiting requests, at most `hashBudget` bytes per loop turn so that
+    /// running transfers are not starved; a request whose digest is done goes to curl.
+    func advanceHashing() {
+        var budget = Self.hashBudget
+        for (id, transfer) in hashing where budget > 0 {
+            let slice = budget / max(1, hashing.count)
+            budget -= slice
+            do {
+                guard let request = try transfer.hashSlice(budget: max(slice, 1 << 20), buffer: hashBuffer) else { continue }
+                hashing[id] = nil
+                try send(transfer, request)
+            } catch is Transfer.FileChanged {
+                hashing[id] = nil
+                conclude(transfer, step: .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read"))))
+            } catch {
+                hashing[id] = nil
+                conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))
+            }
+        }
     }
 
     /// A resumable upload's acknowledged offset is saved as it grows, so a crash or a retry
@@ -414,6 +450,7 @@ private final class EngineLoop {
     func release(_ transfer: Transfer) {
         guard active[transfer.task.id] === transfer else { return }
         multi.remove(transfer.easy)
+        hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
         byHandle[ObjectIdentifier(transfer.easy)] = nil
         perKey[transfer.limitKey, default: 1] -= 1

@@ -33,6 +33,8 @@ final class Transfer {
     private let memory = MemoryBody()
     /// The SHA-256 of the body read so far, when the request sends digest trailers.
     private var digest: SHA256Hasher?
+    /// A request waiting for the SHA-256 of its file range to fill its digest header.
+    private var pendingDigest: (request: PlannedRequest, hasher: SHA256Hasher, offset: Int64, end: Int64)?
     /// Bytes acknowledged before the current request plus what curl has sent of it.
     var requestBytesSent: Int64 = 0
     var bytesBeforeRequest: Int64 = 0
@@ -119,6 +121,47 @@ final class Transfer {
         return .bytes(count)
     }
 
+    /// Whether the request must wait for its body to be hashed (a digest header); the hashing
+    /// then goes on in slices through `hashSlice`, so other transfers keep moving.
+    func needsHashing(_ request: PlannedRequest) -> Bool {
+        guard request.digestHeader != nil, case .file(let offset, let length) = request.body else { return false }
+        pendingDigest = (request, SHA256Hasher(), offset, offset + length)
+        return true
+    }
+
+    var isHashing: Bool { pendingDigest != nil }
+
+    /// Hashes up to `budget` bytes of the pending request's body. Returns the request with its
+    /// digest header once the whole range is hashed; nil while more remains. Throws when the file
+    /// cannot be read (it changed).
+    func hashSlice(budget: Int, buffer: UnsafeMutableRawBufferPointer) throws(FileChanged) -> PlannedRequest? {
+        guard var pending = pendingDigest else { return nil }
+        var left = budget
+        while pending.offset < pending.end, left > 0 {
+            let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), pending.end - pending.offset))])
+            let count = file.read(at: pending.offset, into: window)
+            guard count > 0 else {
+                pendingDigest = nil
+                fileChangedDuringRead = true
+                throw FileChanged()
+            }
+            pending.hasher.update(UnsafeRawBufferPointer(rebasing: window[0..<count]))
+            pending.offset += Int64(count)
+            left -= count
+        }
+        guard pending.offset == pending.end, let header = pending.request.digestHeader else {
+            pendingDigest = pending
+            return nil
+        }
+        pendingDigest = nil
+        var request = pending.request
+        request.headers.append((header.name, header.prefix + Base64.encode(pending.hasher.finish())))
+        request.digestHeader = nil
+        return request
+    }
+
+    struct FileChanged: Error {}
+
     var responseHead: ResponseHead {
         var map: [String: String] = [:]
         for (name, value) in response.headers { map[name.lowercased()] = value }
@@ -202,8 +245,20 @@ final class Transfer {
             bodyStart = 0
             bodyOffset = 0
             bodyEnd = plan.fileLength
+            var trailing: (name: String, length: Int)?
+            if let field = plan.digestField {
+                // The file's SHA-256 follows it as a text field, known once the file part is read.
+                digest = SHA256Hasher()
+                trailing = (field, 64)
+                easy.trailingFieldValue = { [unowned self] in
+                    guard let value = digest?.finish() else { return [] }
+                    digest = nil
+                    return Array(SHA256Hasher.hex(value).utf8)
+                }
+            }
             try easy.setMultipartBody(fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,
-                                      filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength)
+                                      filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength,
+                                      trailingField: trailing)
             if request.method != "POST" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
         }
         try easy.setHeaders(lines)

@@ -59,13 +59,17 @@ public final class TusServer {
     public let files: String
     public let logFile: String
 
-    /// `failPatch`: the Nth PATCH (1-based) is answered 503 and not stored.
-    public init(directory: String, failPatch: Int = 0) throws {
+    /// `failPatch`: the Nth PATCH (1-based) is answered 503 and not stored. `checksum`: the server
+    /// offers the checksum extension and answers 460 to a PATCH that does not match it.
+    /// `corruptPatch`: one byte of the Nth PATCH body is flipped on its way in.
+    public init(directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0) throws {
         files = directory + "/tus-files"
         logFile = directory + "/tus-requests.jsonl"
         try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "tus_server.py", arguments: ["--files", files, "--log", logFile, "--fail-patch", String(failPatch)])
+        peer = try PythonPeer(script: "tus_server.py", arguments: [
+            "--files", files, "--log", logFile, "--fail-patch", String(failPatch), "--corrupt-patch", String(corruptPatch),
+        ] + (checksum ? ["--checksum"] : []))
     }
 
     public var creationURL: String { "http://127.0.0.1:\(peer.port)/files" }
@@ -85,13 +89,15 @@ public final class S3Server {
     public let logFile: String
     public let credentials: JSON
 
-    /// `failPart`: the Nth UploadPart (1-based) is answered 503.
-    public init(directory: String, failPart: Int = 0) throws {
+    /// `failPart`: the Nth UploadPart (1-based) is answered 503. `corruptPart`: one byte of the
+    /// Nth UploadPart body is flipped on its way in (the server checks `x-amz-checksum-sha256`).
+    public init(directory: String, failPart: Int = 0, corruptPart: Int = 0) throws {
         logFile = directory + "/s3-requests.jsonl"
         let credentialsFile = directory + "/s3-credentials.json"
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "s3_server.py",
-                              arguments: ["--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart)])
+        peer = try PythonPeer(script: "s3_server.py", arguments: [
+            "--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart), "--corrupt-part", String(corruptPart),
+        ])
         var loaded: JSON?
         eventually(timeout: 30) {
             loaded = FileManager.default.contents(atPath: credentialsFile).flatMap { try? JSON.parse(Array($0)) }

@@ -27,6 +27,10 @@ public final class EasyHandle {
     public var trailers: (() -> [String])?
     /// Progress `(uploadedNow, downloadedNow)`; return false to abort the transfer.
     public var onProgress: ((Int64, Int64) -> Bool)?
+    /// The value of a MIME field sent after the file part, asked for once that part is read.
+    public var trailingFieldValue: (() -> [UInt8])?
+    private var trailingField: [UInt8]?
+    private var trailingFieldOffset = 0
 
     public init() throws(CurlCode) {
         CurlGlobal.initialize()
@@ -133,8 +137,11 @@ public final class EasyHandle {
     }
 
     /// A `multipart/form-data` body (`curl_mime_*`): text fields, then one part streamed through `readBody`.
+    /// With `trailingField` (a name and the value's exact length), one more text field follows
+    /// the file, its value taken from `trailingFieldValue` when curl reaches it.
     public func setMultipartBody(fields: [(String, String)], fileField: String, filename: String,
-                                 contentType: String?, fileSize: Int64) throws(CurlCode) {
+                                 contentType: String?, fileSize: Int64,
+                                 trailingField: (name: String, length: Int)? = nil) throws(CurlCode) {
         guard let form = curl_mime_init(raw) else { throw CurlCode.outOfMemory }
         if let mime { curl_mime_free(mime) }
         mime = form
@@ -155,7 +162,34 @@ public final class EasyHandle {
             guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
             return bh_curl_seekfunc_ok()
         }, me), self)
+        if let trailingField {
+            let last = curl_mime_addpart(form)
+            try check(curl_mime_name(last, trailingField.name), self)
+            trailingFieldOffset = 0
+            self.trailingField = nil
+            try check(bh_curl_mime_data_cb(last, trailingField.length, { buffer, size, count, userdata in
+                EasyHandle.owner(userdata).readTrailingField(into: buffer, size * count)
+            }, { userdata, offset, origin in
+                let owner = EasyHandle.owner(userdata)
+                guard origin == SEEK_SET, offset == 0 else { return bh_curl_seekfunc_cantseek() }
+                owner.trailingFieldOffset = 0
+                return bh_curl_seekfunc_ok()
+            }, me), self)
+        }
         try check(bh_curl_easy_setopt_mime(raw, form), self)
+    }
+
+    private func readTrailingField(into buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int {
+        guard let buffer else { return 0 }
+        if trailingField == nil { trailingField = trailingFieldValue?() ?? [] }
+        let value = trailingField!
+        let count = min(capacity, value.count - trailingFieldOffset)
+        guard count > 0 else { return 0 }
+        value.withUnsafeBytes { bytes in
+            UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress! + trailingFieldOffset, byteCount: count)
+        }
+        trailingFieldOffset += count
+        return count
     }
 
     // MARK: Information

@@ -50,6 +50,18 @@ public final class SHA256Hasher {
         return output
     }
 
+    /// Lower-case hexadecimal, as form fields and logs write digests.
+    public static func hex(_ digest: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(digest.count * 2)
+        for byte in digest {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+
     public static func digest(_ bytes: [UInt8]) -> [UInt8] {
         let hasher = SHA256Hasher()
         hasher.update(bytes)

@@ -55,6 +55,17 @@ struct RetryTests {
         #expect(decide(.http(status: 401, retryAfter: nil)) == .authenticationRequired)
     }
 
+    @Test("a checksum mismatch is sent again, and fails -1011 when attempts run out")
+    func checksumMismatch() {
+        #expect(decide(.checksumMismatch(status: 460)) == .retry(at: 1001))
+        let limited = RetryPolicy(maxAttempts: 3, initialBackoff: 2, maxBackoff: 600)
+        guard case .fail(let error) = decide(.checksumMismatch(status: 400), attempts: 3, policy: limited) else {
+            Issue.record("expected a failure")
+            return
+        }
+        #expect(error.code == -1011 && error.httpStatus == 400)
+    }
+
     @Test("Retry-After wins over a shorter backoff")
     func retryAfter() {
         #expect(decide(.http(status: 503, retryAfter: 30)) == .retry(at: 1030))

@@ -104,4 +104,64 @@ struct S3UploadStateMachineTests {
         guard case .failed(.fatal(let error)) = machine.start(now: 0) else { Issue.record("expected a failure"); return }
         #expect(error.code == -1103)
     }
+
+    func checksummed(size: Int64) -> TaskRecord {
+        var record = task(size: size, chunk: 5 * Self.mib)
+        record.upload.checksum = .sha256
+        return record
+    }
+
+    @Test("checksum: SHA256 algorithm at creation, a digest header on every part, part checksums in Complete and the checkpoint")
+    func checksumMultipart() {
+        var machine = S3Upload(task: checksummed(size: 7 * Self.mib), headers: [], checkpoint: nil)
+        guard case .send(let create) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        #expect(create.headers.contains { $0 == ("x-amz-checksum-algorithm", "SHA256") })
+        guard case .send(let part1) = machine.didReceive(
+            ResponseHead(status: 200, body: xml("<InitiateMultipartUploadResult><UploadId>u</UploadId></InitiateMultipartUploadResult>")), now: 0)
+        else { Issue.record("expected part 1"); return }
+        #expect(part1.digestHeader == DigestHeader(name: "x-amz-checksum-sha256"))
+        // BadDigest: the part was damaged on the way; the attempt ends to send it again.
+        let bad = ResponseHead(status: 400, body: xml("<Error><Code>BadDigest</Code></Error>"))
+        #expect(machine.didReceive(bad, now: 0) == .failed(.checksumMismatch(status: 400)))
+        _ = machine.start(now: 0)
+        guard case .send(let again) = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult></ListPartsResult>")), now: 0)
+        else { Issue.record("expected part 1 again"); return }
+        #expect(again.url == part1.url && again.digestHeader == part1.digestHeader)
+        _ = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e1\"", "x-amz-checksum-sha256": "c1=="]), now: 0)
+        #expect(machine.checkpoint?.partChecksums == ["c1=="])
+        guard case .send(let complete) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e2\"", "x-amz-checksum-sha256": "c2=="]), now: 0),
+            case .bytes(let document) = complete.body
+        else { Issue.record("expected Complete"); return }
+        #expect(String(decoding: document, as: UTF8.self) == "<CompleteMultipartUpload>"
+            + "<Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag><ChecksumSHA256>c1==</ChecksumSHA256></Part>"
+            + "<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag><ChecksumSHA256>c2==</ChecksumSHA256></Part>"
+            + "</CompleteMultipartUpload>")
+    }
+
+    @Test("checksum: ListParts on resume brings back each part's checksum")
+    func checksumResume() {
+        var machine = S3Upload(task: checksummed(size: 12 * Self.mib), headers: [],
+                               checkpoint: UploadCheckpoint(offset: 0, location: "u", parts: []))
+        _ = machine.start(now: 0)
+        let listing = "<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><ChecksumSHA256>c1==</ChecksumSHA256>"
+            + "<Size>5242880</Size></Part></ListPartsResult>"
+        guard case .send(let part2) = machine.didReceive(ResponseHead(status: 200, body: xml(listing)), now: 0) else {
+            Issue.record("expected part 2"); return
+        }
+        #expect(part2.url.hasPrefix("http://s3/b/k?partNumber=2&"))
+        #expect(machine.checkpoint == UploadCheckpoint(offset: 5 * Self.mib, location: "u", parts: ["\"e1\""], partChecksums: ["c1=="]))
+    }
+
+    @Test("checksum: a single PUT carries the digest; without checksums a 400 BadDigest is an ordinary failure")
+    func checksumSingle() {
+        var machine = S3Upload(task: checksummed(size: 1000), headers: [], checkpoint: nil)
+        guard case .send(let put) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        #expect(put.digestHeader == DigestHeader(name: "x-amz-checksum-sha256"))
+        let bad = ResponseHead(status: 400, body: xml("<Error><Code>BadDigest</Code></Error>"))
+        #expect(machine.didReceive(bad, now: 0) == .failed(.checksumMismatch(status: 400)))
+        var plain = S3Upload(task: task(size: 1000), headers: [], checkpoint: nil)
+        guard case .send(let unsigned) = plain.start(now: 0) else { Issue.record("expected a request"); return }
+        #expect(unsigned.digestHeader == nil)
+        #expect(plain.didReceive(bad, now: 0) == .failed(.http(status: 400, retryAfter: nil)))
+    }
 }

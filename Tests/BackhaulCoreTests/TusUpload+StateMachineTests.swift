@@ -75,4 +75,44 @@ struct TusUploadStateMachineTests {
             return
         }
     }
+
+    func checksummed() -> TaskRecord {
+        var record = task()
+        record.upload.checksum = .sha256
+        return record
+    }
+
+    static let offersSHA256 = ["tus-extension": "creation, checksum,termination", "tus-checksum-algorithm": "sha1, sha256"]
+
+    @Test("checksum: OPTIONS first; an offer of sha256 puts Upload-Checksum on every PATCH; 460 sends the chunk again")
+    func checksumOffered() {
+        var machine = TusUpload(task: checksummed(), headers: [], checkpoint: UploadCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        #expect(machine.start(now: 0) == .send(PlannedRequest(method: "OPTIONS", url: "http://h:1080/files", headers: [tus], body: .empty)))
+        guard case .send(let head) = machine.didReceive(ResponseHead(status: 204, headers: Self.offersSHA256), now: 0) else {
+            Issue.record("expected HEAD"); return
+        }
+        #expect(head.method == "HEAD" && machine.checksumOffered == true)
+        guard case .send(let patch) = machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0) else {
+            Issue.record("expected PATCH"); return
+        }
+        #expect(patch.digestHeader == DigestHeader(name: "Upload-Checksum", prefix: "sha256 "))
+        #expect(machine.didReceive(ResponseHead(status: 460), now: 0) == .failed(.checksumMismatch(status: 460)))
+        // The next attempt does not ask again.
+        #expect(machine.start(now: 0) == .send(PlannedRequest(method: "HEAD", url: "http://h:1080/files/abc", headers: [tus], body: .empty)))
+    }
+
+    @Test("checksum: a server without the extension (or without sha256, or failing OPTIONS) gets plain PATCHes", arguments: [
+        (204, ["tus-extension": "creation,termination"]),
+        (204, ["tus-extension": "checksum", "tus-checksum-algorithm": "sha1,md5"]),
+        (405, [:]),
+    ])
+    func checksumNotOffered(_ status: Int, _ headers: [String: String]) {
+        var machine = TusUpload(task: checksummed(), headers: [], checkpoint: nil)
+        _ = machine.start(now: 0)
+        guard case .send(let create) = machine.didReceive(ResponseHead(status: status, headers: headers), now: 0) else {
+            Issue.record("expected creation"); return
+        }
+        #expect(create.method == "POST" && machine.checksumOffered == false)
+        #expect(machine.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0) == patch(0, 1000))
+    }
 }

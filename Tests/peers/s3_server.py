@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """An S3 server for tests: moto with real SigV4 checking, set up with its own IAM user.
 
-  s3_server.py --port P --bucket NAME --credentials FILE --log FILE [--fail-part N]
+  s3_server.py --port P --bucket NAME --credentials FILE --log FILE [--fail-part N] [--corrupt-part N]
 
 moto checks signatures after INITIAL_NO_AUTH_ACTION_COUNT calls; the first four create an IAM
 user, its access key, a policy and the attachment. The bucket is then made with that key, and
 the key is written to FILE as JSON. Every request is logged (method, path, query, length).
+
+moto stores `x-amz-checksum-sha256` without checking it; this wrapper checks it the way S3 does
+(400 BadDigest when the body does not match), so a test can see a damaged part refused.
+--corrupt-part N flips one byte of the Nth UploadPart body on its way in, as a bad link would.
 """
-import argparse, json, os, threading, time
+import argparse, base64, hashlib, io, json, os, threading, time
 
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "4"
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -27,26 +31,44 @@ def main():
     parser.add_argument("--credentials", required=True)
     parser.add_argument("--log", required=True)
     parser.add_argument("--fail-part", type=int, default=0, help="answer 503 to the Nth UploadPart")
+    parser.add_argument("--corrupt-part", type=int, default=0, help="damage the body of the Nth UploadPart")
     args = parser.parse_args()
     app = DomainDispatcherApplication(create_backend_app)
     parts = {"count": 0}
 
     def logged(environ, start_response):
-        if environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in environ.get("QUERY_STRING", ""):
+        entry = {"method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO"), "query": environ.get("QUERY_STRING"),
+                 "content_length": int(environ.get("CONTENT_LENGTH") or 0), "checksum": environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")}
+        is_part = environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in environ.get("QUERY_STRING", "")
+        if environ["REQUEST_METHOD"] == "PUT":
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            if is_part and parts["count"] + 1 == args.corrupt_part and body:
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
+                entry["corrupted"] = True
+            environ["wsgi.input"] = io.BytesIO(body)
+            claimed = environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")
+            if claimed and base64.b64encode(hashlib.sha256(body).digest()).decode() != claimed:
+                entry["injected"] = 400
+                with open(args.log, "a") as log:
+                    log.write(json.dumps(entry) + "\n")
+                if is_part:
+                    parts["count"] += 1
+                document = b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>BadDigest</Code>" \
+                           b"<Message>The SHA256 you specified did not match the calculated checksum.</Message></Error>"
+                start_response("400 Bad Request", [("Content-Type", "application/xml"), ("Content-Length", str(len(document)))])
+                return [document]
+        if is_part:
             parts["count"] += 1
             if parts["count"] == args.fail_part:
                 environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                entry["injected"] = 503
                 with open(args.log, "a") as log:
-                    log.write(json.dumps({"method": "PUT", "path": environ.get("PATH_INFO"), "query": environ.get("QUERY_STRING"),
-                                          "content_length": int(environ.get("CONTENT_LENGTH") or 0), "injected": 503}) + "\n")
+                    log.write(json.dumps(entry) + "\n")
                 start_response("503 Service Unavailable", [("Content-Length", "0")])
                 return [b""]
         if environ.get("HTTP_HOST", "").startswith("127.0.0.1"):
             with open(args.log, "a") as log:
-                log.write(json.dumps({
-                    "method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO"),
-                    "query": environ.get("QUERY_STRING"), "content_length": int(environ.get("CONTENT_LENGTH") or 0),
-                }) + "\n")
+                log.write(json.dumps(entry) + "\n")
         return app(environ, start_response)
 
     server = make_server("127.0.0.1", args.port, logged, threaded=True)
