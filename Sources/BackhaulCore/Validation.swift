@@ -112,6 +112,22 @@ public struct FieldReader {
         return result
     }
 
+    /// A list of strings (patterns), at most `maxEntries`.
+    public func stringList(_ key: String, maxEntries: Int = 100, maxLength: Int = 256) throws(ValidationError) -> [String]? {
+        guard let value = value(key) else { return nil }
+        guard let items = value.arrayValue, items.count <= maxEntries else {
+            throw ValidationError(field(key), "must be an array of at most \(maxEntries) strings")
+        }
+        var result: [String] = []
+        for item in items {
+            guard let text = item.stringValue, text.utf8.count <= maxLength else {
+                throw ValidationError(field(key), "must hold strings of at most \(maxLength) bytes")
+            }
+            result.append(text)
+        }
+        return result
+    }
+
     private func format(_ value: Double) -> String {
         value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
     }

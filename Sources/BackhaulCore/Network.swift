@@ -1,0 +1,131 @@
+import JSON
+
+/// The kinds of network the policy tells apart (SPEC §2.5).
+public enum NetworkType: String, Sendable, CaseIterable {
+    case wired, wifi, cellular, other, none
+}
+
+/// The active network as the policy sees it: `GET /v1/network`.
+public struct NetworkState: Sendable, Equatable {
+    public enum Source: String, Sendable { case detected, override }
+
+    public var type: NetworkType
+    public var interface: String?
+    public var expensive: Bool
+    public var constrained: Bool
+    public var source: Source
+
+    public init(type: NetworkType, interface: String? = nil, expensive: Bool = false, constrained: Bool = false,
+                source: Source = .detected) {
+        self.type = type
+        self.interface = interface
+        self.expensive = expensive
+        self.constrained = constrained
+        self.source = source
+    }
+
+    public static let disconnected = NetworkState(type: .none)
+
+    public var json: JSON {
+        ["type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
+         "constrained": .bool(constrained), "source": .string(source.rawValue)]
+    }
+
+    /// A `PUT /v1/network` body: `type` required; `expensive` defaults to the classifier's rule for
+    /// the type (cellular is expensive), `constrained` to false.
+    public static func decodeOverride(_ value: JSON, classifier: NetworkClassifier) throws(ValidationError) -> NetworkState {
+        let reader = try FieldReader(value, path: "")
+        try reader.rejectUnknown(["type", "interface", "expensive", "constrained"])
+        let name = try reader.requiredString("type", maxLength: 16)
+        guard let type = NetworkType(rawValue: name) else {
+            throw ValidationError(reader.field("type"), "must be one of wired, wifi, cellular, other, none")
+        }
+        let interface = try reader.string("interface", maxLength: 64)
+        return NetworkState(type: type, interface: interface,
+                            expensive: try reader.bool("expensive") ?? classifier.expensiveTypes.contains(type),
+                            constrained: try reader.bool("constrained") ?? false, source: .override)
+    }
+}
+
+/// Classifies the default route's interface by name patterns (shell globs).
+public struct NetworkClassifier: Sendable, Equatable {
+    public var cellular = ["wwan*", "ppp*", "rmnet*", "usb*"]
+    public var wifi = ["wl*"]
+    public var wired = ["eth*", "en*", "em*"]
+    /// Types that are expensive whatever the interface.
+    public var expensiveTypes: Set<NetworkType> = [.cellular]
+    /// Interfaces that are expensive (a tethered phone seen as wired, say).
+    public var expensiveInterfaces: [String] = []
+    /// Interfaces that are constrained (low-data mode).
+    public var constrainedInterfaces: [String] = []
+
+    public init() {}
+
+    public func classify(interface: String?) -> NetworkState {
+        guard let interface else { return .disconnected }
+        func matches(_ patterns: [String]) -> Bool { patterns.contains { Glob.matches($0, interface) } }
+        let type: NetworkType = matches(cellular) ? .cellular : matches(wifi) ? .wifi : matches(wired) ? .wired : .other
+        return NetworkState(type: type, interface: interface,
+                            expensive: expensiveTypes.contains(type) || matches(expensiveInterfaces),
+                            constrained: matches(constrainedInterfaces))
+    }
+
+    /// The interface of the default route in a `/proc/net/route` table: destination 0.0.0.0,
+    /// flag RTF_UP, the lowest metric; nil when there is none.
+    public static func defaultInterface(routeTable: String) -> String? {
+        var best: (metric: Int, interface: String)?
+        for line in routeTable.split(separator: "\n").dropFirst() {
+            let fields = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
+            guard fields.count >= 7, fields[1] == "00000000", let flags = Int(fields[3], radix: 16), flags & 0x1 != 0,
+                let metric = Int(fields[6]) else { continue }
+            if best == nil || metric < best!.metric { best = (metric, String(fields[0])) }
+        }
+        return best?.interface
+    }
+
+    /// The `network` object of the config file (each member optional, lists of patterns).
+    public mutating func apply(_ value: JSON) throws(ValidationError) {
+        let reader = try FieldReader(value, path: "network")
+        try reader.rejectUnknown(["cellular_interfaces", "wifi_interfaces", "wired_interfaces", "expensive_types",
+                                  "expensive_interfaces", "constrained_interfaces", "route_file", "check_interval"])
+        if let list = try reader.stringList("cellular_interfaces") { cellular = list }
+        if let list = try reader.stringList("wifi_interfaces") { wifi = list }
+        if let list = try reader.stringList("wired_interfaces") { wired = list }
+        if let list = try reader.stringList("expensive_interfaces") { expensiveInterfaces = list }
+        if let list = try reader.stringList("constrained_interfaces") { constrainedInterfaces = list }
+        if let list = try reader.stringList("expensive_types") {
+            var types: Set<NetworkType> = []
+            for name in list {
+                guard let type = NetworkType(rawValue: name) else {
+                    throw ValidationError(reader.field("expensive_types"), "\(name) is not a network type")
+                }
+                types.insert(type)
+            }
+            expensiveTypes = types
+        }
+    }
+}
+
+/// Shell-style patterns: `*` any run, `?` one character.
+public enum Glob {
+    public static func matches(_ pattern: String, _ text: String) -> Bool {
+        matches(Array(pattern.unicodeScalars)[...], Array(text.unicodeScalars)[...])
+    }
+
+    private static func matches(_ pattern: ArraySlice<Unicode.Scalar>, _ text: ArraySlice<Unicode.Scalar>) -> Bool {
+        guard let first = pattern.first else { return text.isEmpty }
+        switch first {
+        case "*":
+            var rest = text
+            while true {
+                if matches(pattern.dropFirst(), rest) { return true }
+                guard !rest.isEmpty else { return false }
+                rest = rest.dropFirst()
+            }
+        case "?":
+            return !text.isEmpty && matches(pattern.dropFirst(), text.dropFirst())
+        default:
+            return text.first == first && matches(pattern.dropFirst(), text.dropFirst())
+        }
+    }
+}
