@@ -179,7 +179,7 @@ public final class API: Sendable {
         let (session, counts) = try stored { () throws(StoreError) in
             try store.updateSession(id: id, configuration: configuration, enabled: enabled, cancelPending: cancelPending)
         }
-        engine?.wake()
+        engine?.wake(policy: configuration != nil)
         return API.json(200, session.json(taskCounts: counts))
     }
 
@@ -204,6 +204,9 @@ public final class API: Sendable {
         let id = try sessionID(request)
         guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
             throw Problem(.notFound, "no session \(id)")
+        }
+        if let engine, !engine.policy.transfersEnabled {
+            throw Problem(.transfersDisabled, "the service policy has transfers_enabled false; PUT /v1/policy to turn them on")
         }
         let value = try body(request)
         let isBatch = value["tasks"] != nil
@@ -320,7 +323,7 @@ public final class API: Sendable {
             let change = try TaskPatch.decode(value, session: session.configuration)
             return try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
         }
-        engine?.wake()
+        engine?.wake(policy: true)
         return API.json(200, taskJSON(updated))
     }
 

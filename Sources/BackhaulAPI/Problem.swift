@@ -32,6 +32,7 @@ public struct Problem: Error, Sendable, Equatable {
         case forbidden
         case sessionExists = "session_exists"
         case conflict
+        case transfersDisabled = "transfers_disabled"
         case payloadTooLarge = "payload_too_large"
         case insufficientStorage = "insufficient_storage"
         case internalError = "internal_error"
@@ -45,7 +46,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .methodNotAllowed: return 405
             case .fileOutsideAllowedRoots, .forbidden: return 403
             case .unauthorized: return 401
-            case .sessionExists, .conflict: return 409
+            case .sessionExists, .conflict, .transfersDisabled: return 409
             case .payloadTooLarge: return 413
             case .insufficientStorage: return 507
             case .internalError: return 500
@@ -68,6 +69,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .forbidden: return "Not allowed"
             case .sessionExists: return "The session exists with another configuration"
             case .conflict: return "The resource's state does not allow this"
+            case .transfersDisabled: return "Transfers are disabled by the service policy"
             case .payloadTooLarge: return "The request body is too large"
             case .insufficientStorage: return "The state storage is full"
             case .internalError: return "Internal error"

@@ -26,6 +26,12 @@ extension API {
             Route("POST", "/v1/webhooks/{id}/rotate", rotateWebhookSecret),
             Route("GET", "/v1/webhooks/{id}/deliveries", listDeliveries),
             Route("GET", "/v1/events", events),
+            Route("GET", "/v1/network", getNetwork),
+            Route("PUT", "/v1/network", putNetwork),
+            Route("DELETE", "/v1/network", deleteNetwork),
+            Route("GET", "/v1/policy", getPolicy),
+            Route("PUT", "/v1/policy", putPolicy),
+            Route("DELETE", "/v1/policy", deletePolicy),
         ]
     }
 }

@@ -26,6 +26,9 @@ public struct TransferConfiguration: Sendable, Equatable {
     public var maxConnectionsPerHost = 6
     public var retry = RetryPolicy()
     public var defaultHeaders: [(String, String)] = []
+    /// The most bytes (sum of file sizes) a session's unfinished tasks may hold; a task past it is
+    /// cancelled with reason 2 as it is created. Read from the session's configuration only.
+    public var quotaBytes: Int64?
 
     public init() {}
 
@@ -37,6 +40,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
         "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
         "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
+        "quota_bytes",
     ]
 
     /// This configuration with the fields present in `overrides` replaced (retry and default
@@ -70,6 +74,7 @@ public struct TransferConfiguration: Sendable, Equatable {
                 throw ValidationError(retry.field("max_backoff"), "must not be less than initial_backoff")
             }
         }
+        if reader.has("quota_bytes") { result.quotaBytes = try reader.integer("quota_bytes", in: 0...(1 << 60)) }
         if let headers = try reader.stringMap("default_headers") {
             for (name, value) in headers {
                 try HeaderRules.validate(name: name, value: value, field: reader.field("default_headers"))
@@ -97,6 +102,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         object["max_connections_per_host"] = .int(Int64(maxConnectionsPerHost))
         object["retry"] = .object(retry)
         object["default_headers"] = HeaderRules.json(defaultHeaders, redacted: redacted)
+        object["quota_bytes"] = quotaBytes.map { .int($0) } ?? .null
         return .object(object)
     }
 

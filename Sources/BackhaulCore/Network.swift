@@ -31,6 +31,12 @@ public struct NetworkState: Sendable, Equatable {
          "constrained": .bool(constrained), "source": .string(source.rawValue)]
     }
 
+    /// The form `decodeOverride` reads back (what the store keeps of an override).
+    public var overrideJSON: JSON {
+        ["type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
+         "constrained": .bool(constrained)]
+    }
+
     /// A `PUT /v1/network` body: `type` required; `expensive` defaults to the classifier's rule for
     /// the type (cellular is expensive), `constrained` to false.
     public static func decodeOverride(_ value: JSON, classifier: NetworkClassifier) throws(ValidationError) -> NetworkState {

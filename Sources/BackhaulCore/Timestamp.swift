@@ -95,3 +95,17 @@ public func monotonicSeconds() -> Double {
     clock_gettime(CLOCK_MONOTONIC, &spec)
     return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
 }
+
+/// The daemon's local time of day (policy windows and daily budgets follow it; `TZ` sets it,
+/// containers are usually UTC).
+public enum LocalTime {
+    /// The local date (`YYYY-MM-DD`), the minute of the day and the seconds into that minute.
+    public static func components(of time: Timestamp) -> (day: String, minute: Int, second: Double) {
+        var seconds = time_t(time.rounded(.down))
+        var parts = tm()
+        localtime_r(&seconds, &parts)
+        func pad(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let day = "\(parts.tm_year + 1900)-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))"
+        return (day, Int(parts.tm_hour) * 60 + Int(parts.tm_min), Double(parts.tm_sec) + time - time.rounded(.down))
+    }
+}

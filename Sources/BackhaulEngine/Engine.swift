@@ -17,6 +17,12 @@ public struct EngineOptions: Sendable {
     public var tick: Double = 1
     /// At most one `task.progress` event (and progress write) per running task this often (seconds).
     public var progressInterval: Double = 5
+    /// The routing table the network is detected from, and how often it is read (seconds).
+    public var routeFile = "/proc/net/route"
+    public var networkCheckInterval: Double = 1
+    public var classifier = NetworkClassifier()
+    /// The service policy of the config file (`PUT /v1/policy` replaces it at run time).
+    public var policy = ServicePolicy()
 
     public init() {}
 }
@@ -28,19 +34,24 @@ public enum BackhaulVersion {
 /// The transfer engine: one thread owns the curl multi handle and every easy handle, loops on
 /// `curl_multi_poll`, and is woken by `curl_multi_wakeup` when the API changed the store.
 public final class Engine: Sendable {
-    private struct Shared {
+    struct Shared {
         var wakeRequested = true
         var stopDeadline: Double?
         var stopped = false
         var live: [String: LiveProgress] = [:]
         var saturated: Set<String> = []
+        /// Decide again for held and running tasks (network, policy or configuration changed).
+        var reevaluate = true
+        var detected = NetworkState.disconnected
+        var networkOverride: NetworkState?
+        var policy = ServicePolicy()
     }
 
-    private let store: Store
-    private let logger: Logger
-    private let options: EngineOptions
+    let store: Store
+    let logger: Logger
+    let options: EngineOptions
     private let clock: any Clock
-    private let shared = Locked(Shared())
+    let shared = Locked(Shared())
     private let thread = WorkerThread()
     private let waker: MultiWaker
     /// Created here, then used only by the engine thread (and freed after it is joined).
@@ -54,19 +65,34 @@ public final class Engine: Sendable {
         self.clock = clock
         multi = try MultiHandle()
         waker = multi.waker
+        let override = try store.setting(Self.networkOverrideKey).flatMap {
+            try? NetworkState.decodeOverride($0, classifier: options.classifier)
+        }
+        let policy = try store.setting(Self.policyKey).flatMap { try? options.policy.applying($0) } ?? options.policy
+        let detected = Self.detect(options)
+        shared.withLock {
+            $0.networkOverride = override
+            $0.policy = policy
+            $0.detected = detected
+        }
     }
 
     /// Puts interrupted tasks back in the queue and starts the engine thread.
     public func start() throws {
         let recovered = try store.recoverInterrupted()
         if recovered > 0 { logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"]) }
+        if !policy.transfersEnabled { try cancelAllForDisabledTransfers() }
         loop = EngineLoop(engine: self, multi: multi)
         thread.start { [self] in loop!.run() }
     }
 
-    /// Something changed in the store (tasks, sessions, commands): look again.
-    public func wake() {
-        shared.withLock { $0.wakeRequested = true }
+    /// Something changed in the store (tasks, sessions, commands): look again. `policy`: a
+    /// configuration changed, so held and running tasks are decided again.
+    public func wake(policy: Bool = false) {
+        shared.withLock {
+            $0.wakeRequested = true
+            if policy { $0.reevaluate = true }
+        }
         waker.wake()
     }
 
@@ -90,10 +116,13 @@ public final class Engine: Sendable {
 
     // MARK: For the loop
 
-    fileprivate func takeWake() -> (wake: Bool, stopDeadline: Double?) {
+    fileprivate func takeWake() -> (wake: Bool, stopDeadline: Double?, reevaluate: Bool) {
         shared.withLock { state in
-            defer { state.wakeRequested = false }
-            return (state.wakeRequested, state.stopDeadline)
+            defer {
+                state.wakeRequested = false
+                state.reevaluate = false
+            }
+            return (state.wakeRequested, state.stopDeadline, state.reevaluate)
         }
     }
 
@@ -101,6 +130,13 @@ public final class Engine: Sendable {
         shared.withLock {
             $0.live = live
             $0.saturated = saturated
+        }
+    }
+
+    fileprivate func takeReevaluate() -> Bool {
+        shared.withLock { state in
+            defer { state.reevaluate = false }
+            return state.reevaluate
         }
     }
 
@@ -139,6 +175,18 @@ private final class EngineLoop {
 
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
+    // Policy state (see the Policy extension below).
+    var lastNetworkCheck = 0.0
+    var network = NetworkState.disconnected
+    var policy = ServicePolicy()
+    var nextPolicyEdge: Timestamp = 0
+    var budgetDay = ""
+    var budgetUsed: [NetworkType: Int64] = [:]
+    var budgetPending: [NetworkType: Int64] = [:]
+    var lastBudgetFlush = 0.0
+    var budgetExceeded = false
+    var bandwidthDirty = true
+    var sendSpeedShare: Int64 = 0
     /// Transfers whose next request waits for its body's digest (see `advanceHashing`).
     var hashing: [String: Transfer] = [:]
     static let hashBudget = 8 << 20
@@ -165,11 +213,19 @@ private final class EngineLoop {
         logger.info("engine started", metadata: ["engine.max_concurrent_transfers": "\(options.maxConcurrentTransfers)"])
         var lastTimerCheck = 0.0
         while true {
-            let (wake, stopDeadline) = engine.takeWake()
+            var (wake, stopDeadline, reevaluate) = engine.takeWake()
             let monotonic = monotonicSeconds()
             if let stopDeadline, active.isEmpty || monotonic >= stopDeadline {
                 interruptAll()
                 break
+            }
+            if monotonic - lastNetworkCheck >= options.networkCheckInterval {
+                lastNetworkCheck = monotonic
+                engine.refreshNetwork()
+                if engine.takeReevaluate() { reevaluate = true }
+            }
+            if reevaluate || budgetExceeded || clock.now() >= nextPolicyEdge {
+                if stopDeadline == nil { reevaluatePolicy() }
             }
             var changed = wake
             if wake {
@@ -216,6 +272,7 @@ private final class EngineLoop {
             if let nextTimer { timeout = min(timeout, max(0, (nextTimer - clock.now()) * 1000)) }
             if stopDeadline != nil { timeout = min(timeout, 100) }
             if !hashing.isEmpty { timeout = 0 }
+            if bandwidthDirty { applyBandwidth() }
             do {
                 try multi.poll(timeoutMilliseconds: Int(timeout.rounded(.up)))
             } catch {
@@ -260,11 +317,21 @@ private final class EngineLoop {
                 return
             }
             var changed = false
+            let context = policyContext()
             for entry in page where free > 0 {
                 let key = entry.sessionID + " " + entry.hostKey
                 guard !saturated.contains(key),
                     let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides)
                 else { continue }
+                let decision = Policy.decide(configuration, in: context)
+                if decision != .run {
+                    // The network or the policy holds it (or ends it): out of the queue.
+                    do { try store.applyPolicy(id: entry.id, decision) } catch {
+                        logger.error("cannot hold a task", metadata: ["task.id": "\(entry.id)", "error": "\(error)"])
+                    }
+                    changed = true
+                    continue
+                }
                 if perKey[key, default: 0] < configuration.maxConnectionsPerHost,
                     begin(entry.id, configuration: configuration, key: key)
                 {
@@ -320,6 +387,7 @@ private final class EngineLoop {
             return false
         }
         active[task.id] = transfer
+        bandwidthDirty = true
         perKey[key, default: 0] += 1
         perKeyLimit[key] = configuration.maxConnectionsPerHost
         taskLogger.debug("attempt started", metadata: ["task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)"])
@@ -449,9 +517,15 @@ private final class EngineLoop {
 
     func release(_ transfer: Transfer) {
         guard active[transfer.task.id] === transfer else { return }
+        // Bytes a short transfer sent between two progress rounds still count.
+        if transfer.configuration.discretionary {
+            countBudget(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
+            flushBudget(force: true)
+        }
         multi.remove(transfer.easy)
         hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
+        bandwidthDirty = true
         byHandle[ObjectIdentifier(transfer.easy)] = nil
         perKey[transfer.limitKey, default: 1] -= 1
         if perKey[transfer.limitKey] == 0 {
@@ -539,6 +613,7 @@ private final class EngineLoop {
                 transfer.rate = transfer.rate == 0 ? instant : transfer.rate * 0.5 + instant * 0.5
                 transfer.lastSample = (now, bytes)
             }
+            if transfer.configuration.discretionary { countBudget(transfer, bytes: bytes) }
             let progress = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
             live[id] = progress
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
@@ -553,6 +628,7 @@ private final class EngineLoop {
             }
         }
         engine.publish(live: live, saturated: saturatedKeys.filter { perKey[$0] != nil })
+        flushBudget(force: force)
     }
 
     static func transportFailure(_ code: CurlCode) -> TransportFailure {
@@ -565,5 +641,101 @@ private final class EngineLoop {
             return .connectionLost
         default: return .other
         }
+    }
+}
+
+// MARK: Policy
+
+extension EngineLoop {
+    /// The inputs of `Policy.decide` now.
+    func policyContext() -> PolicyContext {
+        let now = clock.now()
+        let local = LocalTime.components(of: now)
+        if local.day != budgetDay {
+            // A new day: budgets start again (what was spent today survives restarts in the store).
+            flushBudget(force: true)
+            budgetDay = local.day
+            budgetUsed = (try? store.budgetUsage(day: local.day)) ?? [:]
+        }
+        return PolicyContext(network: network, policy: policy, now: now, minuteOfDay: local.minute, budgetUsed: budgetUsed)
+    }
+
+    /// Decides again for every running task and every task the policy holds: running ones no
+    /// longer allowed stop and wait (resumable ones keep their checkpoint), held ones now allowed
+    /// go back to the queue. Then the next clock edge is noted.
+    func reevaluatePolicy() {
+        network = engine.network
+        policy = engine.policy
+        budgetExceeded = false
+        sessionConfigurations.removeAll(keepingCapacity: true)
+        let context = policyContext()
+        for transfer in Array(active.values) {
+            let decision = Policy.decide(transfer.configuration, in: context)
+            guard decision != .run else { continue }
+            logger.info("the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
+            release(transfer)
+            switch decision {
+            case .wait(let reason):
+                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .held(reason))
+            case .fail(let error):
+                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .failed(error, nil))
+            case .run:
+                break
+            }
+        }
+        var after: Int64 = 0
+        let started = monotonicSeconds()
+        while monotonicSeconds() - started < 5 {
+            guard let page = try? store.policyHeldTasks(afterSequence: after, limit: 500), let last = page.last else { break }
+            after = last.0.sequence
+            for (entry, reason) in page {
+                guard let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides) else { continue }
+                let decision = Policy.decide(configuration, in: context)
+                guard decision != .wait(reason) else { continue }
+                do { try store.applyPolicy(id: entry.id, decision) } catch {
+                    logger.error("cannot apply the policy", metadata: ["task.id": "\(entry.id)", "error": "\(error)"])
+                }
+            }
+        }
+        let local = LocalTime.components(of: context.now)
+        nextPolicyEdge = context.now - local.second + Double(policy.minutesToNextEdge(minuteOfDay: local.minute) * 60)
+        scheduleNeeded = true
+        bandwidthDirty = true
+    }
+
+    /// Adds what a discretionary transfer sent since last counted to today's budget of the
+    /// network type; past the budget, decisions are made again.
+    func countBudget(_ transfer: Transfer, bytes: Int64) {
+        let delta = max(0, bytes - transfer.budgetCounted)
+        transfer.budgetCounted = bytes
+        guard delta > 0 else { return }
+        budgetUsed[network.type, default: 0] += delta
+        budgetPending[network.type, default: 0] += delta
+        if let budget = policy.discretionaryDailyBudget[network.type], budgetUsed[network.type, default: 0] >= budget {
+            budgetExceeded = true
+        }
+    }
+
+    func flushBudget(force: Bool) {
+        let now = monotonicSeconds()
+        guard !budgetPending.isEmpty, force || now - lastBudgetFlush >= 1, !budgetDay.isEmpty else { return }
+        lastBudgetFlush = now
+        do {
+            try store.addBudgetUsage(day: budgetDay, budgetPending)
+            budgetPending.removeAll()
+        } catch {
+            logger.warning("cannot record budget use", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Shares the bandwidth limit in force equally among running transfers
+    /// (`CURLOPT_MAX_SEND_SPEED_LARGE` on each; 0 lifts it).
+    func applyBandwidth() {
+        bandwidthDirty = false
+        let local = LocalTime.components(of: clock.now())
+        let limit = policy.bandwidth(minuteOfDay: local.minute, network: network.type)
+        let share = limit.map { max(1024, $0 / Int64(max(1, active.count))) } ?? 0
+        sendSpeedShare = share
+        for transfer in active.values { transfer.limitSendSpeed(share) }
     }
 }

@@ -46,6 +46,18 @@ final class Transfer {
     var lastProgressEvent = monotonicSeconds()
     var lastProgressBytes: Int64 = 0
 
+    /// Bytes already counted against a discretionary budget.
+    var budgetCounted: Int64 = 0
+    /// This transfer's share of the bandwidth limit (bytes/s, 0: none).
+    private(set) var sendSpeed: Int64 = 0
+
+    /// Sets the send speed limit, on the request in flight too (curl reads it as it paces).
+    func limitSendSpeed(_ bytesPerSecond: Int64) {
+        guard bytesPerSecond != sendSpeed else { return }
+        sendSpeed = bytesPerSecond
+        try? easy.set(CURLOPT_MAX_SEND_SPEED_LARGE, offset: bytesPerSecond)
+    }
+
     // Rate estimate (bytes/s), updated by the engine loop.
     var rate: Double = 0
     var lastSample: (time: Double, bytes: Int64)
@@ -186,6 +198,7 @@ final class Transfer {
         try easy.set(CURLOPT_TCP_KEEPALIVE, 1)
         try easy.set(CURLOPT_USERAGENT, options.userAgent)
         try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
+        if sendSpeed > 0 { try easy.set(CURLOPT_MAX_SEND_SPEED_LARGE, offset: sendSpeed) }
         lastActivity = monotonicSeconds()
         lastCounters = (0, 0)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))

@@ -42,6 +42,10 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
         engineOptions.caBundle = configuration.caBundle
         engineOptions.progressInterval = configuration.progressInterval
+        engineOptions.routeFile = configuration.routeFile
+        engineOptions.networkCheckInterval = configuration.networkCheckInterval
+        engineOptions.classifier = configuration.classifier
+        engineOptions.policy = configuration.policy
         engine = try Engine(store: store, logger: logger, options: engineOptions)
         var dispatcherOptions = DispatcherOptions()
         dispatcherOptions.schedule = configuration.webhookRetrySchedule

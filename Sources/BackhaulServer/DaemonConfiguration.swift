@@ -19,6 +19,12 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var webhookRetrySchedule: [Double] = DeliveryPlan.standardSchedule
     /// Seconds between `task.progress` events of one running task.
     public var progressInterval = 5.0
+    /// Network detection: the routing table, how often it is read, how interfaces are classified.
+    public var routeFile = "/proc/net/route"
+    public var networkCheckInterval = 1.0
+    public var classifier = NetworkClassifier()
+    /// The service policy (config file `policy`; `PUT /v1/policy` replaces it at run time).
+    public var policy = ServicePolicy()
 
     public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
 
@@ -40,10 +46,13 @@ public struct DaemonConfiguration: Sendable, Equatable {
           --webhook-retry-schedule S  seconds before each delivery attempt, comma-separated
                                    (default 0,5,300,1800,7200,18000,36000,50400,72000,86400)
           --progress-interval SECONDS  task.progress events per running task at most this often (default 5)
+          --route-file FILE        the routing table the network is detected from (default /proc/net/route)
           --version, --help
         environment: BACKHAUL_LISTEN, BACKHAUL_STATE_DIR, BACKHAUL_ALLOWED_ROOTS (colon-separated),
           BACKHAUL_CONFIG, BACKHAUL_LOG_LEVEL, BACKHAUL_MAX_TRANSFERS, BACKHAUL_MAX_BODY_BYTES,
-          BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE, BACKHAUL_WEBHOOK_RETRY_SCHEDULE, BACKHAUL_PROGRESS_INTERVAL
+          BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE, BACKHAUL_WEBHOOK_RETRY_SCHEDULE, BACKHAUL_PROGRESS_INTERVAL,
+          BACKHAUL_ROUTE_FILE
+        config file only: "network" (interface patterns, check_interval) and "policy" (see README)
         """
 
     public struct Invalid: Error, Sendable, CustomStringConvertible {
@@ -72,7 +81,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
             }
             guard ["--listen", "--state-dir", "--allow-root", "--config", "--log-level", "--max-transfers",
                    "--max-body-bytes", "--shutdown-grace", "--ca-bundle", "--webhook-retry-schedule",
-                   "--progress-interval"].contains(name)
+                   "--progress-interval", "--route-file"].contains(name)
             else { throw Invalid(description: "unknown option \(name)\n\(usage)") }
             if value == nil {
                 index += 1
@@ -99,6 +108,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
         if let value = environment["BACKHAUL_CA_BUNDLE"] { try configuration.set("ca_bundle", value) }
         if let value = environment["BACKHAUL_WEBHOOK_RETRY_SCHEDULE"] { try configuration.set("webhook_retry_schedule", value) }
         if let value = environment["BACKHAUL_PROGRESS_INTERVAL"] { try configuration.set("progress_interval", value) }
+        if let value = environment["BACKHAUL_ROUTE_FILE"] { try configuration.set("route_file", value) }
         var roots: [String] = []
         for (name, value) in flags {
             switch name {
@@ -154,6 +164,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
                 throw Invalid(description: "progress interval must be 0.1 to 3600 seconds")
             }
             progressInterval = number
+        case "route_file": routeFile = value
         default: throw Invalid(description: "unknown setting \(key)")
         }
     }
@@ -178,6 +189,17 @@ public struct DaemonConfiguration: Sendable, Equatable {
             switch (key, member) {
             case ("allowed_roots", .array(let items)):
                 allowedRoots = items.compactMap(\.stringValue)
+            case ("network", .object):
+                do {
+                    try classifier.apply(member)
+                    if let file = member["route_file"]?.stringValue { routeFile = file }
+                    if let interval = member["check_interval"]?.doubleValue {
+                        guard interval >= 0.1, interval <= 3600 else { throw ValidationError("network.check_interval", "must be 0.1 to 3600 seconds") }
+                        networkCheckInterval = interval
+                    }
+                } catch { throw Invalid(description: "config file: \(error)") }
+            case ("policy", .object):
+                do { policy = try policy.applying(member) } catch { throw Invalid(description: "config file: \(error)") }
             case ("webhook_retry_schedule", .array(let items)):
                 try set(key, items.compactMap(\.doubleValue).map { String($0) }.joined(separator: ","))
             case (_, .string(let text)): try set(key, text)
@@ -218,6 +240,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
             "max_transfers": .int(Int64(maxConcurrentTransfers)), "max_body_bytes": .int(Int64(maxBodyBytes)),
             "shutdown_grace": .double(shutdownGraceSeconds), "ca_bundle": caBundle.map { .string($0) } ?? .null,
             "webhook_retry_schedule": .array(webhookRetrySchedule.map { .double($0) }), "progress_interval": .double(progressInterval),
+            "route_file": .string(routeFile), "network_check_interval": .double(networkCheckInterval),
         ]
     }
 }

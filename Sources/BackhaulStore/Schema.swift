@@ -103,5 +103,18 @@ enum Schema {
             );
             CREATE INDEX cleanups_due ON cleanups (next_attempt_at);
             """),
+        (4, """
+            CREATE TABLE settings (
+                key TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            );
+            CREATE TABLE budget_usage (
+                day TEXT NOT NULL,
+                network_type TEXT NOT NULL,
+                bytes INTEGER NOT NULL,
+                PRIMARY KEY (day, network_type)
+            );
+            CREATE INDEX tasks_waiting ON tasks (state, waiting_reason, seq);
+            """),
     ]
 }

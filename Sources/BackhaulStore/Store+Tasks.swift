@@ -19,8 +19,10 @@ public enum AttemptResult: Sendable {
     case failed(TaskError, ResponseRecord?)
     case retry(at: Timestamp, ResponseRecord?)
     case authenticationRequired(ResponseRecord?)
-    /// Stopped without fault (shutdown, policy): back to the queue, no attempt counted.
+    /// Stopped without fault (shutdown): back to the queue, no attempt counted.
     case interrupted
+    /// Stopped because the policy no longer allows it: waiting, no attempt counted.
+    case held(WaitingReason)
 }
 
 extension Store {
@@ -164,6 +166,13 @@ extension Store {
             }
             var results: [(TaskRecord, Bool)] = []
             var keysInBatch: [String: TaskRecord] = [:]
+            let quota = session.configuration.quotaBytes
+            var held: Int64 = 0
+            if quota != nil {
+                held = try db.queryFirst(
+                    "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates)",
+                    [sessionID]) { $0.int(0) } ?? 0
+            }
             for var task in tasks {
                 if let key = task.idempotencyKey {
                     if let existing = keysInBatch[key] {
@@ -178,13 +187,19 @@ extension Store {
                         continue
                     }
                 }
-                if !session.enabled {
+                if let quota, held + task.file.size > quota {
+                    // The session's quota cannot keep it: it ends at once, and says why.
+                    Store.enter(.cancelled, task: &task, now: now)
+                    task.cancellation = .insufficientSystemResources
+                    task.error = TaskError(.cancelled, message: "cancelled: the session's quota_bytes (\(quota)) cannot hold \(task.file.size) more bytes")
+                } else if !session.enabled {
                     task.state = .waiting
                     task.waitingReason = .sessionDisabled
                 } else if let begin = task.earliestBeginAt, begin > now {
                     task.state = .waiting
                     task.waitingReason = .scheduled
                 }
+                if !task.state.isFinal { held += task.file.size }
                 try Store.insert(db, task)
                 task.sequence = db.lastInsertRowID
                 if let key = task.idempotencyKey { keysInBatch[key] = task }
@@ -297,17 +312,21 @@ extension Store {
             let excluded = JSON.array(keys.sorted().map { .string($0) }).serialized()
             return try db.query(
                 """
-                SELECT seq, id, session_id, host_key, priority, configuration FROM tasks
+                SELECT \(Store.queueColumns) FROM tasks
                 WHERE state = 'queued' AND session_id || ' ' || host_key NOT IN (SELECT value FROM json_each(?))
                 ORDER BY priority DESC, seq LIMIT ?
-                """, [excluded, limit]
-            ) { row in
-                let overrides = row.string(5)
-                return QueueEntry(
-                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2), hostKey: row.string(3), priority: row.double(4),
-                    configurationOverrides: overrides == "{}" ? [:] : ((try? JSON.parse(overrides, maxDepth: 64))?.objectValue ?? [:]))
-            }
+                """, [excluded, limit], Store.decodeQueueEntry)
         }
+    }
+
+    /// The columns `decodeQueueEntry` reads.
+    static let queueColumns = "seq, id, session_id, host_key, priority, configuration"
+
+    static func decodeQueueEntry(_ row: Row) -> QueueEntry {
+        let overrides = row.string(5)
+        return QueueEntry(
+            sequence: row.int(0), id: row.string(1), sessionID: row.string(2), hostKey: row.string(3), priority: row.double(4),
+            configurationOverrides: overrides == "{}" ? [:] : ((try? JSON.parse(overrides, maxDepth: 64))?.objectValue ?? [:]))
     }
 
     /// Marks a queued task running and counts the attempt; nil if it is no longer queued.
@@ -352,6 +371,9 @@ extension Store {
                     if let response { task.response = response }
                 case .interrupted:
                     Store.enter(.queued, task: &task, now: now)
+                    task.attempts -= 1
+                case .held(let reason):
+                    Store.enter(.waiting, task: &task, now: now, waitingReason: reason)
                     task.attempts -= 1
                 }
             }

@@ -80,9 +80,15 @@ public final class DaemonProcess {
         return URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent("backhauld").path
     }
 
+    /// The routing table the daemon reads (a fixture: a wired default route, so tests do not
+    /// depend on the machine's network); `setDefaultRoute` changes it.
+    public let routeFile: String
+
     public init(stateDirectory: String, allowedRoot: String, arguments: [String] = []) throws {
         self.stateDirectory = stateDirectory
         self.logFile = stateDirectory + ".log"
+        self.routeFile = stateDirectory + ".route"
+        try Self.routeTable(defaultInterface: "eth0").write(toFile: routeFile, atomically: true, encoding: .utf8)
         self.allowedRoot = allowedRoot
         self.extraArguments = arguments
         self.client = try HTTPClient()
@@ -94,6 +100,20 @@ public final class DaemonProcess {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+    }
+
+    /// A `/proc/net/route` table whose default route goes through `defaultInterface` (none: no
+    /// default route).
+    public static func routeTable(defaultInterface: String?) -> String {
+        var table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        table += "lo\t0000007F\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n"
+        if let defaultInterface { table += "\(defaultInterface)\t00000000\t0100A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n" }
+        return table
+    }
+
+    /// Moves the default route, as a modem coming up or a cable pulled would.
+    public func setDefaultRoute(_ interface: String?) throws {
+        try Self.routeTable(defaultInterface: interface).write(toFile: routeFile, atomically: true, encoding: .utf8)
     }
 
     public var pid: Int32 { process?.processIdentifier ?? 0 }
@@ -108,7 +128,7 @@ public final class DaemonProcess {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = ["--listen", "127.0.0.1:0", "--state-dir", stateDirectory, "--allow-root", allowedRoot,
-                             "--log-level", "debug"] + extraArguments
+                             "--log-level", "debug", "--route-file", routeFile] + extraArguments
         process.standardError = logHandle
         process.standardOutput = logHandle
         try process.run()

@@ -176,5 +176,8 @@ struct NetworkDetectionTests {
         #expect(try NetworkState.decodeOverride(["type": "wifi", "constrained": true, "interface": "wlan0"], classifier: classifier)
             == NetworkState(type: .wifi, interface: "wlan0", constrained: true, source: .override))
         #expect(throws: ValidationError.self) { try NetworkState.decodeOverride(["type": "5g"], classifier: classifier) }
+        // What the store keeps reads back the same (an override survives restarts).
+        let kept = NetworkState(type: .wifi, interface: "wlan0", expensive: true, constrained: true, source: .override)
+        #expect(try NetworkState.decodeOverride(kept.overrideJSON, classifier: classifier) == kept)
     }
 }
