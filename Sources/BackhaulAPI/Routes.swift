@@ -5,6 +5,7 @@ extension API {
             Route("GET", "/healthz", health),
             Route("GET", "/readyz", ready),
             Route("GET", "/v1/info", info),
+            Route("GET", "/metrics", metrics),
             Route("GET", "/v1/sessions", listSessions),
             Route("PUT", "/v1/sessions/{id}", putSession),
             Route("GET", "/v1/sessions/{id}", getSession),

@@ -27,6 +27,21 @@ public struct EngineOptions: Sendable {
     public init() {}
 }
 
+/// What the engine counts, for `/metrics` (counters since the daemon started).
+public struct EngineMetrics: Sendable, Equatable {
+    public var running = 0
+    /// Request body bytes sent, by the network type they went over.
+    public var bytesSentByNetwork: [NetworkType: Int64] = [:]
+    /// Running transfers the policy stopped, by the waiting reason (or `failed`).
+    public var policyStops: [String: Int] = [:]
+    /// The bandwidth limit in force (bytes/s), nil when there is none.
+    public var bandwidthLimit: Int64?
+    /// What is left today of each discretionary budget.
+    public var budgetRemaining: [NetworkType: Int64] = [:]
+
+    public init() {}
+}
+
 public enum BackhaulVersion {
     public static let string = "0.1.0"
 }
@@ -45,6 +60,7 @@ public final class Engine: Sendable {
         var detected = NetworkState.disconnected
         var networkOverride: NetworkState?
         var policy = ServicePolicy()
+        var metrics = EngineMetrics()
     }
 
     let store: Store
@@ -126,12 +142,16 @@ public final class Engine: Sendable {
         }
     }
 
-    fileprivate func publish(live: [String: LiveProgress], saturated: Set<String>) {
+    fileprivate func publish(live: [String: LiveProgress], saturated: Set<String>, metrics: EngineMetrics) {
         shared.withLock {
             $0.live = live
             $0.saturated = saturated
+            $0.metrics = metrics
         }
     }
+
+    /// Counters and gauges of the engine for `/metrics`.
+    public var metrics: EngineMetrics { shared.withLock { $0.metrics } }
 
     fileprivate func takeReevaluate() -> Bool {
         shared.withLock { state in
@@ -187,6 +207,7 @@ private final class EngineLoop {
     var budgetExceeded = false
     var bandwidthDirty = true
     var sendSpeedShare: Int64 = 0
+    var metrics = EngineMetrics()
     /// Transfers whose next request waits for its body's digest (see `advanceHashing`).
     var hashing: [String: Transfer] = [:]
     static let hashBudget = 8 << 20
@@ -518,10 +539,8 @@ private final class EngineLoop {
     func release(_ transfer: Transfer) {
         guard active[transfer.task.id] === transfer else { return }
         // Bytes a short transfer sent between two progress rounds still count.
-        if transfer.configuration.discretionary {
-            countBudget(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
-            flushBudget(force: true)
-        }
+        countSent(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
+        if transfer.configuration.discretionary { flushBudget(force: true) }
         multi.remove(transfer.easy)
         hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
@@ -613,7 +632,7 @@ private final class EngineLoop {
                 transfer.rate = transfer.rate == 0 ? instant : transfer.rate * 0.5 + instant * 0.5
                 transfer.lastSample = (now, bytes)
             }
-            if transfer.configuration.discretionary { countBudget(transfer, bytes: bytes) }
+            countSent(transfer, bytes: bytes)
             let progress = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
             live[id] = progress
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
@@ -627,7 +646,11 @@ private final class EngineLoop {
                 }
             }
         }
-        engine.publish(live: live, saturated: saturatedKeys.filter { perKey[$0] != nil })
+        metrics.running = active.count
+        metrics.bandwidthLimit = policy.bandwidth(minuteOfDay: LocalTime.components(of: clock.now()).minute, network: network.type)
+        metrics.budgetRemaining = [:]
+        for (type, budget) in policy.discretionaryDailyBudget { metrics.budgetRemaining[type] = max(0, budget - budgetUsed[type, default: 0]) }
+        engine.publish(live: live, saturated: saturatedKeys.filter { perKey[$0] != nil }, metrics: metrics)
         flushBudget(force: force)
     }
 
@@ -673,6 +696,7 @@ extension EngineLoop {
             let decision = Policy.decide(transfer.configuration, in: context)
             guard decision != .run else { continue }
             logger.info("the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
+            if case .wait(let reason) = decision { metrics.policyStops[reason.rawValue, default: 0] += 1 } else { metrics.policyStops["failed", default: 0] += 1 }
             release(transfer)
             switch decision {
             case .wait(let reason):
@@ -701,14 +725,17 @@ extension EngineLoop {
         nextPolicyEdge = context.now - local.second + Double(policy.minutesToNextEdge(minuteOfDay: local.minute) * 60)
         scheduleNeeded = true
         bandwidthDirty = true
+        publishProgress(force: true)
     }
 
-    /// Adds what a discretionary transfer sent since last counted to today's budget of the
-    /// network type; past the budget, decisions are made again.
-    func countBudget(_ transfer: Transfer, bytes: Int64) {
+    /// Counts what a transfer sent since last counted, by network type; a discretionary
+    /// transfer's bytes also go to today's budget, and past the budget decisions are made again.
+    func countSent(_ transfer: Transfer, bytes: Int64) {
         let delta = max(0, bytes - transfer.budgetCounted)
         transfer.budgetCounted = bytes
         guard delta > 0 else { return }
+        metrics.bytesSentByNetwork[network.type, default: 0] += delta
+        guard transfer.configuration.discretionary else { return }
         budgetUsed[network.type, default: 0] += delta
         budgetPending[network.type, default: 0] += delta
         if let budget = policy.discretionaryDailyBudget[network.type], budgetUsed[network.type, default: 0] >= budget {

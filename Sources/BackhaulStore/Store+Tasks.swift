@@ -463,6 +463,20 @@ extension Store {
         }
     }
 
+    /// Counts of waiting tasks by reason (metrics).
+    public func waitingCounts() throws(StoreError) -> [WaitingReason: Int] {
+        try read { db in
+            var counts: [WaitingReason: Int] = [:]
+            for (reason, count) in try db.query(
+                "SELECT waiting_reason, COUNT(*) FROM tasks WHERE state = 'waiting' GROUP BY waiting_reason", [],
+                { ($0.optionalString(0) ?? "", Int($0.int(1))) })
+            {
+                if let reason = WaitingReason(rawValue: reason) { counts[reason] = count }
+            }
+            return counts
+        }
+    }
+
     /// Counts of tasks by state, over all sessions (metrics, info).
     public func taskCounts() throws(StoreError) -> [TaskState: Int] {
         try read { db in

@@ -133,3 +133,32 @@ public final class S3Server {
         return data
     }
 }
+
+/// The Prometheus client library's parser (`parse_metrics.py`): `name{label=value,…}` → value.
+public enum PrometheusParser {
+    public struct ParseFailed: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public static func parse(_ text: String) throws -> [String: Double] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", PythonPeer.script("parse_metrics.py")]
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        let problem = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0, let object = try JSON.parse(Array(data)).objectValue else {
+            throw ParseFailed(description: String(decoding: problem, as: UTF8.self))
+        }
+        var result: [String: Double] = [:]
+        for (key, value) in object { result[key] = value.doubleValue }
+        return result
+    }
+}

@@ -1,4 +1,5 @@
 import BackhaulTesting
+import Curl
 import Foundation
 import JSON
 import Testing
@@ -147,5 +148,29 @@ extension EndToEndTests {
         #expect(refused.0 == 409 && refused.1["code"]?.stringValue == "transfers_disabled")
         #expect(try fixture.daemon.call("DELETE", "/v1/policy").1["transfers_enabled"]?.boolValue == true)
         #expect(try fixture.daemon.waitForTask(try fixture.enqueue(big))["state"]?.stringValue == "completed")
+    }
+}
+
+extension EndToEndTests {
+    @Test("/metrics parses with the Prometheus client library and shows the policy: waiting reasons, network, stops, bytes, budgets")
+    func policyMetrics() throws {
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 4_000_000, then: .respond(status: 201)))
+        try fixture.session("s1", ["allows_cellular_access": false])
+        #expect(try fixture.daemon.call("PUT", "/v1/policy", ["bandwidth_limit": 8_000_000, "discretionary_daily_budget": ["wired": 5000]]).0 == 200)
+        let file = fixture.makeFile("m.bin", size: 16 * 1024 * 1024)
+        let id = try fixture.enqueue(file)
+        try #require(eventually(timeout: 20) { fixture.sink.totalBodyBytes > 1_000_000 })
+        #expect(try fixture.daemon.call("PUT", "/v1/network", ["type": "cellular"]).0 == 200)
+        _ = try waitFor(fixture, id, "waiting", "cellular_not_allowed")
+        let exchange = try HTTPClient().send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
+        #expect(exchange.status == 200)
+        let samples = try PrometheusParser.parse(String(decoding: exchange.body, as: UTF8.self))
+        #expect(samples["backhaul_tasks{state=waiting}"] == 1)
+        #expect(samples["backhaul_tasks_waiting{reason=cellular_not_allowed}"] == 1)
+        #expect(samples["backhaul_network_info{constrained=false,expensive=true,source=override,type=cellular}"] == 1)
+        #expect(samples["backhaul_policy_stops_total{reason=cellular_not_allowed}"] == 1)
+        #expect((samples["backhaul_sent_bytes_total{network_type=wired}"] ?? 0) > 1_000_000)
+        #expect(samples["backhaul_bandwidth_limit_bytes_per_second{}"] == 8_000_000)
+        #expect(samples["backhaul_discretionary_budget_remaining_bytes{network_type=wired}"] == 5000)
     }
 }

@@ -1,0 +1,70 @@
+import BackhaulCore
+import BackhaulEngine
+import BackhaulStore
+import MicroHTTP
+
+/// `GET /metrics`: the Prometheus text format (version 0.0.4). Labels take values from closed
+/// sets only (states, reasons, network types), so the series stay bounded.
+extension API {
+    @Sendable func metrics(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        var text = PrometheusText()
+        let counts = try stored { () throws(StoreError) in try store.taskCounts() }
+        text.family("backhaul_tasks", "gauge", "Tasks in the store by state.")
+        for state in TaskState.allCases { text.sample("backhaul_tasks", ["state": state.rawValue], Double(counts[state] ?? 0)) }
+        let waiting = try stored { () throws(StoreError) in try store.waitingCounts() }
+        text.family("backhaul_tasks_waiting", "gauge", "Waiting tasks by waiting_reason.")
+        for reason in WaitingReason.allCases {
+            text.sample("backhaul_tasks_waiting", ["reason": reason.rawValue], Double(waiting[reason] ?? 0))
+        }
+        if let engine {
+            let figures = engine.metrics
+            let network = engine.network
+            text.family("backhaul_transfers_running", "gauge", "Transfers in flight.")
+            text.sample("backhaul_transfers_running", [:], Double(figures.running))
+            text.family("backhaul_network_info", "gauge", "The network the policy sees (1 for the one in force).")
+            text.sample("backhaul_network_info", ["type": network.type.rawValue, "expensive": String(network.expensive),
+                                                  "constrained": String(network.constrained), "source": network.source.rawValue], 1)
+            text.family("backhaul_sent_bytes_total", "counter", "Request body bytes sent, by network type.")
+            for type in NetworkType.allCases {
+                text.sample("backhaul_sent_bytes_total", ["network_type": type.rawValue], Double(figures.bytesSentByNetwork[type] ?? 0))
+            }
+            text.family("backhaul_policy_stops_total", "counter", "Running transfers the policy stopped, by the reason they wait for.")
+            for reason in Policy.reasons.map(\.rawValue).sorted() + ["failed"] {
+                text.sample("backhaul_policy_stops_total", ["reason": reason], Double(figures.policyStops[reason] ?? 0))
+            }
+            text.family("backhaul_bandwidth_limit_bytes_per_second", "gauge", "The bandwidth limit in force (0: none).")
+            text.sample("backhaul_bandwidth_limit_bytes_per_second", [:], Double(figures.bandwidthLimit ?? 0))
+            text.family("backhaul_discretionary_budget_remaining_bytes", "gauge", "What is left today of each discretionary budget.")
+            for type in NetworkType.allCases {
+                if let remaining = figures.budgetRemaining[type] {
+                    text.sample("backhaul_discretionary_budget_remaining_bytes", ["network_type": type.rawValue], Double(remaining))
+                }
+            }
+        }
+        return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                            body: Array(text.output.utf8))
+    }
+}
+
+/// Writes the Prometheus text exposition format.
+struct PrometheusText {
+    private(set) var output = ""
+
+    mutating func family(_ name: String, _ type: String, _ help: String) {
+        output += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    }
+
+    mutating func sample(_ name: String, _ labels: [String: String], _ value: Double) {
+        output += name
+        if !labels.isEmpty {
+            let pairs = labels.sorted { $0.key < $1.key }.map { "\($0.key)=\"\(Self.escape($0.value))\"" }
+            output += "{" + pairs.joined(separator: ",") + "}"
+        }
+        let number = value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+        output += " \(number)\n"
+    }
+
+    static func escape(_ value: String) -> String {
+        value.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("\n", with: "\\n")
+    }
+}
