@@ -7,7 +7,7 @@ apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev li
 if [ "${1:-}" = "--test" ]; then
   apt_packages+=(nginx-light)
 fi
-python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client)
+python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis)
 
 missing=()
 for package in "${apt_packages[@]}"; do
