@@ -152,7 +152,7 @@ extension JSON {
         guard rest == array.count else {
             throw JSONParseError(message: "unexpected data after the JSON value", offset: end)
         }
-        return JSON(borrowing: parsed)
+        return try JSON(borrowing: parsed)
     }
 
     private static func singleQuoteOutsideString(_ bytes: [UInt8]) -> Int? {
@@ -174,8 +174,10 @@ extension JSON {
         try parse(Array(text.utf8), maxDepth: maxDepth)
     }
 
-    /// Converts a json-c tree (borrowed, not released here).
-    private init(borrowing object: OpaquePointer?) {
+    /// Converts a json-c tree (borrowed, not released here). Numbers json-c could only saturate
+    /// (integers past UInt64.max) or that overflow a double (`1e400`) are refused rather than
+    /// silently changed.
+    private init(borrowing object: OpaquePointer?) throws(JSONParseError) {
         guard let object else { self = .null; return }
         switch json_object_get_type(object) {
         case json_type_null: self = .null
@@ -184,11 +186,16 @@ extension JSON {
             // json-c keeps integers above Int64.max as uint64; those become doubles here.
             let value = json_object_get_int64(object)
             if value == Int64.max, json_object_get_uint64(object) > UInt64(Int64.max) {
-                self = .double(Double(json_object_get_uint64(object)))
+                let unsigned = json_object_get_uint64(object)
+                guard unsigned < UInt64.max else { throw JSONParseError(message: "a number is out of range", offset: 0) }
+                self = .double(Double(unsigned))
             } else {
                 self = .int(value)
             }
-        case json_type_double: self = .double(json_object_get_double(object))
+        case json_type_double:
+            let value = json_object_get_double(object)
+            guard value.isFinite else { throw JSONParseError(message: "a number is out of range", offset: 0) }
+            self = .double(value)
         case json_type_string:
             let length = Int(json_object_get_string_len(object))
             let pointer = json_object_get_string(object)!
@@ -198,7 +205,7 @@ extension JSON {
             let count = json_object_array_length(object)
             var items: [JSON] = []
             items.reserveCapacity(count)
-            for index in 0..<count { items.append(JSON(borrowing: json_object_array_get_idx(object, index))) }
+            for index in 0..<count { items.append(try JSON(borrowing: json_object_array_get_idx(object, index))) }
             self = .array(items)
         case json_type_object:
             var result = JSONObject()
@@ -206,7 +213,7 @@ extension JSON {
             var end = json_object_iter_end(object)
             while json_object_iter_equal(&iterator, &end) == 0 {
                 let name = String(cString: json_object_iter_peek_name(&iterator))
-                result[name] = JSON(borrowing: json_object_iter_peek_value(&iterator))
+                result[name] = try JSON(borrowing: json_object_iter_peek_value(&iterator))
                 json_object_iter_next(&iterator)
             }
             self = .object(result)
