@@ -48,7 +48,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "JSON", "MicroHTTP",
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "Digest", "JSON", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),

@@ -44,6 +44,12 @@ extension API {
         return webhook
     }
 
+    func checkWebhookDestination(_ url: String) throws(Problem) {
+        if let refusal = options.destinations.refusal(url, for: .webhook) {
+            throw Problem(.destinationNotAllowed, "url: \(refusal)", extra: ["field": "url"])
+        }
+    }
+
     @Sendable func createWebhook(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let sessionID = try sessionID(request)
         let value = try body(request)
@@ -52,6 +58,7 @@ extension API {
             let reader = try FieldReader(value)
             try reader.rejectUnknown(API.webhookFields)
             guard let url = try API.decodeWebhookURL(reader) else { throw ValidationError("url", "is required") }
+            try checkWebhookDestination(url)
             return WebhookRecord(id: RandomID.make(prefix: "wh_"), sessionID: sessionID, url: url,
                                  events: try API.decodeEvents(reader) ?? EventType.defaultSubscription,
                                  secret: try API.decodeSecret(reader) ?? WebhookRecord.generateSecret(), createdAt: now)
@@ -80,6 +87,7 @@ extension API {
             let reader = try FieldReader(value)
             try reader.rejectUnknown(["url", "events", "enabled"])
             let url = try API.decodeWebhookURL(reader)
+            if let url { try checkWebhookDestination(url) }
             let events = try API.decodeEvents(reader)
             let enabled = try reader.bool("enabled")
             return try store.updateWebhook(id: current.id) { webhook in
@@ -142,6 +150,12 @@ extension API {
                 throw Problem(.validationFailed, "session is not a session id", extra: ["field": "session"])
             }
             session = name
+        }
+        if let principal = request.principal, principal != .admin {
+            // A client sees only its own sessions' events: it names one of them.
+            guard let session, principal.canAccess(session: session) else {
+                throw Problem(.forbidden, "a client token streams one of its sessions: add ?session=")
+            }
         }
         let resume = request.http.header("last-event-id") ?? request.http.query["after"]
         let cursor: Int64

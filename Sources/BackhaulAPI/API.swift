@@ -9,9 +9,15 @@ import MicroHTTP
 public struct APIOptions: Sendable {
     public var allowedRoots: AllowedRoots
     public var maxTasksPerBatch = 10_000
+    /// Unfinished tasks one session may hold (`--max-open-tasks`); more are refused with 429.
+    public var maxOpenTasksPerSession = 1_000_000
     public var maxJSONDepth = 32
     /// Shown by `/v1/info` (already without secrets).
     public var info: JSONObject = [:]
+    /// Bearer tokens; nil: no authentication (the daemon then listens on loopback only).
+    public var tokens: AccessTokens?
+    /// Where uploads and webhooks may go.
+    public var destinations = DestinationRules()
 
     public init(allowedRoots: AllowedRoots) { self.allowedRoots = allowedRoots }
 }
@@ -36,7 +42,37 @@ public final class API: Sendable {
         self.logger = logger
     }
 
-    public var router: Router { Router(routes: routes) }
+    public var router: Router {
+        Router(routes: routes) { [self] (route, request) throws(Problem) in try authorize(route, request) }
+    }
+
+    /// The caller's token against the route's `Access`. Out of a client's scope, reads answer 404
+    /// exactly as for a resource that does not exist (nothing leaks) and writes 403.
+    func authorize(_ route: Route, _ request: RouteRequest) throws(Problem) -> Principal? {
+        guard let tokens = options.tokens, route.access != .open else { return nil }
+        guard let principal = tokens.principal(authorization: request.http.header("authorization")) else {
+            throw Problem(.unauthorized, "a valid bearer token is required (Authorization: Bearer …)")
+        }
+        let reading = request.http.method == "GET" || request.http.method == "HEAD"
+        func scoped(_ session: String?, _ notFound: String) throws(Problem) {
+            guard let session, !principal.canAccess(session: session) else { return }
+            throw reading ? Problem(.notFound, notFound) : Problem(.forbidden, "this token is not allowed to change that")
+        }
+        let id = request.parameter("id")
+        switch route.access {
+        case .open, .authenticated:
+            break
+        case .admin:
+            guard principal == .admin else { throw Problem(.forbidden, "this needs an admin token") }
+        case .session:
+            try scoped(id, "no session \(id)")
+        case .task:
+            try scoped(try stored { () throws(StoreError) in try store.task(id: id) }?.sessionID, "no task \(id)")
+        case .webhook:
+            try scoped(try stored { () throws(StoreError) in try store.webhook(id: id) }?.sessionID, "no webhook \(id)")
+        }
+        return principal
+    }
 
     // MARK: Helpers
 
@@ -135,6 +171,7 @@ public final class API: Sendable {
 
     @Sendable func listSessions(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let sessions = try stored { () throws(StoreError) in try store.sessions() }
+            .filter { request.principal?.canAccess(session: $0.0.id) ?? true }
         return API.json(200, ["sessions": .array(sessions.map { $0.0.json(taskCounts: $0.1) })])
     }
 
@@ -202,9 +239,10 @@ public final class API: Sendable {
 
     @Sendable func createTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
+        guard let (session, counts) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
             throw Problem(.notFound, "no session \(id)")
         }
+        let open = TaskState.unfinished.reduce(0) { $0 + (counts[$1] ?? 0) }
         if let engine, !engine.policy.transfersEnabled {
             throw Problem(.transfersDisabled, "the service policy has transfers_enabled false; PUT /v1/policy to turn them on")
         }
@@ -221,6 +259,9 @@ public final class API: Sendable {
             items = array.enumerated().map { ($0.element, "tasks[\($0.offset)]") }
         } else {
             items = [(value, "")]
+        }
+        guard open + items.count <= options.maxOpenTasksPerSession else {
+            throw Problem(.tooManyTasks, "the session holds \(open) unfinished tasks; at most \(options.maxOpenTasksPerSession) are allowed (--max-open-tasks)")
         }
         let now = clock.now()
         var records: [TaskRecord] = []
@@ -245,6 +286,10 @@ public final class API: Sendable {
             configuration = try session.configuration.applying(.object(draft.configurationOverrides))
         } catch {
             throw API.problem(error)
+        }
+        if let refusal = options.destinations.refusal(draft.request.url, for: .upload) {
+            let field = path.isEmpty ? "request.url" : "\(path).request.url"
+            throw Problem(.destinationNotAllowed, "\(field): \(refusal)", extra: ["field": .string(field)])
         }
         let file: FileInfo
         switch options.allowedRoots.inspect(draft.filePath) {

@@ -28,12 +28,14 @@ public struct Problem: Error, Sendable, Equatable {
         case fileNotRegular = "file_not_regular"
         case fileNotReadable = "file_not_readable"
         case fileOutsideAllowedRoots = "file_outside_allowed_roots"
+        case destinationNotAllowed = "destination_not_allowed"
         case unauthorized
         case forbidden
         case sessionExists = "session_exists"
         case conflict
         case transfersDisabled = "transfers_disabled"
         case payloadTooLarge = "payload_too_large"
+        case tooManyTasks = "too_many_tasks"
         case insufficientStorage = "insufficient_storage"
         case internalError = "internal_error"
         case unavailable = "service_unavailable"
@@ -44,10 +46,11 @@ public struct Problem: Error, Sendable, Equatable {
             case .validationFailed, .fileNotFound, .fileIsDirectory, .fileNotRegular, .fileNotReadable: return 422
             case .notFound: return 404
             case .methodNotAllowed: return 405
-            case .fileOutsideAllowedRoots, .forbidden: return 403
+            case .fileOutsideAllowedRoots, .forbidden, .destinationNotAllowed: return 403
             case .unauthorized: return 401
             case .sessionExists, .conflict, .transfersDisabled: return 409
             case .payloadTooLarge: return 413
+            case .tooManyTasks: return 429
             case .insufficientStorage: return 507
             case .internalError: return 500
             case .unavailable: return 503
@@ -65,12 +68,14 @@ public struct Problem: Error, Sendable, Equatable {
             case .fileNotRegular: return "The file is not a regular file"
             case .fileNotReadable: return "The file cannot be read"
             case .fileOutsideAllowedRoots: return "The file is outside the allowed roots"
+            case .destinationNotAllowed: return "The destination is not allowed"
             case .unauthorized: return "Authentication required"
             case .forbidden: return "Not allowed"
             case .sessionExists: return "The session exists with another configuration"
             case .conflict: return "The resource's state does not allow this"
             case .transfersDisabled: return "Transfers are disabled by the service policy"
             case .payloadTooLarge: return "The request body is too large"
+            case .tooManyTasks: return "The session holds as many open tasks as it may"
             case .insufficientStorage: return "The state storage is full"
             case .internalError: return "Internal error"
             case .unavailable: return "The service is not ready"
@@ -90,6 +95,7 @@ public struct Problem: Error, Sendable, Equatable {
     public var response: HTTPResponse {
         var headers = [("Content-Type", "application/problem+json")]
         if status == 405, let allow = extra["allow"]?.stringValue { headers.append(("Allow", allow)) }
+        if status == 401 { headers.append(("WWW-Authenticate", "Bearer realm=\"backhaul\"")) }
         return HTTPResponse(status: status, headers: headers, body: json.serializedBytes())
     }
 }

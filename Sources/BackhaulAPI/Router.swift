@@ -4,6 +4,8 @@ import MicroHTTP
 public struct RouteRequest: Sendable {
     public var http: HTTPRequest
     public var parameters: [String: String]
+    /// The caller, when tokens are on (nil: tokens are off, loopback only, everything allowed).
+    public var principal: Principal?
 
     public func parameter(_ name: String) -> String { parameters[name] ?? "" }
 }
@@ -13,11 +15,14 @@ public struct Route: Sendable {
     public var method: String
     public var pattern: String
     public var handler: @Sendable (RouteRequest) throws(Problem) -> HTTPResponse
+    public var access: Access
     let segments: [Substring]
 
-    public init(_ method: String, _ pattern: String, _ handler: @escaping @Sendable (RouteRequest) throws(Problem) -> HTTPResponse) {
+    public init(_ method: String, _ pattern: String, _ access: Access,
+                _ handler: @escaping @Sendable (RouteRequest) throws(Problem) -> HTTPResponse) {
         self.method = method
         self.pattern = pattern
+        self.access = access
         self.handler = handler
         self.segments = pattern.split(separator: "/", omittingEmptySubsequences: true)
     }
@@ -39,8 +44,13 @@ public struct Route: Sendable {
 /// Dispatches requests to the route table; 404 and 405 as problems.
 public struct Router: Sendable {
     public let routes: [Route]
+    /// Checks the caller against a route's `Access` and returns who it is; nil when tokens are off.
+    let authorize: @Sendable (Route, RouteRequest) throws(Problem) -> Principal?
 
-    public init(routes: [Route]) { self.routes = routes }
+    public init(routes: [Route], authorize: @escaping @Sendable (Route, RouteRequest) throws(Problem) -> Principal? = { _, _ in nil }) {
+        self.routes = routes
+        self.authorize = authorize
+    }
 
     /// The handler's answer, and the matched pattern (for logs and metrics).
     public func handle(_ request: HTTPRequest) -> (HTTPResponse, String) {
@@ -53,7 +63,9 @@ public struct Router: Sendable {
                 continue
             }
             do {
-                return (try route.handler(RouteRequest(http: request, parameters: parameters)), route.pattern)
+                var matched = RouteRequest(http: request, parameters: parameters)
+                matched.principal = try authorize(route, matched)
+                return (try route.handler(matched), route.pattern)
             } catch {
                 return (error.response, route.pattern)
             }

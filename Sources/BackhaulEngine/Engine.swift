@@ -23,6 +23,8 @@ public struct EngineOptions: Sendable {
     public var classifier = NetworkClassifier()
     /// The service policy of the config file (`PUT /v1/policy` replaces it at run time).
     public var policy = ServicePolicy()
+    /// Refuse to send to a peer whose address is not public, checked once connected.
+    public var denyPrivateDestinations = false
 
     public init() {}
 }
@@ -423,6 +425,9 @@ private final class EngineLoop {
         if transfer.idleTimedOut {
             let seconds = transfer.configuration.timeoutIntervalForRequest
             step = .failed(.transport(.timedOut, message: "no bytes moved for \(seconds) s (timeout_interval_for_request)"))
+        } else if transfer.destinationRefused {
+            step = .failed(.fatal(TaskError(.cannotConnectToHost,
+                                            message: "the destination resolved to a private address and private destinations are denied")))
         } else if transfer.fileChangedDuringRead {
             step = .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read")))
         } else if code != .ok {

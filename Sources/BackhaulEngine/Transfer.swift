@@ -23,6 +23,8 @@ final class Transfer {
     private var bodyEnd: Int64 = 0
     /// Set when the file shrank under a read: the attempt fails `file_changed`.
     var fileChangedDuringRead = false
+    /// Set when the connected peer's address was private and those are denied.
+    var destinationRefused = false
     /// Set when no byte moved either way for `timeout_interval_for_request`.
     var idleTimedOut = false
     private var lastActivity = monotonicSeconds()
@@ -191,6 +193,12 @@ final class Transfer {
         response.reset()
         easy = try EasyHandle()
         installHandlers()
+        if options.denyPrivateDestinations {
+            easy.allowPeer = { [unowned self] address in
+                if DestinationRules.isPrivate(address: address) { destinationRefused = true }
+                return !destinationRefused
+            }
+        }
         try easy.set(CURLOPT_URL, request.url)
         try easy.set(CURLOPT_NOSIGNAL, 1)
         try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")

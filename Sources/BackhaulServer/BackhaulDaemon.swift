@@ -26,7 +26,7 @@ public final class BackhaulDaemon: Sendable {
     public init(configuration: DaemonConfiguration, logger: Logger) throws {
         self.configuration = configuration
         self.logger = logger
-        guard configuration.isLoopback else {
+        guard configuration.isLoopback || configuration.tokens != nil else {
             throw StartupError(description: "refusing to listen on \(configuration.listen): without API tokens backhauld serves loopback addresses only")
         }
         let directory = configuration.stateDirectory
@@ -46,10 +46,12 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
         engineOptions.classifier = configuration.classifier
         engineOptions.policy = configuration.policy
+        engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         engine = try Engine(store: store, logger: logger, options: engineOptions)
         var dispatcherOptions = DispatcherOptions()
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
+        dispatcherOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         dispatcher = try WebhookDispatcher(store: store, logger: logger, options: dispatcherOptions)
         let (feed, dispatcher) = (self.feed, self.dispatcher)
         store.observeEvents {
@@ -61,6 +63,9 @@ public final class BackhaulDaemon: Sendable {
 
         var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
         apiOptions.info = configuration.infoJSON
+        apiOptions.tokens = configuration.tokens
+        apiOptions.destinations = configuration.destinations
+        apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
         let router = API(store: store, engine: engine, eventFeed: feed, options: apiOptions, logger: logger).router
         let accessLogger = logger
         let handler = BufferingHandler(

@@ -1,3 +1,4 @@
+import BackhaulAPI
 import BackhaulCore
 import Glibc
 import JSON
@@ -13,6 +14,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var logLevel = "info"
     public var maxBodyBytes = 16 << 20
     public var maxConcurrentTransfers = 16
+    /// Unfinished tasks one session may hold.
+    public var maxOpenTasksPerSession = 1_000_000
     public var shutdownGraceSeconds = 10.0
     public var caBundle: String?
     /// Delays before each webhook delivery attempt, seconds (the first is the initial one).
@@ -25,6 +28,13 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var classifier = NetworkClassifier()
     /// The service policy (config file `policy`; `PUT /v1/policy` replaces it at run time).
     public var policy = ServicePolicy()
+    /// Bearer tokens (`--token-file`, `BACKHAUL_TOKENS`); nil: no authentication, loopback only.
+    public var tokens: AccessTokens?
+    public var tokenFile: String?
+    /// Upload and webhook host allow-lists and the private-address switch.
+    public var destinations = DestinationRules()
+
+    public static func == (lhs: DaemonConfiguration, rhs: DaemonConfiguration) -> Bool { lhs.infoJSON == rhs.infoJSON }
 
     public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
 
@@ -41,17 +51,22 @@ public struct DaemonConfiguration: Sendable, Equatable {
           --log-level LEVEL        trace, debug, info, notice, warning, error, critical (default info)
           --max-transfers N        transfers running at once (default 16)
           --max-body-bytes N       largest API request body (default 16777216)
+          --max-open-tasks N       unfinished tasks one session may hold (default 1000000; more: 429)
           --shutdown-grace SECONDS how long SIGTERM waits for running transfers (default 10)
           --ca-bundle FILE         CA certificates for https destinations
           --webhook-retry-schedule S  seconds before each delivery attempt, comma-separated
                                    (default 0,5,300,1800,7200,18000,36000,50400,72000,86400)
           --progress-interval SECONDS  task.progress events per running task at most this often (default 5)
           --route-file FILE        the routing table the network is detected from (default /proc/net/route)
+          --token-file FILE        API bearer tokens, one "TOKEN admin" or "TOKEN client SESSION-PATTERN..." a line
+          --allow-upload-host P    upload destinations allowed (host glob, optionally scheme://; repeatable; default any)
+          --allow-webhook-host P   webhook receivers allowed (same form; repeatable; default any)
+          --deny-private-destinations  refuse loopback, private and link-local destinations (checked on connect too)
           --version, --help
         environment: BACKHAUL_LISTEN, BACKHAUL_STATE_DIR, BACKHAUL_ALLOWED_ROOTS (colon-separated),
           BACKHAUL_CONFIG, BACKHAUL_LOG_LEVEL, BACKHAUL_MAX_TRANSFERS, BACKHAUL_MAX_BODY_BYTES,
           BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE, BACKHAUL_WEBHOOK_RETRY_SCHEDULE, BACKHAUL_PROGRESS_INTERVAL,
-          BACKHAUL_ROUTE_FILE
+          BACKHAUL_ROUTE_FILE, BACKHAUL_TOKENS (token entries separated by ";"), BACKHAUL_DENY_PRIVATE_DESTINATIONS (1)
         config file only: "network" (interface patterns, check_interval) and "policy" (see README)
         """
 
@@ -75,13 +90,19 @@ public struct DaemonConfiguration: Sendable, Equatable {
             var value: String?
             if name == "--help" || name == "-h" { return (configuration, .help) }
             if name == "--version" { return (configuration, .version) }
+            if name == "--deny-private-destinations" {
+                flags.append((name, "true"))
+                index += 1
+                continue
+            }
             if let equals = name.firstIndex(of: "="), name.hasPrefix("--") {
                 value = String(name[name.index(after: equals)...])
                 name = String(name[..<equals])
             }
             guard ["--listen", "--state-dir", "--allow-root", "--config", "--log-level", "--max-transfers",
                    "--max-body-bytes", "--shutdown-grace", "--ca-bundle", "--webhook-retry-schedule",
-                   "--progress-interval", "--route-file"].contains(name)
+                   "--progress-interval", "--route-file", "--token-file", "--allow-upload-host", "--max-open-tasks",
+                   "--allow-webhook-host"].contains(name)
             else { throw Invalid(description: "unknown option \(name)\n\(usage)") }
             if value == nil {
                 index += 1
@@ -109,10 +130,16 @@ public struct DaemonConfiguration: Sendable, Equatable {
         if let value = environment["BACKHAUL_WEBHOOK_RETRY_SCHEDULE"] { try configuration.set("webhook_retry_schedule", value) }
         if let value = environment["BACKHAUL_PROGRESS_INTERVAL"] { try configuration.set("progress_interval", value) }
         if let value = environment["BACKHAUL_ROUTE_FILE"] { try configuration.set("route_file", value) }
+        if let value = environment["BACKHAUL_DENY_PRIVATE_DESTINATIONS"] { try configuration.set("deny_private_destinations", value) }
+        if let value = environment["BACKHAUL_TOKENS"] {
+            do { configuration.tokens = try AccessTokens(parsing: value) } catch { throw Invalid(description: "BACKHAUL_TOKENS: \(error)") }
+        }
         var roots: [String] = []
         for (name, value) in flags {
             switch name {
             case "--allow-root": roots.append(value)
+            case "--allow-upload-host": configuration.destinations.uploadHosts.append(value)
+            case "--allow-webhook-host": configuration.destinations.webhookHosts.append(value)
             case "--config": break
             default: try configuration.set(String(name.dropFirst(2)).replacingHyphens(), value)
             }
@@ -165,6 +192,18 @@ public struct DaemonConfiguration: Sendable, Equatable {
             }
             progressInterval = number
         case "route_file": routeFile = value
+        case "max_open_tasks":
+            guard let number = Int(value), number >= 1 else { throw Invalid(description: "max open tasks must be at least 1") }
+            maxOpenTasksPerSession = number
+        case "deny_private_destinations":
+            guard ["true", "1", "false", "0"].contains(value) else { throw Invalid(description: "deny_private_destinations is true or false") }
+            destinations.denyPrivate = value == "true" || value == "1"
+        case "token_file":
+            guard let text = Self.readFile(value) else { throw Invalid(description: "cannot read the token file \(value)") }
+            do { tokens = try AccessTokens(parsing: String(decoding: text, as: UTF8.self)) } catch {
+                throw Invalid(description: "\(value): \(error)")
+            }
+            tokenFile = value
         default: throw Invalid(description: "unknown setting \(key)")
         }
     }
@@ -173,15 +212,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     /// (`listen`, `state_dir`, `allowed_roots` as an array, `log_level`, `max_transfers`,
     /// `max_body_bytes`, `shutdown_grace`, `ca_bundle`).
     mutating func applyFile(_ path: String) throws(Invalid) {
-        guard let file = fopen(path, "r") else { throw Invalid(description: "cannot read the config file \(path)") }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            bytes += buffer[0..<count]
-        }
+        guard let bytes = Self.readFile(path) else { throw Invalid(description: "cannot read the config file \(path)") }
         let value: JSON
         do { value = try JSON.parse(bytes) } catch { throw Invalid(description: "the config file is not valid JSON: \(error)") }
         guard let object = value.objectValue else { throw Invalid(description: "the config file must hold a JSON object") }
@@ -200,6 +231,12 @@ public struct DaemonConfiguration: Sendable, Equatable {
                 } catch { throw Invalid(description: "config file: \(error)") }
             case ("policy", .object):
                 do { policy = try policy.applying(member) } catch { throw Invalid(description: "config file: \(error)") }
+            case ("upload_hosts", .array(let items)):
+                destinations.uploadHosts = items.compactMap(\.stringValue)
+            case ("webhook_hosts", .array(let items)):
+                destinations.webhookHosts = items.compactMap(\.stringValue)
+            case ("deny_private_destinations", .bool(let value)):
+                destinations.denyPrivate = value
             case ("webhook_retry_schedule", .array(let items)):
                 try set(key, items.compactMap(\.doubleValue).map { String($0) }.joined(separator: ","))
             case (_, .string(let text)): try set(key, text)
@@ -208,6 +245,20 @@ public struct DaemonConfiguration: Sendable, Equatable {
             default: throw Invalid(description: "config file: \(key) has an unexpected value")
             }
         }
+    }
+
+    /// A whole small file (at most 1 MiB), nil when it cannot be read.
+    static func readFile(_ path: String) -> [UInt8]? {
+        guard let file = fopen(path, "r") else { return nil }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 1 << 20 {
+            let count = fread(&buffer, 1, buffer.count, file)
+            if count <= 0 { break }
+            bytes += buffer[0..<count]
+        }
+        return bytes
     }
 
     static func parseListen(_ value: String) -> (String, UInt16)? {
@@ -237,10 +288,14 @@ public struct DaemonConfiguration: Sendable, Equatable {
         [
             "listen": .string(listen), "state_dir": .string(stateDirectory),
             "allowed_roots": .array(allowedRoots.map { .string($0) }), "log_level": .string(logLevel),
-            "max_transfers": .int(Int64(maxConcurrentTransfers)), "max_body_bytes": .int(Int64(maxBodyBytes)),
+            "max_transfers": .int(Int64(maxConcurrentTransfers)), "max_open_tasks": .int(Int64(maxOpenTasksPerSession)), "max_body_bytes": .int(Int64(maxBodyBytes)),
             "shutdown_grace": .double(shutdownGraceSeconds), "ca_bundle": caBundle.map { .string($0) } ?? .null,
             "webhook_retry_schedule": .array(webhookRetrySchedule.map { .double($0) }), "progress_interval": .double(progressInterval),
             "route_file": .string(routeFile), "network_check_interval": .double(networkCheckInterval),
+            "authentication": .string(tokens == nil ? "off (loopback only)" : "bearer tokens"),
+            "upload_hosts": .array(destinations.uploadHosts.map { .string($0) }),
+            "webhook_hosts": .array(destinations.webhookHosts.map { .string($0) }),
+            "deny_private_destinations": .bool(destinations.denyPrivate),
         ]
     }
 }

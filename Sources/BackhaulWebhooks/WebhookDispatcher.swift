@@ -16,6 +16,8 @@ public struct DispatcherOptions: Sendable {
     public var retention: Double = 7 * 86_400
     public var userAgent = "backhauld-webhooks"
     public var caBundle: String?
+    /// Refuse receivers whose connected address is not public (`--deny-private-destinations`).
+    public var denyPrivateDestinations = false
 
     public init() {}
 }
@@ -158,6 +160,7 @@ private final class DispatchLoop {
     func start(_ delivery: PendingDelivery, now: Timestamp) {
         do {
             let item = try InFlight(delivery)
+            if options.denyPrivateDestinations { item.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
             let timestamp = Int64(now)
             let easy = item.easy
             try easy.set(CURLOPT_URL, delivery.url)

@@ -79,6 +79,14 @@ static inline CURLMcode bh_curl_multi_setopt_long(CURLM *multi, CURLMoption opti
     return curl_multi_setopt(multi, option, value);
 }
 
+/// CURLOPT_PREREQFUNCTION: called once connected, before the request is sent, with the peer's IP.
+typedef int (*bh_curl_prereq_callback)(void *userdata, char *primary_ip, char *local_ip, int primary_port, int local_port);
+static inline CURLcode bh_curl_easy_set_prereq_callback(CURL *handle, bh_curl_prereq_callback callback, void *userdata) {
+    CURLcode result = curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, callback);
+    if (result != CURLE_OK) return result;
+    return curl_easy_setopt(handle, CURLOPT_PREREQDATA, userdata);
+}
+
 /* CURLMsg has a union; read its fields here. */
 static inline CURL *bh_curl_msg_easy_handle(CURLMsg *msg) { return msg->easy_handle; }
 static inline int bh_curl_msg_is_done(CURLMsg *msg) { return msg->msg == CURLMSG_DONE; }

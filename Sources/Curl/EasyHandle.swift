@@ -27,6 +27,9 @@ public final class EasyHandle {
     public var trailers: (() -> [String])?
     /// Progress `(uploadedNow, downloadedNow)`; return false to abort the transfer.
     public var onProgress: ((Int64, Int64) -> Bool)?
+    /// Asked with the peer's IP address once connected, before the request goes; false refuses
+    /// the connection (the transfer ends with `abortedByCallback`).
+    public var allowPeer: ((String) -> Bool)?
     /// The value of a MIME field sent after the file part, asked for once that part is read.
     public var trailingFieldValue: (() -> [UInt8])?
     private var trailingField: [UInt8]?
@@ -92,6 +95,10 @@ public final class EasyHandle {
             guard let list, let lines = EasyHandle.owner(userdata).trailers?() else { return bh_curl_trailerfunc_ok() }
             for line in lines { list.pointee = curl_slist_append(list.pointee, line) }
             return bh_curl_trailerfunc_ok()
+        }, me), self)
+        try check(bh_curl_easy_set_prereq_callback(raw, { userdata, primary, _, _, _ in
+            guard let primary, let allow = EasyHandle.owner(userdata).allowPeer else { return 0 }
+            return allow(String(cString: primary)) ? 0 : 1
         }, me), self)
         try check(bh_curl_easy_set_xferinfo_callback(raw, { userdata, _, downloaded, _, uploaded in
             guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }

@@ -13,22 +13,24 @@ final class APIHarness {
     let store: Store
     let router: Router
 
-    init() throws {
+    init(tokens: AccessTokens? = nil) throws {
         root = NSTemporaryDirectory() + "backhaul-api-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: root + "/dir", withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(repeating: 7, count: 100))
         store = try Store(path: ":memory:")
-        router = API(store: store, engine: nil, options: APIOptions(allowedRoots: AllowedRoots([root])),
-                     logger: Logger(label: "test")).router
+        var options = APIOptions(allowedRoots: AllowedRoots([root]))
+        options.tokens = tokens
+        router = API(store: store, engine: nil, options: options, logger: Logger(label: "test")).router
     }
 
     deinit { try? FileManager.default.removeItem(atPath: root) }
 
-    func call(_ method: String, _ path: String, _ body: JSON? = nil, raw: String? = nil, query: [String: String] = [:])
-        -> (Int, JSON, HTTPResponse)
+    func call(_ method: String, _ path: String, _ body: JSON? = nil, raw: String? = nil, query: [String: String] = [:],
+              token: String? = nil) -> (Int, JSON, HTTPResponse)
     {
         let bytes = raw.map { Array($0.utf8) } ?? body?.serializedBytes() ?? []
-        let (response, _) = router.handle(HTTPRequest(method: method, path: path, query: query, body: bytes))
+        let headers = token.map { ["authorization": "Bearer \($0)"] } ?? [:]
+        let (response, _) = router.handle(HTTPRequest(method: method, path: path, query: query, headers: headers, body: bytes))
         return (response.status, (try? JSON.parse(response.bodyBytes, maxDepth: 64)) ?? .null, response)
     }
 

@@ -91,3 +91,20 @@ struct FuzzTests {
         print("fuzz: 5000 mutated API bodies, statuses \(statuses.sorted { $0.key < $1.key })")
     }
 }
+
+@Suite("Request limits")
+struct LimitTests {
+    @Test("more than 100 headers, or a header value over 8 KiB, is refused with the field")
+    func headerLimits() throws {
+        let harness = try APIHarness()
+        #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)
+        var many = JSONObject()
+        for index in 0..<101 { many["X-H\(index)"] = "v" }
+        let tooMany = harness.call("POST", "/v1/sessions/s/tasks", harness.task(["request": ["url": "http://127.0.0.1:9/x", "headers": .object(many)]]))
+        #expect(tooMany.0 == 422 && tooMany.1["field"]?.stringValue == "request.headers")
+        let huge = harness.call("POST", "/v1/sessions/s/tasks", harness.task([
+            "request": ["url": "http://127.0.0.1:9/x", "headers": ["X-Big": .string(String(repeating: "a", count: 8193))]],
+        ]))
+        #expect(huge.0 == 422 && huge.1["field"]?.stringValue == "request.headers.X-Big")
+    }
+}

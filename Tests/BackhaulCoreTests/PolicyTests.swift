@@ -181,3 +181,32 @@ struct NetworkDetectionTests {
         #expect(try NetworkState.decodeOverride(kept.overrideJSON, classifier: classifier) == kept)
     }
 }
+
+@Suite("Destination rules")
+struct DestinationTests {
+    @Test("private, loopback, link-local and other non-public addresses", arguments: [
+        ("127.0.0.1", true), ("10.1.2.3", true), ("172.16.0.1", true), ("172.31.255.255", true), ("172.32.0.1", false),
+        ("192.168.1.1", true), ("169.254.169.254", true), ("100.64.0.1", true), ("0.0.0.0", true), ("224.0.0.1", true),
+        ("8.8.8.8", false), ("93.184.216.34", false), ("::1", true), ("::", true), ("fe80::1", true), ("fd12::1", true),
+        ("::ffff:10.0.0.1", true), ("::ffff:8.8.8.8", false), ("2001:4860:4860::8888", false), ("example.com", false),
+    ])
+    func privateAddresses(_ address: String, _ isPrivate: Bool) {
+        #expect(DestinationRules.isPrivate(address: address) == isPrivate)
+    }
+
+    @Test("host patterns with and without a scheme; private literals when denied")
+    func refusals() {
+        var rules = DestinationRules()
+        #expect(rules.refusal("http://127.0.0.1:9/x", for: .upload) == nil)
+        rules.uploadHosts = ["https://*.example.com", "uploads.internal"]
+        #expect(rules.refusal("https://eu.example.com/a", for: .upload) == nil)
+        #expect(rules.refusal("http://eu.example.com/a", for: .upload) != nil)
+        #expect(rules.refusal("http://UPLOADS.internal:8080/a", for: .upload) == nil)
+        #expect(rules.refusal("https://example.org/a", for: .upload) != nil)
+        #expect(rules.refusal("https://example.org/a", for: .webhook) == nil)
+        rules.denyPrivate = true
+        #expect(rules.refusal("http://[::1]:80/h", for: .webhook) != nil)
+        #expect(rules.refusal("http://169.254.169.254/latest", for: .webhook) != nil)
+        #expect(rules.refusal("https://hooks.example/h", for: .webhook) == nil)
+    }
+}
