@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing backhauld needs, only when it is missing:
-# the C libraries' -dev packages, nginx (a real WebDAV peer for tests) and the Python test peers.
+# the C libraries' -dev packages, nginx (a real WebDAV peer for tests), the openssl and curl CLIs
+# (test certificates, an independent client) and the Python test peers.
 set -euo pipefail
 
 apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev)
 if [ "${1:-}" = "--test" ]; then
-  apt_packages+=(nginx-light)
+  apt_packages+=(nginx-light openssl curl)
 fi
 python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis)
 

@@ -121,3 +121,32 @@ extension EndToEndTests {
         #expect(fixture.sink.requests.isEmpty, "the file outside the roots was never sent")
     }
 }
+
+extension EndToEndTests {
+    @Test("https certificates are verified: a self-signed server fails -1200, and is trusted once given as --ca-bundle")
+    func certificateVerification() throws {
+        let scratch = TemporaryDirectory("backhaul-e2e")
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                             "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", scratch.file("key.pem"), "-out", scratch.file("cert.pem")]
+        openssl.standardError = FileHandle.nullDevice
+        try openssl.run()
+        openssl.waitUntilExit()
+        try #require(openssl.terminationStatus == 0)
+        let sink = try PythonPeer(script: "tls_sink.py", arguments: ["--cert", scratch.file("cert.pem"), "--key", scratch.file("key.pem")])
+        let url = JSON.string("https://127.0.0.1:\(sink.port)/upload")
+
+        let untrusting = try Fixture()
+        try untrusting.session()
+        let file = untrusting.makeFile("a.bin", size: 10_000)
+        let refused = try untrusting.daemon.waitForTask(try untrusting.enqueue(file, extra: ["request": ["url": url, "method": "PUT"]]))
+        #expect(refused["state"]?.stringValue == "failed" && refused["error"]?["code"]?.intValue == -1200, "\(refused.serialized())")
+
+        let trusting = try Fixture(daemonArguments: ["--ca-bundle", scratch.file("cert.pem")])
+        try trusting.session()
+        let other = trusting.makeFile("a.bin", size: 10_000)
+        let sent = try trusting.daemon.waitForTask(try trusting.enqueue(other, extra: ["request": ["url": url, "method": "PUT"]]))
+        #expect(sent["state"]?.stringValue == "completed", "\(sent.serialized())")
+    }
+}
