@@ -21,7 +21,14 @@ public final class RecordingSink: Sendable {
         case resumable
         /// In a script: this request gets the fallback behaviour.
         case passThrough
+        /// A server failing `rate` of its requests at random (seeded): 503, 429 with
+        /// `Retry-After: 1`, a connection dropped mid-body, a stall of `stall` seconds before
+        /// answering, or the whole body taken and no answer sent; otherwise `then`.
+        indirect case flaky(rate: Double, seed: UInt64, stall: Double, then: Behaviour)
     }
+
+    /// How many faults a `.flaky` sink injected, by kind.
+    public var faults: [String: Int] { state.withLock { $0.faults } }
 
     public struct Recorded: Sendable {
         public var index: Int
@@ -47,6 +54,8 @@ public final class RecordingSink: Sendable {
         var records: [Recorded] = []
         var inFlight = 0
         var maxInFlight = 0
+        var random: UInt64 = 0
+        var faults: [String: Int] = [:]
     }
 
     private let state = Locked(State())
@@ -98,6 +107,26 @@ public final class RecordingSink: Sendable {
     fileprivate func begin(_ head: HTTPRequestHead) -> (Int, Behaviour, FileHandle?) {
         var behaviour: Behaviour = state.withLock { $0.script.isEmpty ? nil : $0.script.removeFirst() } ?? fallback.withLock { $0 }
         if case .passThrough = behaviour { behaviour = fallback.withLock { $0 } }
+        if case .flaky(let rate, let seed, let stall, let then) = behaviour {
+            behaviour = state.withLock { state in
+                if state.random == 0 { state.random = seed | 1 }
+                func next() -> Double {
+                    state.random ^= state.random << 13
+                    state.random ^= state.random >> 7
+                    state.random ^= state.random << 17
+                    return Double(state.random >> 11) / Double(1 << 53)
+                }
+                guard next() < rate else { return then }
+                let faults: [(String, Behaviour)] = [
+                    ("503", .respond(status: 503)), ("429", .respond(status: 429, headers: [("Retry-After", "1")])),
+                    ("drop", .drop(afterBytes: Int64(next() * 200_000))), ("stall", .stall(seconds: stall, status: 201)),
+                    ("no_answer", .drop(afterBytes: .max)),
+                ]
+                let (name, fault) = faults[min(faults.count - 1, Int(next() * Double(faults.count)))]
+                state.faults[name, default: 0] += 1
+                return fault
+            }
+        }
         let index: Int = state.withLock { state in
             state.inFlight += 1
             state.maxInFlight = max(state.maxInFlight, state.inFlight)
@@ -242,7 +271,7 @@ public final class RecordingSink: Sendable {
                 let answer = resumableAnswer()
                 sink.end(index, status: answer.status)
                 return answer
-            case .throttle, .passThrough:
+            case .throttle, .passThrough, .flaky:
                 sink.end(index, status: 201)
                 return HTTPResponse(status: 201)
             }
