@@ -2,7 +2,7 @@
 SWIFT ?= swift
 ARGS ?=
 
-.PHONY: deps test-deps build release run test bench lint clean
+.PHONY: deps test-deps build release run test torture bench lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -24,6 +24,14 @@ run: build
 test: test-deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+## The fault-injection suite in its long form (50 uploads and 10 SIGKILLs, 60 flaky-server
+## uploads, full disk, signals), three times in a row; `make test` runs its short form.
+torture: test-deps
+	$(SWIFT) build --build-tests
+	for round in 1 2 3; do \
+	  BACKHAUL_TORTURE=full $(SWIFT) test --skip-build --filter 'EndToEndTests/(crashLoop|flakyServer|signalsAndRecovery|fullDisk|webhooksSurviveOutageAndCrash)' || exit 1; \
+	done
 
 lint:
 	$(SWIFT) format lint --recursive --configuration .swift-format Sources Tests

@@ -27,7 +27,7 @@ extension EndToEndTests {
 
     @Test("crash loop: mixed protocols against throttled servers, SIGKILLed at random and restarted; every byte arrives once per webhook-id")
     func crashLoop() throws {
-        let fixture = try Fixture(daemonArguments: fastWebhookRetries, sink: .throttle(bytesPerSecond: 6_000_000, then: .resumable))
+        let fixture = try Fixture(daemonArguments: fastWebhookRetries, sink: .throttle(bytesPerSecond: 3_000_000, then: .resumable))
         let tus = try TusServer(directory: fixture.scratch.path)
         let s3 = try S3Server(directory: fixture.scratch.path)
         let secret = WebhookRecordSecret.fixed
@@ -166,5 +166,64 @@ extension EndToEndTests {
         let sent = fixture.sink.requests.filter { $0.path == "/big" }.reduce(Int64(0)) { $0 + $1.bodyLength }
         #expect(sent - Int64(size) <= 2 * 1_048_576, "re-sent \(sent - Int64(size)) bytes after SIGTERM and SIGKILL (sent \(sentBefore) before the stop)")
         print("torture signals: SIGTERM exit \(String(describing: code)) in \(String(format: "%.2f", took)) s; integrity_check \(verdict); re-sent \(sent - Int64(size)) bytes")
+    }
+}
+
+/// Whether this machine lets the tests mount a small tmpfs (root in a VM or a privileged container).
+let canMountTmpfs: Bool = {
+    let directory = NSTemporaryDirectory() + "backhaul-tmpfs-probe-\(getpid())"
+    try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    guard mount("tmpfs", directory, "tmpfs", 0, "size=64k") == 0 else { return false }
+    umount(directory)
+    return true
+}()
+
+extension EndToEndTests {
+    @Test("full disk: the state directory on a tiny tmpfs fills up; the API answers 507, nothing accepted is lost, all of it runs once space returns",
+          .enabled(if: canMountTmpfs, "needs permission to mount a tmpfs"))
+    func fullDisk() throws {
+        let scratch = TemporaryDirectory("backhaul-e2e")
+        let volume = scratch.file("volume")
+        try FileManager.default.createDirectory(atPath: volume, withIntermediateDirectories: true)
+        try #require(mount("tmpfs", volume, "tmpfs", 0, "size=1536k") == 0)
+        defer { umount2(volume, Int32(MNT_DETACH)) }
+        try FileManager.default.createDirectory(atPath: scratch.file("data"), withIntermediateDirectories: true)
+        let sink = try RecordingSink(directory: scratch.file("sink"))
+        let daemon = try DaemonProcess(stateDirectory: volume + "/state", allowedRoot: scratch.file("data"))
+        #expect(try daemon.call("PUT", "/v1/sessions/s1", ["configuration": [:]]).0 == 201)
+        #expect(try daemon.call("PATCH", "/v1/sessions/s1", ["enabled": false]).0 == 200)
+        let file = scratch.makeFile("data/a.bin", size: 1000)
+        let padding = String(repeating: "x", count: 2000)
+        var accepted: [String] = []
+        var refused = 0
+        for round in 0..<400 where refused < 3 {
+            let batch: [JSON] = (0..<20).map { index in
+                ["file": .string(file), "request": ["url": .string(sink.url("/r\(round)-\(index)")), "method": "PUT"],
+                 "description": .string(padding)]
+            }
+            let (status, body) = try daemon.call("POST", "/v1/sessions/s1/tasks", ["tasks": .array(batch)])
+            if status == 201 {
+                accepted += body["tasks"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+            } else {
+                #expect(status == 507 && body["code"]?.stringValue == "insufficient_storage", "\(status) \(body.serialized())")
+                refused += 1
+            }
+        }
+        #expect(refused >= 1, "the disk filled up (\(accepted.count) tasks accepted)")
+        #expect(daemon.isRunning, "a full disk never crashes the daemon")
+        #expect(try daemon.call("GET", "/v1/sessions/s1").0 == 200)
+        // Space returns: everything accepted before runs, exactly once.
+        try #require(mount("tmpfs", volume, "tmpfs", UInt(MS_REMOUNT), "size=256m") == 0)
+        #expect(try daemon.call("PATCH", "/v1/sessions/s1", ["enabled": true]).0 == 200)
+        for id in accepted {
+            let task = try daemon.waitForTask(id, timeout: 60)
+            #expect(task["state"]?.stringValue == "completed", "\(task.serialized())")
+        }
+        let paths = Set(sink.requests.filter { $0.status == 201 }.map(\.path))
+        #expect(paths.count == accepted.count, "every accepted task reached the server")
+        let code = daemon.terminate()
+        #expect(code == 0)
+        print("torture full disk: \(accepted.count) tasks accepted before the disk filled, \(refused) batches refused 507, lost 0")
     }
 }
