@@ -2,13 +2,16 @@
 SWIFT ?= swift
 ARGS ?=
 
-.PHONY: deps test-deps build release run test torture bench lint clean
+.PHONY: deps test-deps bench-deps build release run test torture bench lint clean
 
 deps:
 	@scripts/install-deps.sh
 
 test-deps:
 	@scripts/install-deps.sh --test
+
+bench-deps:
+	@scripts/install-deps.sh --bench
 
 build: deps
 	$(SWIFT) build
@@ -39,6 +42,7 @@ lint:
 clean:
 	rm -rf .build
 
-## Side-by-side throughput against curl on loopback (release build); writes bench-results/latest.json.
-bench: test-deps release
-	scripts/bench.py
+## Side by side on loopback (release build): one big file vs curl, 2,000 small files vs curl and
+## rclone, the API under wrk, 100,000 queued tasks; writes bench-results/latest.json.
+bench: bench-deps release
+	scripts/bench.py $(BENCH_ARGS)

@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
-"""Side-by-side upload benchmark on loopback: backhauld vs curl -T to the same nginx sink.
+"""Side-by-side benchmark on loopback, in one run; prints tables and writes JSON.
 
-The sink's root is on tmpfs (/dev/shm) so the disk does not bound the figures. Each case runs
-several times; the table shows medians. Usage: scripts/bench.py [--size-mib 1024] [--runs 3]
+1. One big file: backhauld raw and chunked vs `curl -T`, to the same nginx sink.
+2. Many small files (2,000 × 256 KiB as one batch): backhauld vs one curl process uploading them
+   one after another over a reused connection vs `rclone copy --transfers 8`, all to the same
+   WebDAV sink (`rclone serve webdav`).
+3. The API under load (wrk): GET /v1/tasks/{id} and single POST enqueues; requests/s and p99.
+4. Scale: 100,000 tasks enqueued in batches of 1,000 (held in a disabled session), the daemon's
+   RSS, restart-to-ready time with them in the store, and GET latency with them present.
+
+Sinks live on tmpfs (/dev/shm) so the disk does not bound the figures; cases run several times
+and tables show medians. Usage: scripts/bench.py [--size-mib 1024] [--runs 3] [--quick]
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -118,18 +126,27 @@ def proc_peak_rss_mib(pid):
     return 0.0
 
 
-def start_daemon(binary, state, root):
-    log = open(state + ".log", "w")
-    process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--state-dir", state, "--allow-root", root],
+def start_daemon(binary, state, root, extra=()):
+    log = open(state + ".log", "a")
+    process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--state-dir", state, "--allow-root", root, *extra],
                                stderr=log, stdout=log)
+    skip = listening_lines(state)
     deadline = time.time() + 20
     while time.time() < deadline:
         with open(state + ".log") as lines:
-            for line in lines:
+            for line in list(lines)[skip:]:
                 if '"msg":"listening"' in line:
                     return process, int(json.loads(line)["http.port"])
         time.sleep(0.05)
     raise RuntimeError("backhauld did not start")
+
+
+def listening_lines(state):
+    try:
+        with open(state + ".log") as lines:
+            return len(list(lines))
+    except FileNotFoundError:
+        return 0
 
 
 def wait_done(port, ids, timeout=900):
@@ -145,6 +162,175 @@ def wait_done(port, ids, timeout=900):
         time.sleep(0.02)
     if pending:
         raise RuntimeError(f"{len(pending)} tasks did not finish")
+
+
+def proc_rss_mib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def wait_port(port, timeout=20):
+    import socket
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def start_webdav(directory):
+    """rclone's own WebDAV server: a sink that rclone, curl and backhauld can all PUT to."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    process = subprocess.Popen(["rclone", "serve", "webdav", directory, "--addr", f"127.0.0.1:{port}"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return process, port
+
+
+def many_files(args, work, data):
+    """2,000 × 256 KiB: backhauld (one batch) vs one curl process vs rclone copy --transfers 8."""
+    source = f"{data}/many"
+    os.makedirs(source)
+    for index in range(args.files):
+        with open(f"{source}/{index}.bin", "wb") as out:
+            out.write(os.urandom(256 * 1024))
+    sink = tempfile.mkdtemp(prefix="backhaul-dav-", dir="/dev/shm")
+    webdav, port = start_webdav(sink)
+    cases = {}
+    try:
+        def count(directory):
+            return len(os.listdir(f"{sink}/{directory}")) if os.path.isdir(f"{sink}/{directory}") else 0
+
+        # One curl process, the files one after another over one reused connection.
+        for run in range(args.runs):
+            os.makedirs(f"{sink}/curl{run}")
+            config = f"{work}/curl-{run}.cfg"
+            with open(config, "w") as out:
+                for index in range(args.files):
+                    out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{port}/curl{run}/{index}.bin"\n'
+                              f'output = "/dev/null"\n')
+            started = time.time()
+            subprocess.run(["curl", "-sS", "-K", config], check=True)
+            cases.setdefault("curl (one process)", []).append(time.time() - started)
+            assert count(f"curl{run}") == args.files
+        # rclone copy --transfers 8 (its WebDAV backend).
+        env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+        for run in range(args.runs):
+            started = time.time()
+            subprocess.run(["rclone", "copy", "--transfers", "8", source, f":webdav,url='http://127.0.0.1:{port}':rclone{run}"],
+                           check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cases.setdefault("rclone copy --transfers 8", []).append(time.time() - started)
+            assert count(f"rclone{run}") == args.files
+        # backhauld: one batch, from enqueue to the last completion (durable state included).
+        for run in range(args.runs):
+            os.makedirs(f"{sink}/bh{run}")
+            state = f"{work}/state-many-{run}"
+            daemon, api_port = start_daemon(args.binary, state, data)
+            try:
+                api(api_port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
+                tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"http://127.0.0.1:{port}/bh{run}/{index}.bin"}}
+                         for index in range(args.files)]
+                started = time.time()
+                status, created = api(api_port, "POST", "/v1/sessions/many/tasks", {"tasks": tasks})
+                assert status == 201, created
+                deadline = time.time() + 600
+                while time.time() < deadline:
+                    _, session = api(api_port, "GET", "/v1/sessions/many")
+                    counts = session["task_counts"]
+                    if counts["completed"] + counts["failed"] == args.files:
+                        break
+                    time.sleep(0.01)
+                cases.setdefault("backhauld", []).append(time.time() - started)
+                assert counts["completed"] == args.files, counts
+                assert count(f"bh{run}") == args.files
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=30)
+    finally:
+        webdav.terminate()
+        webdav.wait(timeout=10)
+        shutil.rmtree(sink, ignore_errors=True)
+    result = {name: {"wall_s": statistics.median(walls), "files_per_s": args.files / statistics.median(walls)}
+              for name, walls in cases.items()}
+    for case in result.values():
+        case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
+    return result
+
+
+def wrk(url, seconds, connections=16, script=None):
+    """requests/s and p99 latency (ms) from wrk --latency."""
+    command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    if script:
+        command[1:1] = ["-s", script]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    rate = float(next(line.split()[1] for line in output.splitlines() if line.startswith("Requests/sec:")))
+    p99 = next(line.split()[1] for line in output.splitlines() if line.strip().startswith("99%"))
+    units = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    unit = next(u for u in ("us", "ms", "s") if p99.endswith(u))
+    errors = [line.strip() for line in output.splitlines() if "Non-2xx" in line or "Socket errors" in line]
+    return {"requests_per_s": rate, "p99_ms": float(p99[: -len(unit)]) * units[unit], "errors": errors}
+
+
+def api_and_scale(args, work, data):
+    """The API under load, then 100,000 tasks in the store."""
+    source = f"{data}/one.bin"
+    with open(source, "wb") as out:
+        out.write(b"x" * 1000)
+    state = f"{work}/state-api"
+    daemon, port = start_daemon(args.binary, state, data)
+    results = {}
+    try:
+        # A disabled session: tasks wait, so the figures are the API's and the store's alone.
+        api(port, "PUT", "/v1/sessions/api", {"configuration": {}})
+        api(port, "PATCH", "/v1/sessions/api", {"enabled": False})
+        _, task = api(port, "POST", "/v1/sessions/api/tasks", {"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
+        results["get_task"] = wrk(f"http://127.0.0.1:{port}/v1/tasks/{task['id']}", args.load_seconds)
+        script = f"{work}/post.lua"
+        with open(script, "w") as out:
+            body = json.dumps({"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
+            out.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\nwrk.headers["Content-Type"] = "application/json"\n')
+        results["post_task"] = wrk(f"http://127.0.0.1:{port}/v1/sessions/api/tasks", args.load_seconds, script=script)
+
+        # Scale: 100,000 tasks in batches of 1,000.
+        api(port, "PUT", "/v1/sessions/scale", {"configuration": {}})
+        api(port, "PATCH", "/v1/sessions/scale", {"enabled": False})
+        started = time.time()
+        last = None
+        for batch in range(args.scale_tasks // 1000):
+            tasks = [{"file": source, "request": {"url": f"http://127.0.0.1:9/{batch}/{index}"}} for index in range(1000)]
+            status, created = api(port, "POST", "/v1/sessions/scale/tasks", {"tasks": tasks})
+            assert status == 201, created
+            last = created["tasks"][-1]["id"]
+        enqueue_s = time.time() - started
+        rss = proc_rss_mib(daemon.pid)
+        get_loaded = wrk(f"http://127.0.0.1:{port}/v1/tasks/{last}", args.load_seconds)
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+        started = time.time()
+        daemon, port = start_daemon(args.binary, state, data)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if api(port, "GET", "/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.01)
+        ready_s = time.time() - started
+        time.sleep(1)
+        results["scale"] = {"tasks": args.scale_tasks, "enqueue_s": enqueue_s, "rss_mib": rss,
+                            "rss_after_restart_mib": proc_rss_mib(daemon.pid), "restart_to_ready_s": ready_s,
+                            "get_task": get_loaded}
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    return results
 
 
 def webhook_throughput(args, work, data, nginx_port):
@@ -198,9 +384,15 @@ def main():
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--webhook-events", type=int, default=2000)
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--scale-tasks", type=int, default=100_000)
+    parser.add_argument("--load-seconds", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
     args = parser.parse_args()
+    if args.quick:
+        args.size_mib, args.runs, args.webhook_events, args.files, args.scale_tasks, args.load_seconds = 64, 1, 200, 200, 5000, 2
 
     work = tempfile.mkdtemp(prefix="backhaul-bench-")
     sink_dir = tempfile.mkdtemp(prefix="backhaul-sink-", dir="/dev/shm")
@@ -261,6 +453,8 @@ def main():
 
         # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
         results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
+        results["many_files"] = many_files(args, work, data)
+        results.update(api_and_scale(args, work, data))
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(timeout=10)
@@ -279,6 +473,18 @@ def main():
     print(f"webhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
           f"{hooks['all_delivered_s']:.2f} s after enqueue, uploads done at {hooks['uploads_s']:.2f} s: "
           f"{hooks['events_per_s']:.0f} events/s end to end")
+    print(f"\n{args.files} files of 256 KiB to one WebDAV sink (rclone serve webdav on tmpfs), median of {args.runs} runs")
+    print(f"{'case':<28}{'wall s':>9}{'files/s':>10}{'backhauld ÷ this':>18}")
+    for name, case in results["many_files"].items():
+        print(f"{name:<28}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{case['ratio_backhauld_to_this']:>18.3f}")
+    print(f"\nAPI under load (wrk, 2 threads, 16 connections, {args.load_seconds} s)")
+    for name in ("get_task", "post_task"):
+        case = results[name]
+        print(f"{name:<28}{case['requests_per_s']:>10.0f} req/s   p99 {case['p99_ms']:.2f} ms  {' '.join(case['errors'])}")
+    scale = results["scale"]
+    print(f"\nscale: {scale['tasks']} tasks enqueued in batches of 1,000 in {scale['enqueue_s']:.2f} s; RSS {scale['rss_mib']:.1f} MiB "
+          f"({scale['rss_after_restart_mib']:.1f} MiB after a restart); restart to ready {scale['restart_to_ready_s']:.2f} s; "
+          f"GET with them present {scale['get_task']['requests_per_s']:.0f} req/s, p99 {scale['get_task']['p99_ms']:.2f} ms")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as out:
         json.dump(results, out, indent=2)

@@ -5,8 +5,11 @@
 set -euo pipefail
 
 apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev)
-if [ "${1:-}" = "--test" ]; then
+if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
   apt_packages+=(nginx-light openssl curl)
+fi
+if [ "${1:-}" = "--bench" ]; then
+  apt_packages+=(rclone wrk)
 fi
 python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis)
 
