@@ -201,6 +201,10 @@ def many_files(args, work, data):
         with open(f"{source}/{index}.bin", "wb") as out:
             out.write(os.urandom(256 * 1024))
     sink = tempfile.mkdtemp(prefix="backhaul-dav-", dir="/dev/shm")
+    # Destination folders exist before the server starts (rclone caches directory listings).
+    for run in range(args.runs):
+        os.makedirs(f"{sink}/curl{run}")
+        os.makedirs(f"{sink}/bh{run}")
     webdav, port = start_webdav(sink)
     cases = {}
     try:
@@ -209,14 +213,13 @@ def many_files(args, work, data):
 
         # One curl process, the files one after another over one reused connection.
         for run in range(args.runs):
-            os.makedirs(f"{sink}/curl{run}")
             config = f"{work}/curl-{run}.cfg"
             with open(config, "w") as out:
                 for index in range(args.files):
                     out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{port}/curl{run}/{index}.bin"\n'
                               f'output = "/dev/null"\n')
             started = time.time()
-            subprocess.run(["curl", "-sS", "-K", config], check=True)
+            subprocess.run(["curl", "-sSf", "-K", config], check=True)
             cases.setdefault("curl (one process)", []).append(time.time() - started)
             assert count(f"curl{run}") == args.files
         # rclone copy --transfers 8 (its WebDAV backend).
@@ -229,7 +232,6 @@ def many_files(args, work, data):
             assert count(f"rclone{run}") == args.files
         # backhauld: one batch, from enqueue to the last completion (durable state included).
         for run in range(args.runs):
-            os.makedirs(f"{sink}/bh{run}")
             state = f"{work}/state-many-{run}"
             daemon, api_port = start_daemon(args.binary, state, data)
             try:
@@ -247,7 +249,9 @@ def many_files(args, work, data):
                         break
                     time.sleep(0.01)
                 cases.setdefault("backhauld", []).append(time.time() - started)
-                assert counts["completed"] == args.files, counts
+                if counts["completed"] != args.files:
+                    _, failed = api(api_port, "GET", "/v1/sessions/many/tasks?state=failed&limit=1")
+                    raise RuntimeError(f"{counts}: {failed['tasks'][0]['error']}")
                 assert count(f"bh{run}") == args.files
             finally:
                 daemon.send_signal(signal.SIGTERM)
@@ -379,6 +383,56 @@ def webhook_throughput(args, work, data, nginx_port):
         daemon.wait(timeout=30)
 
 
+def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
+    """One big file: curl -T, then backhauld raw and chunked (8 MiB), to the same sinks."""
+    cases = {}
+
+    def sink_port(upload):
+        return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
+
+    # curl -T, the baseline.
+    walls = []
+    for run in range(args.runs):
+        target = f"http://127.0.0.1:{nginx_port}/curl/{run}.bin"
+        subprocess.run(["sync"])
+        started = time.time()
+        subprocess.run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], check=True)
+        walls.append(time.time() - started)
+        os.remove(f"{sink_dir}/root/curl/{run}.bin")
+    cases["curl -T"] = {"wall_s": statistics.median(walls)}
+
+    # backhauld, raw and chunked (8 MiB), to the same sink.
+    gib = args.size_mib / 1024
+    for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
+        walls, cpus, rss = [], [], []
+        for run in range(args.runs):
+            state = f"{work}/state-{name.split()[1]}-{run}"
+            daemon, port = start_daemon(args.binary, state, data)
+            try:
+                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
+                cpu_before = proc_cpu_seconds(daemon.pid)
+                subprocess.run(["sync"])
+                started = time.time()
+                status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
+                    "file": source, "upload": upload, "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run}.bin"}})
+                assert status == 201, task
+                wait_done(port, [task["id"]])
+                walls.append(time.time() - started)
+                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                rss.append(proc_peak_rss_mib(daemon.pid))
+                target = f"{sink_dir}/root/bh/{run}.bin" if upload["protocol"] == "raw" else chunk_sink.assembled(f"/bh/{run}.bin")
+                if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
+                    raise RuntimeError(f"{name}: the uploaded file differs")
+                os.remove(target)
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=30)
+        cases[name] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
+                                  "peak_rss_mib": max(rss)}
+
+    return cases
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -387,6 +441,7 @@ def main():
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--scale-tasks", type=int, default=100_000)
     parser.add_argument("--load-seconds", type=int, default=10)
+    parser.add_argument("--only", default="big,webhooks,many,api", help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
@@ -406,61 +461,38 @@ def main():
     nginx, nginx_port = start_nginx(sink_dir)
     chunk_sink = ChunkSink(sink_dir)
 
-    def sink_port(upload):
-        return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
-
     results = {"size_mib": args.size_mib, "runs": args.runs, "cases": {}}
+    sections = set(args.only.split(","))
     try:
-        # curl -T, the baseline.
-        walls = []
-        for run in range(args.runs):
-            target = f"http://127.0.0.1:{nginx_port}/curl/{run}.bin"
-            subprocess.run(["sync"])
-            started = time.time()
-            subprocess.run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], check=True)
-            walls.append(time.time() - started)
-            os.remove(f"{sink_dir}/root/curl/{run}.bin")
-        results["cases"]["curl -T"] = {"wall_s": statistics.median(walls)}
-
-        # backhauld, raw and chunked (8 MiB), to the same sink.
-        gib = args.size_mib / 1024
-        for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
-            walls, cpus, rss = [], [], []
-            for run in range(args.runs):
-                state = f"{work}/state-{name.split()[1]}-{run}"
-                daemon, port = start_daemon(args.binary, state, data)
-                try:
-                    api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
-                    cpu_before = proc_cpu_seconds(daemon.pid)
-                    subprocess.run(["sync"])
-                    started = time.time()
-                    status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
-                        "file": source, "upload": upload, "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run}.bin"}})
-                    assert status == 201, task
-                    wait_done(port, [task["id"]])
-                    walls.append(time.time() - started)
-                    cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
-                    rss.append(proc_peak_rss_mib(daemon.pid))
-                    target = f"{sink_dir}/root/bh/{run}.bin" if upload["protocol"] == "raw" else chunk_sink.assembled(f"/bh/{run}.bin")
-                    if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
-                        raise RuntimeError(f"{name}: the uploaded file differs")
-                    os.remove(target)
-                finally:
-                    daemon.send_signal(signal.SIGTERM)
-                    daemon.wait(timeout=30)
-            results["cases"][name] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
-                                      "peak_rss_mib": max(rss)}
-
-        # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
-        results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
-        results["many_files"] = many_files(args, work, data)
-        results.update(api_and_scale(args, work, data))
+        if "big" in sections:
+            results["cases"] = big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink)
+        if "webhooks" in sections:
+            # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
+            results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
+        if "many" in sections:
+            results["many_files"] = many_files(args, work, data)
+        if "api" in sections:
+            results.update(api_and_scale(args, work, data))
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(sink_dir, ignore_errors=True)
 
+    if results["cases"]:
+        print_big(args, results)
+    if "webhooks" in results:
+        print_webhooks(results)
+    if "many_files" in results:
+        print_many(args, results)
+    if "scale" in results:
+        print_api(args, results)
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as out:
+        json.dump(results, out, indent=2)
+
+
+def print_big(args, results):
     base = results["cases"]["curl -T"]["wall_s"]
     print(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
     print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
@@ -469,14 +501,23 @@ def main():
         case["ratio_to_curl"] = case["wall_s"] / base
         print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
               f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
+
+
+def print_webhooks(results):
     hooks = results["webhooks"]
     print(f"webhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
           f"{hooks['all_delivered_s']:.2f} s after enqueue, uploads done at {hooks['uploads_s']:.2f} s: "
           f"{hooks['events_per_s']:.0f} events/s end to end")
+
+
+def print_many(args, results):
     print(f"\n{args.files} files of 256 KiB to one WebDAV sink (rclone serve webdav on tmpfs), median of {args.runs} runs")
     print(f"{'case':<28}{'wall s':>9}{'files/s':>10}{'backhauld ÷ this':>18}")
     for name, case in results["many_files"].items():
         print(f"{name:<28}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{case['ratio_backhauld_to_this']:>18.3f}")
+
+
+def print_api(args, results):
     print(f"\nAPI under load (wrk, 2 threads, 16 connections, {args.load_seconds} s)")
     for name in ("get_task", "post_task"):
         case = results[name]
@@ -485,9 +526,6 @@ def main():
     print(f"\nscale: {scale['tasks']} tasks enqueued in batches of 1,000 in {scale['enqueue_s']:.2f} s; RSS {scale['rss_mib']:.1f} MiB "
           f"({scale['rss_after_restart_mib']:.1f} MiB after a restart); restart to ready {scale['restart_to_ready_s']:.2f} s; "
           f"GET with them present {scale['get_task']['requests_per_s']:.0f} req/s, p99 {scale['get_task']['p99_ms']:.2f} ms")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as out:
-        json.dump(results, out, indent=2)
 
 
 if __name__ == "__main__":
