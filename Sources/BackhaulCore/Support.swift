@@ -1,5 +1,3 @@
-import Glibc
-
 /// The parts of an http(s) URL that policy and limits need.
 public struct URLParts: Sendable, Equatable {
     public var scheme: String
@@ -89,7 +87,7 @@ public enum RandomID {
     public static func make(prefix: String) -> String {
         var bytes = [UInt8](repeating: 0, count: 15)
         fill(&bytes)
-        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+        let alphabet = Self.alphabet
         var result = prefix
         var buffer: UInt32 = 0
         var bits = 0
@@ -104,10 +102,21 @@ public enum RandomID {
         return result
     }
 
+    private static let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567")
+
+    /// Fills `bytes` from the kernel's getrandom(2) (SystemRandomNumberGenerator), eight bytes per
+    /// call: one call per byte was a tenth of the enqueue path's time.
     public static func fill(_ bytes: inout [UInt8]) {
-        // SystemRandomNumberGenerator reads the kernel's getrandom(2).
         var generator = SystemRandomNumberGenerator()
-        for index in bytes.indices { bytes[index] = generator.next() }
+        var index = 0
+        while index < bytes.count {
+            var word: UInt64 = generator.next()
+            for _ in 0..<min(8, bytes.count - index) {
+                bytes[index] = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                index += 1
+            }
+        }
     }
 
     /// A uniform random Double in 0..<1.
