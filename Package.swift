@@ -11,10 +11,12 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .executable(name: "backhauld", targets: ["backhauld"]),
+        .executable(name: "backhaul", targets: ["backhaul"]),
         .library(name: "BackhaulServer", targets: ["BackhaulServer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
         // C libraries: module map + shim.h, typed wrappers only.
@@ -61,6 +63,13 @@ let package = Package(
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
 
+        // The command-line client: the API over HTTP, human tables or JSON.
+        .target(
+            name: "BackhaulCLI",
+            dependencies: ["Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: swiftSettings),
+        .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
+
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
@@ -79,7 +88,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "backhauld"],
+            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "BackhaulCLI", "backhauld", "backhaul"],
             swiftSettings: swiftSettings),
     ]
 )

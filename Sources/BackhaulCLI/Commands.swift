@@ -1,0 +1,388 @@
+import ArgumentParser
+import Foundation
+import JSON
+
+/// `backhaul`: the command-line client of backhauld.
+public struct Backhaul: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "backhaul",
+        abstract: "Hand uploads to backhauld and follow them.",
+        discussion: """
+            The daemon's address and token come from --url and --token or BACKHAUL_URL and BACKHAUL_TOKEN.
+            Exit codes: 0 done, 1 the API refused, 3 a waited-for task failed or was cancelled,
+            4 the daemon cannot be reached, 64 bad usage.
+            """,
+        subcommands: [Upload.self, List.self, Show.self, Cancel.self, Suspend.self, Resume.self, Sessions.self, Network.self,
+                      Webhooks.self, Watch.self])
+
+    public init() {}
+}
+
+/// Where the daemon is, and how to print.
+struct Connection: ParsableArguments {
+    @Option(help: "The daemon's URL (default: BACKHAUL_URL or http://127.0.0.1:8427).")
+    var url: String?
+
+    @Option(help: "A bearer token (default: BACKHAUL_TOKEN).")
+    var token: String?
+
+    @Flag(help: "Print JSON instead of tables, for scripts.")
+    var json = false
+
+    func client() throws -> APIClient {
+        let environment = ProcessInfo.processInfo.environment
+        return try APIClient(url: url ?? environment["BACKHAUL_URL"] ?? "http://127.0.0.1:8427",
+                             token: token ?? environment["BACKHAUL_TOKEN"])
+    }
+}
+
+/// Runs a command body, turning a `CLIError` into its message and exit status.
+func running(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as CLIError {
+        FileHandle.standardError.write(Data("backhaul: \(error.description)\n".utf8))
+        throw ExitCode(error.status.rawValue)
+    }
+}
+
+func emit(_ text: String) { print(text) }
+
+struct Upload: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Upload files in the background.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "Files to upload (absolute or relative paths inside the daemon's allowed roots).")
+    var files: [String]
+
+    @Option(help: "Destination URL; {name} is replaced by the file's name, and a URL ending in / gets it appended.")
+    var to: String
+
+    @Option(name: .customLong("protocol"), help: "raw, multipart, chunked, tus or s3.")
+    var protocolName = "raw"
+
+    @Option(help: "HTTP method of the upload.")
+    var method: String?
+
+    @Option(help: "The session the tasks belong to (created when missing).")
+    var session = "cli"
+
+    @Option(help: "Chunk or part size in bytes (chunked, tus, s3).")
+    var chunkSize: Int?
+
+    @Option(name: .customLong("header"), help: "A request header, Name: value (repeatable).")
+    var headers: [String] = []
+
+    @Flag(help: "Wait until every task has ended; exit 3 if any failed or was cancelled.")
+    var wait = false
+
+    @Option(help: "With --wait, give up after this many seconds (exit 3).")
+    var timeout: Double = 86_400
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            try ensureSession(client, session)
+            var tasks: [JSON] = []
+            for file in files {
+                let path = file.hasPrefix("/") ? file : FileManager.default.currentDirectoryPath + "/" + file
+                let name = URL(fileURLWithPath: path).lastPathComponent
+                let url = to.contains("{name}") ? to.replacingOccurrences(of: "{name}", with: name) : to.hasSuffix("/") ? to + name : to
+                var request: JSONObject = ["url": .string(url)]
+                if let method { request["method"] = .string(method) } else if protocolName == "tus" || protocolName == "multipart" {
+                    request["method"] = "POST"
+                }
+                var headerObject = JSONObject()
+                for header in headers {
+                    guard let colon = header.firstIndex(of: ":") else {
+                        throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
+                    }
+                    headerObject[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+                }
+                if !headerObject.isEmpty { request["headers"] = .object(headerObject) }
+                var upload: JSONObject = ["protocol": .string(protocolName)]
+                if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
+                tasks.append(["file": .string(path), "request": .object(request), "upload": .object(upload)])
+            }
+            let created = try client.call("POST", "/v1/sessions/\(session)/tasks", ["tasks": .array(tasks)])
+            var results = created["tasks"]?.arrayValue ?? []
+            if wait {
+                results = try waitForAll(client, results.compactMap { $0["id"]?.stringValue }, timeout: timeout)
+            }
+            if connection.json {
+                emit(JSON.array(results).serialized())
+            } else {
+                emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], results.map(Format.taskRow)))
+            }
+            if wait, results.contains(where: { $0["state"]?.stringValue != "completed" }) {
+                throw CLIError(status: .taskUnsuccessful, description: "not every upload completed")
+            }
+        }
+    }
+}
+
+/// PUT the session with the default configuration; an existing one (of any configuration) is fine.
+func ensureSession(_ client: APIClient, _ id: String) throws(CLIError) {
+    do {
+        try client.call("PUT", "/v1/sessions/\(id)", ["configuration": [:]])
+    } catch let error where error.description.contains("session_exists") {
+        return
+    }
+}
+
+/// Polls until every task is final (or the timeout passes); returns the tasks as last seen.
+func waitForAll(_ client: APIClient, _ ids: [String], timeout: Double) throws(CLIError) -> [JSON] {
+    let deadline = Date().addingTimeInterval(timeout)
+    var latest: [String: JSON] = [:]
+    while true {
+        for id in ids where !isFinal(latest[id]) { latest[id] = try client.call("GET", "/v1/tasks/\(id)") }
+        if ids.allSatisfy({ isFinal(latest[$0]) }) || Date() > deadline { break }
+        Thread.sleep(forTimeInterval: 0.2)
+    }
+    return ids.compactMap { latest[$0] }
+}
+
+func isFinal(_ task: JSON?) -> Bool { ["completed", "failed", "cancelled"].contains(task?["state"]?.stringValue ?? "") }
+
+/// Every task of a session, page by page.
+func allTasks(_ client: APIClient, session: String, state: String? = nil) throws(CLIError) -> [JSON] {
+    var tasks: [JSON] = []
+    var cursor = ""
+    repeat {
+        var path = "/v1/sessions/\(session)/tasks?limit=500"
+        if let state { path += "&state=\(state)" }
+        if !cursor.isEmpty { path += "&cursor=\(cursor)" }
+        let page = try client.call("GET", path)
+        tasks += page["tasks"]?.arrayValue ?? []
+        cursor = page["next_cursor"]?.stringValue ?? ""
+    } while !cursor.isEmpty
+    return tasks
+}
+
+func sessionIDs(_ client: APIClient, _ only: String?) throws(CLIError) -> [String] {
+    if let only { return [only] }
+    return try client.call("GET", "/v1/sessions")["sessions"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? []
+}
+
+struct List: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List tasks.")
+
+    @OptionGroup var connection: Connection
+    @Option(help: "Only this session.") var session: String?
+    @Option(help: "Only tasks in this state.") var state: String?
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            var tasks: [JSON] = []
+            for id in try sessionIDs(client, session) { tasks += try allTasks(client, session: id, state: state) }
+            if connection.json {
+                emit(JSON.array(tasks).serialized())
+            } else {
+                emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], tasks.map(Format.taskRow)))
+            }
+        }
+    }
+}
+
+struct Show: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show one task.")
+
+    @OptionGroup var connection: Connection
+    @Argument var id: String
+
+    mutating func run() throws {
+        try running {
+            let task = try connection.client().call("GET", "/v1/tasks/\(id)")
+            if connection.json {
+                emit(task.serialized())
+                return
+            }
+            let progress = task["progress"]
+            var lines = [
+                ("id", task["id"]?.stringValue ?? ""), ("session", task["session_id"]?.stringValue ?? ""),
+                ("state", (task["state"]?.stringValue ?? "") + (task["waiting_reason"]?.stringValue.map { " (\($0))" } ?? "")),
+                ("file", task["file"]?["path"]?.stringValue ?? ""), ("url", task["request"]?["url"]?.stringValue ?? ""),
+                ("protocol", task["upload"]?["protocol"]?.stringValue ?? ""),
+                ("progress", "\(Format.bytes(progress?["bytes_sent"]?.intValue ?? 0)) of \(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))"),
+                ("attempts", String(task["attempts"]?.intValue ?? 0)),
+            ]
+            if let error = task["error"], !error.isNull {
+                lines.append(("error", "\(error["code"]?.intValue ?? 0) \(error["name"]?.stringValue ?? ""): \(error["message"]?.stringValue ?? "")"))
+            }
+            if let status = task["response"]?["status"]?.intValue { lines.append(("response", "HTTP \(status)")) }
+            emit(lines.map { "\($0.0):" + String(repeating: " ", count: 9 - $0.0.count) + $0.1 }.joined(separator: "\n"))
+        }
+    }
+}
+
+/// cancel, suspend, resume: one command each, on one or more tasks.
+protocol TaskCommandLine: ParsableCommand {
+    static var verb: String { get }
+    var connection: Connection { get }
+    var ids: [String] { get }
+}
+
+extension TaskCommandLine {
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            var rows: [JSON] = []
+            for id in ids { rows.append(try client.call("POST", "/v1/tasks/\(id)/\(Self.verb)")) }
+            emit(connection.json ? JSON.array(rows).serialized() : Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], rows.map(Format.taskRow)))
+        }
+    }
+}
+
+struct Cancel: TaskCommandLine {
+    static let configuration = CommandConfiguration(abstract: "Cancel tasks.")
+    static let verb = "cancel"
+    @OptionGroup var connection: Connection
+    @Argument var ids: [String]
+}
+
+struct Suspend: TaskCommandLine {
+    static let configuration = CommandConfiguration(abstract: "Suspend tasks.")
+    static let verb = "suspend"
+    @OptionGroup var connection: Connection
+    @Argument var ids: [String]
+}
+
+struct Resume: TaskCommandLine {
+    static let configuration = CommandConfiguration(abstract: "Resume suspended tasks.")
+    static let verb = "resume"
+    @OptionGroup var connection: Connection
+    @Argument var ids: [String]
+}
+
+struct Sessions: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List sessions and their task counts.")
+    @OptionGroup var connection: Connection
+
+    mutating func run() throws {
+        try running {
+            let sessions = try connection.client().call("GET", "/v1/sessions")["sessions"]?.arrayValue ?? []
+            if connection.json {
+                emit(JSON.array(sessions).serialized())
+                return
+            }
+            let states = ["queued", "waiting", "running", "retrying", "completed", "failed", "cancelled"]
+            emit(Format.table(["SESSION", "ENABLED"] + states.map { $0.uppercased() }, sessions.map { session in
+                [session["id"]?.stringValue ?? "", String(session["enabled"]?.boolValue ?? false)]
+                    + states.map { String(session["task_counts"]?[$0]?.intValue ?? 0) }
+            }))
+        }
+    }
+}
+
+struct Network: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the network the policy sees; `set TYPE` overrides it, `auto` returns to detection.")
+
+    @OptionGroup var connection: Connection
+    @Argument(help: "Nothing (show), set, or auto.") var action: String?
+    @Argument(help: "With set: wired, wifi, cellular, other or none.") var type: String?
+    @Flag(help: "With set: mark the network expensive.") var expensive = false
+    @Flag(help: "With set: mark the network constrained.") var constrained = false
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            let state: JSON
+            switch action {
+            case nil: state = try client.call("GET", "/v1/network")
+            case "auto": state = try client.call("DELETE", "/v1/network")
+            case "set":
+                guard let type else { throw CLIError(status: .usage, description: "network set needs a type") }
+                var body: JSONObject = ["type": .string(type)]
+                if expensive { body["expensive"] = true }
+                if constrained { body["constrained"] = true }
+                state = try client.call("PUT", "/v1/network", .object(body))
+            default: throw CLIError(status: .usage, description: "network takes set TYPE or auto")
+            }
+            emit(connection.json ? state.serialized() : [
+                "type \(state["type"]?.stringValue ?? "?")", "interface \(state["interface"]?.stringValue ?? "-")",
+                "expensive \(state["expensive"]?.boolValue ?? false)", "constrained \(state["constrained"]?.boolValue ?? false)",
+                "source \(state["source"]?.stringValue ?? "?")",
+            ].joined(separator: "  "))
+        }
+    }
+}
+
+struct Webhooks: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List a session's webhook subscriptions, or `add URL`.")
+
+    @OptionGroup var connection: Connection
+    @Option(help: "The session.") var session = "cli"
+    @Argument(help: "Nothing (list) or add.") var action: String?
+    @Argument(help: "With add: the receiver's URL.") var url: String?
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            if action == "add" {
+                guard let url else { throw CLIError(status: .usage, description: "webhooks add needs a URL") }
+                let created = try client.call("POST", "/v1/sessions/\(session)/webhooks", ["url": .string(url)])
+                emit(connection.json ? created.serialized()
+                     : "\(created["id"]?.stringValue ?? "") secret \(created["secret"]?.stringValue ?? "") (shown once)")
+                return
+            }
+            let hooks = try client.call("GET", "/v1/sessions/\(session)/webhooks")["webhooks"]?.arrayValue ?? []
+            emit(connection.json ? JSON.array(hooks).serialized() : Format.table(["ID", "ENABLED", "URL"], hooks.map {
+                [$0["id"]?.stringValue ?? "", String($0["enabled"]?.boolValue ?? false), $0["url"]?.stringValue ?? ""]
+            }))
+        }
+    }
+}
+
+struct Watch: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Live progress: one line per running task with rate and ETA, and a summary line.")
+
+    @OptionGroup var connection: Connection
+    @Option(help: "Only this session.") var session: String?
+    @Option(help: "Seconds between refreshes.") var interval = 0.5
+    @Flag(help: "Print one frame and exit.") var once = false
+    @Flag(help: "Exit when no task is left unfinished.") var untilDone = false
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            let terminal = isatty(STDOUT_FILENO) == 1
+            while true {
+                var counts: [String: Int] = [:]
+                var running: [JSON] = []
+                for id in try sessionIDs(client, session) {
+                    let detail = try client.call("GET", "/v1/sessions/\(id)")
+                    for (state, count) in detail["task_counts"]?.objectValue ?? [:] { counts[state, default: 0] += Int(count.intValue ?? 0) }
+                    running += try allTasks(client, session: id, state: "running")
+                }
+                let frame = WatchFrame.render(running: running, counts: counts)
+                if terminal && !once { print("\u{1B}[H\u{1B}[2J", terminator: "") }
+                emit(frame)
+                fflush(nil)
+                let unfinished = ["queued", "waiting", "running", "retrying", "auth_required"].reduce(0) { $0 + (counts[$1] ?? 0) }
+                if once || (untilDone && unfinished == 0) { break }
+                Thread.sleep(forTimeInterval: interval)
+            }
+        }
+    }
+}
+
+/// What `watch` prints each refresh (pure, so tests can check the rendering).
+public enum WatchFrame {
+    public static func render(running: [JSON], counts: [String: Int]) -> String {
+        var lines: [String] = running.map { task in
+            let progress = task["progress"]
+            let fraction = progress?["fraction"]?.doubleValue ?? 0
+            let name = URL(fileURLWithPath: task["file"]?["path"]?.stringValue ?? "?").lastPathComponent
+            return "\(task["id"]?.stringValue ?? "?")  \(name)  \(Format.bar(fraction)) \(Int((fraction * 100).rounded(.down)))%  "
+                + "\(Format.bytes(progress?["bytes_sent"]?.intValue ?? 0))/\(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))  "
+                + "\(Format.rate(progress?["bytes_per_second"]?.intValue ?? 0))  ETA \(Format.duration(progress?["eta_seconds"]?.doubleValue))"
+        }
+        let order = ["running", "queued", "waiting", "retrying", "suspended", "auth_required", "completed", "failed", "cancelled"]
+        lines.append(order.map { "\(counts[$0] ?? 0) \($0)" }.joined(separator: ", "))
+        return lines.joined(separator: "\n")
+    }
+}

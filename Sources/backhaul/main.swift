@@ -1,0 +1,3 @@
+import BackhaulCLI
+
+Backhaul.main()

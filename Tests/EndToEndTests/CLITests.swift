@@ -1,0 +1,84 @@
+import BackhaulCLI
+import BackhaulTesting
+import Foundation
+import JSON
+import Testing
+
+extension EndToEndTests {
+    /// Runs the `backhaul` binary (beside the test bundle) against the fixture's daemon.
+    func cli(_ fixture: Fixture, _ arguments: [String], url: String? = nil) throws -> (status: Int32, output: String, errors: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul")
+        process.arguments = arguments
+        process.environment = ["BACKHAUL_URL": url ?? "http://127.0.0.1:\(fixture.daemon.port)", "PATH": "/usr/bin:/bin"]
+        process.currentDirectoryURL = URL(fileURLWithPath: fixture.data)
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, out, err)
+    }
+
+    @Test("cli: upload --wait, ls, show, sessions, network and webhooks, with tables and --json; exit codes scripts rely on")
+    func commandLine() throws {
+        let fixture = try Fixture()
+        let first = fixture.makeFile("clip-1.bin", size: 200_000)
+        _ = fixture.makeFile("clip-2.bin", size: 300_000)
+        let upload = try cli(fixture, ["upload", "clip-1.bin", "clip-2.bin", "--to", fixture.sink.url("/in/"), "--wait", "--json"])
+        #expect(upload.status == 0, "\(upload.errors)")
+        let tasks = try JSON.parse(upload.output).arrayValue ?? []
+        #expect(tasks.count == 2 && tasks.allSatisfy { $0["state"]?.stringValue == "completed" })
+        #expect(fixture.sink.requests.map(\.path).sorted() == ["/in/clip-1.bin", "/in/clip-2.bin"])
+        #expect(fixture.sink.requests.first { $0.path == "/in/clip-1.bin" }?.body == fixture.contents(first))
+
+        let listed = try cli(fixture, ["ls", "--session", "cli"])
+        #expect(listed.status == 0 && listed.output.hasPrefix("ID") && listed.output.contains("completed") && listed.output.contains("100%"))
+        let id = tasks[0]["id"]?.stringValue ?? ""
+        let shown = try cli(fixture, ["show", id])
+        #expect(shown.output.contains("state:    completed") && shown.output.contains("response: HTTP 201"), "\(shown.output)")
+        #expect(try cli(fixture, ["sessions"]).output.contains("cli"))
+
+        // The network: override, then back to detection.
+        let network = try cli(fixture, ["network", "set", "cellular", "--json"])
+        #expect((try JSON.parse(network.output))["type"]?.stringValue == "cellular")
+        #expect(try cli(fixture, ["network", "auto"]).output.contains("source detected"))
+
+        // Webhooks: add shows the secret once, the list does not.
+        let added = try cli(fixture, ["webhooks", "add", "http://127.0.0.1:9/hooks"])
+        #expect(added.status == 0 && added.output.contains("whsec_"))
+        let hooks = try cli(fixture, ["webhooks"])
+        #expect(hooks.output.contains("http://127.0.0.1:9/hooks") && !hooks.output.contains("whsec_"))
+
+        // Exit codes: a refused request 1, an unreachable daemon 4, a failed waited-for task 3, bad usage 64.
+        let missing = try cli(fixture, ["show", "tsk_nope"])
+        #expect(missing.status == 1 && missing.errors.contains("not_found"))
+        #expect(try cli(fixture, ["ls"], url: "http://127.0.0.1:9").status == 4)
+        fixture.sink.enqueue(.respond(status: 404))
+        #expect(try cli(fixture, ["upload", "clip-1.bin", "--to", fixture.sink.url("/gone"), "--wait"]).status == 3)
+        #expect(try cli(fixture, ["upload"]).status == 64)
+    }
+
+    @Test("cli: watch renders one line per running task with a bar, rate and ETA, and a summary line")
+    func commandLineWatch() throws {
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 1_000_000, then: .respond(status: 201)))
+        _ = fixture.makeFile("slow.bin", size: 30_000_000)
+        #expect(try cli(fixture, ["upload", "slow.bin", "--to", fixture.sink.url("/slow")]).status == 0)
+        try #require(eventually(timeout: 10) { fixture.sink.totalBodyBytes > 5_000_000 })
+        Thread.sleep(forTimeInterval: 1.2)  // a rate estimate needs two samples
+        let frame = try cli(fixture, ["watch", "--once"])
+        let lines = frame.output.split(separator: "\n")
+        #expect(lines.count == 2, "\(frame.output)")
+        let line = String(lines.first ?? "")
+        #expect(line.contains("slow.bin") && line.contains("[#") && line.contains("/s") && line.contains("ETA "), "\(line)")
+        #expect(lines.last?.hasPrefix("1 running") == true, "\(frame.output)")
+        // The rendering itself, pure.
+        let rendered = WatchFrame.render(running: [["id": "tsk_a", "file": ["path": "/d/a.bin"], "progress": [
+            "fraction": 0.5, "bytes_sent": 1_048_576, "bytes_total": 2_097_152, "bytes_per_second": 524_288, "eta_seconds": 2,
+        ]]], counts: ["running": 1, "queued": 3])
+        #expect(rendered == "tsk_a  a.bin  [##########..........] 50%  1.0 MiB/2.0 MiB  512.0 KiB/s  ETA 2s\n"
+            + "1 running, 3 queued, 0 waiting, 0 retrying, 0 suspended, 0 auth_required, 0 completed, 0 failed, 0 cancelled")
+    }
+}
