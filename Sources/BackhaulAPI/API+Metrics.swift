@@ -41,6 +41,7 @@ extension API {
                 }
             }
         }
+        requestMetrics?.write(to: &text)
         return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
                             body: Array(text.output.utf8))
     }

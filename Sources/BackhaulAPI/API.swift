@@ -31,10 +31,13 @@ public final class API: Sendable {
     let clock: any Clock
     let logger: Logger
     let eventFeed: EventFeed?
+    /// What the HTTP layer measured of each request, shown by `/metrics`.
+    let requestMetrics: RequestMetrics?
 
-    public init(store: Store, engine: Engine?, eventFeed: EventFeed? = nil, options: APIOptions, clock: any Clock = SystemClock(),
-                logger: Logger) {
+    public init(store: Store, engine: Engine?, eventFeed: EventFeed? = nil, requestMetrics: RequestMetrics? = nil, options: APIOptions,
+                clock: any Clock = SystemClock(), logger: Logger) {
         self.store = store
+        self.requestMetrics = requestMetrics
         self.engine = engine
         self.eventFeed = eventFeed
         self.options = options

@@ -66,7 +66,9 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.tokens = configuration.tokens
         apiOptions.destinations = configuration.destinations
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
-        let router = API(store: store, engine: engine, eventFeed: feed, options: apiOptions, logger: logger).router
+        let requestMetrics = RequestMetrics()
+        let router = API(store: store, engine: engine, eventFeed: feed, requestMetrics: requestMetrics, options: apiOptions,
+                         logger: logger).router
         let accessLogger = logger
         let handler = BufferingHandler(
             maxBodyBytes: configuration.maxBodyBytes,
@@ -76,9 +78,11 @@ public final class BackhaulDaemon: Sendable {
             handle: { request in
                 let started = monotonicSeconds()
                 let (response, pattern) = router.handle(request)
+                let seconds = monotonicSeconds() - started
+                requestMetrics.record(route: pattern, method: request.method, status: response.status, seconds: seconds)
                 accessLogger.debug("request", metadata: [
                     "http.method": "\(request.method)", "http.route": "\(pattern)", "http.status": "\(response.status)",
-                    "http.duration_ms": "\(Int((monotonicSeconds() - started) * 1000))",
+                    "http.duration_ms": "\(Int(seconds * 1000))",
                 ])
                 return response
             })
