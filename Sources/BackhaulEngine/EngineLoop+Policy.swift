@@ -1,0 +1,102 @@
+import BackhaulCore
+import BackhaulStore
+
+/// The engine loop's side of the policy: deciding for running and held tasks, counting budgets,
+/// sharing the bandwidth limit.
+extension EngineLoop {
+    /// The inputs of `Policy.decide` now.
+    func policyContext() -> PolicyContext {
+        let now = clock.now()
+        let local = LocalTime.components(of: now)
+        if local.day != budgetDay {
+            // A new day: budgets start again (what was spent today survives restarts in the store).
+            flushBudget(force: true)
+            budgetDay = local.day
+            budgetUsed = (try? store.budgetUsage(day: local.day)) ?? [:]
+        }
+        return PolicyContext(network: network, policy: policy, now: now, minuteOfDay: local.minute, budgetUsed: budgetUsed)
+    }
+
+    /// Decides again for every running task and every task the policy holds: running ones no
+    /// longer allowed stop and wait (resumable ones keep their checkpoint), held ones now allowed
+    /// go back to the queue. Then the next clock edge is noted.
+    func reevaluatePolicy() {
+        network = engine.network
+        policy = engine.policy
+        budgetExceeded = false
+        sessionConfigurations.removeAll(keepingCapacity: true)
+        let context = policyContext()
+        for transfer in Array(active.values) {
+            let decision = Policy.decide(transfer.configuration, in: context)
+            guard decision != .run else { continue }
+            logger.info("the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
+            if case .wait(let reason) = decision { metrics.policyStops[reason.rawValue, default: 0] += 1 } else { metrics.policyStops["failed", default: 0] += 1 }
+            release(transfer)
+            switch decision {
+            case .wait(let reason):
+                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .held(reason))
+            case .fail(let error):
+                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .failed(error, nil))
+            case .run:
+                break
+            }
+        }
+        var after: Int64 = 0
+        let started = monotonicSeconds()
+        while monotonicSeconds() - started < 5 {
+            guard let page = try? store.policyHeldTasks(afterSequence: after, limit: 500), let last = page.last else { break }
+            after = last.0.sequence
+            for (entry, reason) in page {
+                guard let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides) else { continue }
+                let decision = Policy.decide(configuration, in: context)
+                guard decision != .wait(reason) else { continue }
+                do { try store.applyPolicy(id: entry.id, decision) } catch {
+                    logger.error("cannot apply the policy", metadata: ["task.id": "\(entry.id)", "error": "\(error)"])
+                }
+            }
+        }
+        let local = LocalTime.components(of: context.now)
+        nextPolicyEdge = context.now - local.second + Double(policy.minutesToNextEdge(minuteOfDay: local.minute) * 60)
+        scheduleNeeded = true
+        bandwidthDirty = true
+        publishProgress(force: true)
+    }
+
+    /// Counts what a transfer sent since last counted, by network type; a discretionary
+    /// transfer's bytes also go to today's budget, and past the budget decisions are made again.
+    func countSent(_ transfer: Transfer, bytes: Int64) {
+        let delta = max(0, bytes - transfer.budgetCounted)
+        transfer.budgetCounted = bytes
+        guard delta > 0 else { return }
+        metrics.bytesSentByNetwork[network.type, default: 0] += delta
+        guard transfer.configuration.discretionary else { return }
+        budgetUsed[network.type, default: 0] += delta
+        budgetPending[network.type, default: 0] += delta
+        if let budget = policy.discretionaryDailyBudget[network.type], budgetUsed[network.type, default: 0] >= budget {
+            budgetExceeded = true
+        }
+    }
+
+    func flushBudget(force: Bool) {
+        let now = monotonicSeconds()
+        guard !budgetPending.isEmpty, force || now - lastBudgetFlush >= 1, !budgetDay.isEmpty else { return }
+        lastBudgetFlush = now
+        do {
+            try store.addBudgetUsage(day: budgetDay, budgetPending)
+            budgetPending.removeAll()
+        } catch {
+            logger.warning("cannot record budget use", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Shares the bandwidth limit in force equally among running transfers
+    /// (`CURLOPT_MAX_SEND_SPEED_LARGE` on each; 0 lifts it).
+    func applyBandwidth() {
+        bandwidthDirty = false
+        let local = LocalTime.components(of: clock.now())
+        let limit = policy.bandwidth(minuteOfDay: local.minute, network: network.type)
+        let share = limit.map { max(1024, $0 / Int64(max(1, active.count))) } ?? 0
+        sendSpeedShare = share
+        for transfer in active.values { transfer.limitSendSpeed(share) }
+    }
+}
