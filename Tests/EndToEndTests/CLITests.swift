@@ -82,3 +82,28 @@ extension EndToEndTests {
             + "1 running, 3 queued, 0 waiting, 0 retrying, 0 suspended, 0 auth_required, 0 completed, 0 failed, 0 cancelled")
     }
 }
+
+extension EndToEndTests {
+    @Test("cli: watch in a terminal (a pty from script(1)) redraws frames in place and ends with --until-done")
+    func commandLineWatchInTerminal() throws {
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 8_000_000, then: .respond(status: 201)))
+        _ = fixture.makeFile("tty.bin", size: 24_000_000)
+        #expect(try cli(fixture, ["upload", "tty.bin", "--to", fixture.sink.url("/tty")]).status == 0)
+        let binary = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-qfec", "\(binary) watch --until-done --interval 0.3", "/dev/null"]
+        process.environment = ["BACKHAUL_URL": "http://127.0.0.1:\(fixture.daemon.port)", "PATH": "/usr/bin:/bin", "TERM": "xterm"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text.suffix(2000))")
+        let frames = text.components(separatedBy: "\u{1B}[H\u{1B}[2J").filter { !$0.isEmpty }
+        #expect(frames.count >= 2, "frames are redrawn in place: \(frames.count)")
+        #expect(frames.contains { $0.contains("tty.bin") && $0.contains("[#") && $0.contains("ETA") })
+        #expect(frames.last?.contains("0 running") == true && frames.last?.contains("1 completed") == true, "\(frames.last ?? "")")
+    }
+}
