@@ -16,6 +16,11 @@ extension API {
         for reason in WaitingReason.allCases {
             text.sample("backhaul_tasks_waiting", ["reason": reason.rawValue], Double(waiting[reason] ?? 0))
         }
+        let deliveries = try stored { () throws(StoreError) in try store.deliveryCounts() }
+        text.family("backhaul_webhook_deliveries", "gauge", "Webhook deliveries kept in the store, by state (failed: gave up after every retry).")
+        for state in DeliveryRecord.State.allCases {
+            text.sample("backhaul_webhook_deliveries", ["state": state.rawValue], Double(deliveries[state] ?? 0))
+        }
         if let engine {
             let figures = engine.metrics
             let network = engine.network
@@ -31,6 +36,10 @@ extension API {
             text.family("backhaul_policy_stops_total", "counter", "Running transfers the policy stopped, by the reason they wait for.")
             for reason in Policy.reasons.map(\.rawValue).sorted() + ["failed"] {
                 text.sample("backhaul_policy_stops_total", ["reason": reason], Double(figures.policyStops[reason] ?? 0))
+            }
+            text.family("backhaul_retries_total", "counter", "Failed attempts that were retried, by kind of failure.")
+            for reason in EngineMetrics.retryReasons {
+                text.sample("backhaul_retries_total", ["reason": reason], Double(figures.retries[reason] ?? 0))
             }
             text.family("backhaul_bandwidth_limit_bytes_per_second", "gauge", "The bandwidth limit in force (0: none).")
             text.sample("backhaul_bandwidth_limit_bytes_per_second", [:], Double(figures.bandwidthLimit ?? 0))

@@ -36,6 +36,11 @@ public struct EngineMetrics: Sendable, Equatable {
     public var bytesSentByNetwork: [NetworkType: Int64] = [:]
     /// Running transfers the policy stopped, by the waiting reason (or `failed`).
     public var policyStops: [String: Int] = [:]
+    /// Attempts that failed and were retried, by kind of failure (one of `retryReasons`).
+    public var retries: [String: Int] = [:]
+    /// Kinds of retried failures, a closed set for metric labels.
+    public static let retryReasons = ["http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
+                                      "connection_lost", "checksum_mismatch", "other"]
     /// The bandwidth limit in force (bytes/s), nil when there is none.
     public var bandwidthLimit: Int64?
     /// What is left today of each discretionary budget.
@@ -516,6 +521,7 @@ final class EngineLoop {
                                                now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
             switch decision {
             case .retry(let at):
+                metrics.retries[Self.retryReason(failure), default: 0] += 1
                 logger.info("attempt failed, will retry", metadata: [
                     "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
                     "failure": "\(failure)",
@@ -657,6 +663,20 @@ final class EngineLoop {
         for (type, budget) in policy.discretionaryDailyBudget { metrics.budgetRemaining[type] = max(0, budget - budgetUsed[type, default: 0]) }
         engine.publish(live: live, saturated: saturatedKeys.filter { perKey[$0] != nil }, metrics: metrics)
         flushBudget(force: force)
+    }
+
+    /// The label of a retried failure (one of `EngineMetrics.retryReasons`).
+    static func retryReason(_ failure: AttemptFailure) -> String {
+        switch failure {
+        case .http(let status, _) where [408, 425, 429].contains(status): return "http_\(status)"
+        case .http(let status, _) where status >= 500: return "http_5xx"
+        case .checksumMismatch: return "checksum_mismatch"
+        case .transport(.timedOut, _): return "timed_out"
+        case .transport(.cannotConnect, _): return "cannot_connect"
+        case .transport(.cannotFindHost, _): return "cannot_find_host"
+        case .transport(.connectionLost, _): return "connection_lost"
+        default: return "other"
+        }
     }
 
     static func transportFailure(_ code: CurlCode) -> TransportFailure {

@@ -233,4 +233,17 @@ extension Store {
                 """)
         }
     }
+
+    /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
+    public func deliveryCounts() throws(StoreError) -> [DeliveryRecord.State: Int] {
+        try read { db in
+            var counts: [DeliveryRecord.State: Int] = [:]
+            for (state, count) in try db.query("SELECT state, COUNT(*) FROM deliveries GROUP BY state", [], {
+                ($0.string(0), Int($0.int(1)))
+            }) {
+                if let state = DeliveryRecord.State(rawValue: state) { counts[state] = count }
+            }
+            return counts
+        }
+    }
 }

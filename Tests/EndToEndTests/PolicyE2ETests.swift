@@ -172,6 +172,8 @@ extension EndToEndTests {
         #expect((samples["backhaul_sent_bytes_total{network_type=wired}"] ?? 0) > 1_000_000)
         #expect(samples["backhaul_bandwidth_limit_bytes_per_second{}"] == 8_000_000)
         #expect(samples["backhaul_discretionary_budget_remaining_bytes{network_type=wired}"] == 5000)
+        #expect(samples["backhaul_retries_total{reason=http_5xx}"] == 0)
+        #expect(samples["backhaul_webhook_deliveries{state=pending}"] == 0)
         // API requests by route pattern (bounded labels) with latency histograms.
         #expect((samples["backhaul_http_requests_total{method=GET,route=/v1/tasks/{id},status=200}"] ?? 0) >= 1)
         #expect(samples["backhaul_http_requests_total{method=PUT,route=/v1/network,status=200}"] == 1)

@@ -1,4 +1,5 @@
 import BackhaulTesting
+import Curl
 import Foundation
 import Glibc
 import JSON
@@ -69,6 +70,13 @@ struct EndToEndTests {
         #expect(task["attempts"]?.intValue == 3)
         #expect(fixture.sink.requests.map(\.status) == [503, 503, 201])
         #expect(fixture.sink.requests.last?.body == fixture.contents(file))
+        // Engine figures reach /metrics within a quarter of a second.
+        let client = try HTTPClient()
+        let counted = try eventually(timeout: 3) {
+            let metrics = try client.send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
+            return try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))["backhaul_retries_total{reason=http_5xx}"] == 2
+        }
+        #expect(counted, "retries are counted by kind")
     }
 
     @Test("Retry-After is honoured")
