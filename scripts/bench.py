@@ -454,10 +454,11 @@ def main():
     data = f"{work}/data"
     os.makedirs(data)
     source = f"{data}/big.bin"
-    with open(source, "wb") as out:
-        block = os.urandom(1 << 20)
-        for _ in range(args.size_mib):
-            out.write(block)
+    if "big" in args.only.split(","):
+        with open(source, "wb") as out:
+            block = os.urandom(1 << 20)
+            for _ in range(args.size_mib):
+                out.write(block)
     nginx, nginx_port = start_nginx(sink_dir)
     chunk_sink = ChunkSink(sink_dir)
 
