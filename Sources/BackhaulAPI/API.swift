@@ -98,6 +98,7 @@ public final class API: Sendable {
         case .sessionExists: return Problem(.sessionExists, "the session exists with a different configuration; use PATCH to change it")
         case .conflict(let message): return Problem(.conflict, message)
         case .storageFull: return Problem(.insufficientStorage, "the state directory is full; nothing was changed")
+        case .invalid(let error): return problem(error)
         case .database(let message): return Problem(.internalError, "the state database failed: \(message)")
         }
     }

@@ -9,6 +9,8 @@ public enum StoreError: Error, Sendable, Equatable {
     case conflict(String)
     /// The state directory is full: nothing was written.
     case storageFull
+    /// A change the caller applied inside the transaction refused the record: nothing was written.
+    case invalid(ValidationError)
     case database(String)
 }
 
@@ -90,6 +92,8 @@ public final class Store: Sendable {
             return result
         } catch let error as StoreError {
             throw error
+        } catch let error as ValidationError {
+            throw .invalid(error)
         } catch let error as SQLiteError where error.isStorageFull {
             throw .storageFull
         } catch {

@@ -70,9 +70,13 @@ struct FuzzTests {
     func api() throws {
         let harness = try APIHarness()
         #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)
+        let task = try #require(harness.call("POST", "/v1/sessions/s/tasks", harness.task()).1["id"]?.stringValue)
+        let webhook = try #require(harness.call("POST", "/v1/sessions/s/webhooks", ["url": "http://127.0.0.1:9/h"]).1["id"]?.stringValue)
+        // Existing resources only, so every body reaches its handler's decoding.
         let targets: [(String, String)] = [
             ("POST", "/v1/sessions/s/tasks"), ("PUT", "/v1/sessions/t"), ("PATCH", "/v1/sessions/s"),
-            ("POST", "/v1/sessions/s/webhooks"), ("POST", "/v1/sessions/s/webhooks/x"), ("PATCH", "/v1/tasks/none"),
+            ("POST", "/v1/sessions/s/webhooks"), ("PATCH", "/v1/tasks/\(task)"), ("PATCH", "/v1/webhooks/\(webhook)"),
+            ("POST", "/v1/webhooks/\(webhook)/rotate"),
         ]
         var random = Generator(state: 7)
         var statuses: [Int: Int] = [:]
@@ -89,6 +93,7 @@ struct FuzzTests {
             }
         }
         print("fuzz: 5000 mutated API bodies, statuses \(statuses.sorted { $0.key < $1.key })")
+        #expect(statuses[404] == nil, "every target exists, so no body was turned away unread")
     }
 }
 
@@ -106,5 +111,16 @@ struct LimitTests {
             "request": ["url": "http://127.0.0.1:9/x", "headers": ["X-Big": .string(String(repeating: "a", count: 8193))]],
         ]))
         #expect(huge.0 == 422 && huge.1["field"]?.stringValue == "request.headers.X-Big")
+    }
+
+    @Test("a PATCH whose merged configuration is invalid is 422 naming the field, and changes nothing (found by the fuzz test: it was 500)")
+    func invalidPatchInsideTheTransaction() throws {
+        let harness = try APIHarness()
+        #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)
+        let task = try #require(harness.call("POST", "/v1/sessions/s/tasks", harness.task()).1["id"]?.stringValue)
+        let (status, problem, _) = harness.call("PATCH", "/v1/tasks/\(task)", ["configuration": ["speed": 1]])
+        #expect(status == 422 && problem["code"]?.stringValue == "validation_failed")
+        #expect(problem["field"]?.stringValue == "configuration.speed")
+        #expect(harness.call("GET", "/v1/tasks/\(task)").1["configuration"] == .object([:]))
     }
 }
