@@ -141,3 +141,20 @@ public final class OpenedFile {
         }
     }
 }
+
+/// Small settings files (config, tokens, the routing table) read whole.
+public enum SmallFile {
+    /// The file's first `limit` bytes (at most), nil when it cannot be opened.
+    public static func read(_ path: String, limit: Int = 1 << 20) -> [UInt8]? {
+        guard let file = fopen(path, "r") else { return nil }
+        defer { fclose(file) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < limit {
+            let count = fread(&buffer, 1, min(buffer.count, limit - bytes.count), file)
+            if count <= 0 { break }
+            bytes += buffer[0..<count]
+        }
+        return bytes
+    }
+}

@@ -26,9 +26,11 @@ public struct NetworkState: Sendable, Equatable {
 
     public static let disconnected = NetworkState(type: .none)
 
+    /// The API's view: what an override holds, and where it came from.
     public var json: JSON {
-        ["type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
-         "constrained": .bool(constrained), "source": .string(source.rawValue)]
+        guard case .object(var object) = overrideJSON else { return overrideJSON }
+        object["source"] = .string(source.rawValue)
+        return .object(object)
     }
 
     /// The form `decodeOverride` reads back (what the store keeps of an override).

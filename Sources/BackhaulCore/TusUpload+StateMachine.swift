@@ -7,9 +7,10 @@
 /// - Resuming (a known URL): `HEAD` learns the server's offset. A `409` offset mismatch re-syncs
 ///   with `HEAD` instead of failing; a `404`/`410` (the upload expired) starts a new one.
 /// - Cancelling sends `DELETE` to the upload URL (termination).
-/// - With `checksum: sha256`, an `OPTIONS` first asks whether the server offers the checksum
-///   extension with sha256; if it does, each `PATCH` carries `Upload-Checksum: sha256 <base64>`
-///   and a `460 Checksum Mismatch` sends that chunk again. A server without it gets plain PATCHes.
+/// - With `checksum: sha256`, each attempt first asks with `OPTIONS` whether the server offers the
+///   checksum extension with sha256; if it does, each `PATCH` carries `Upload-Checksum: sha256
+///   <base64>` and a `460 Checksum Mismatch` sends that chunk again. A server without it gets
+///   plain PATCHes.
 public struct TusUpload: UploadStateMachine {
     public static let version = "1.0.0"
 
@@ -27,7 +28,7 @@ public struct TusUpload: UploadStateMachine {
     public private(set) var offset: Int64
     public private(set) var location: String?
     private let wantsChecksum: Bool
-    /// Whether the server offers the checksum extension with sha256; nil until asked.
+    /// Whether the server offers the checksum extension with sha256; nil until asked this attempt.
     public private(set) var checksumOffered: Bool?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {

@@ -1,6 +1,5 @@
 import BackhaulCore
 import BackhaulStore
-import Glibc
 import JSON
 
 /// The network and the service policy as the API sees and changes them (SPEC §2.5).
@@ -56,17 +55,7 @@ extension Engine {
     /// The default route's interface, classified; a table that cannot be read counts as `other`
     /// (detection failing must not stop uploads).
     static func detect(_ options: EngineOptions) -> NetworkState {
-        guard let file = fopen(options.routeFile, "r") else {
-            return NetworkState(type: .other, interface: nil)
-        }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            bytes += buffer[0..<count]
-        }
+        guard let bytes = SmallFile.read(options.routeFile) else { return NetworkState(type: .other, interface: nil) }
         let interface = NetworkClassifier.defaultInterface(routeTable: String(decoding: bytes, as: UTF8.self))
         return options.classifier.classify(interface: interface)
     }

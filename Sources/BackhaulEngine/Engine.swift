@@ -456,7 +456,7 @@ final class EngineLoop {
 
     /// Hands a request to curl, or first to the hasher when it carries a digest header.
     func send(_ transfer: Transfer, _ request: PlannedRequest) throws {
-        if transfer.needsHashing(request) {
+        if transfer.startHashingIfNeeded(request) {
             hashing[transfer.task.id] = transfer
             return
         }

@@ -135,9 +135,9 @@ final class Transfer {
         return .bytes(count)
     }
 
-    /// Whether the request must wait for its body to be hashed (a digest header); the hashing
+    /// Starts hashing the body when the request carries a digest header, and says so; the hashing
     /// then goes on in slices through `hashSlice`, so other transfers keep moving.
-    func needsHashing(_ request: PlannedRequest) -> Bool {
+    func startHashingIfNeeded(_ request: PlannedRequest) -> Bool {
         guard request.digestHeader != nil, case .file(let offset, let length) = request.body else { return false }
         pendingDigest = (request, SHA256Hasher(), offset, offset + length)
         return true

@@ -5,7 +5,7 @@ import JSON
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
 /// then command-line flags, each overriding the one before.
-public struct DaemonConfiguration: Sendable, Equatable {
+public struct DaemonConfiguration: Sendable {
     public var listenHost = "127.0.0.1"
     public var listenPort: UInt16 = 8427
     public var stateDirectory = "./backhaul-state"
@@ -33,8 +33,6 @@ public struct DaemonConfiguration: Sendable, Equatable {
     public var tokenFile: String?
     /// Upload and webhook host allow-lists and the private-address switch.
     public var destinations = DestinationRules()
-
-    public static func == (lhs: DaemonConfiguration, rhs: DaemonConfiguration) -> Bool { lhs.infoJSON == rhs.infoJSON }
 
     public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
 
@@ -199,7 +197,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
             guard ["true", "1", "false", "0"].contains(value) else { throw Invalid(description: "deny_private_destinations is true or false") }
             destinations.denyPrivate = value == "true" || value == "1"
         case "token_file":
-            guard let text = Self.readFile(value) else { throw Invalid(description: "cannot read the token file \(value)") }
+            guard let text = SmallFile.read(value) else { throw Invalid(description: "cannot read the token file \(value)") }
             do { tokens = try AccessTokens(parsing: String(decoding: text, as: UTF8.self)) } catch {
                 throw Invalid(description: "\(value): \(error)")
             }
@@ -212,7 +210,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
     /// (`listen`, `state_dir`, `allowed_roots` as an array, `log_level`, `max_transfers`,
     /// `max_body_bytes`, `shutdown_grace`, `ca_bundle`).
     mutating func applyFile(_ path: String) throws(Invalid) {
-        guard let bytes = Self.readFile(path) else { throw Invalid(description: "cannot read the config file \(path)") }
+        guard let bytes = SmallFile.read(path) else { throw Invalid(description: "cannot read the config file \(path)") }
         let value: JSON
         do { value = try JSON.parse(bytes) } catch { throw Invalid(description: "the config file is not valid JSON: \(error)") }
         guard let object = value.objectValue else { throw Invalid(description: "the config file must hold a JSON object") }
@@ -245,20 +243,6 @@ public struct DaemonConfiguration: Sendable, Equatable {
             default: throw Invalid(description: "config file: \(key) has an unexpected value")
             }
         }
-    }
-
-    /// A whole small file (at most 1 MiB), nil when it cannot be read.
-    static func readFile(_ path: String) -> [UInt8]? {
-        guard let file = fopen(path, "r") else { return nil }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            bytes += buffer[0..<count]
-        }
-        return bytes
     }
 
     static func parseListen(_ value: String) -> (String, UInt16)? {

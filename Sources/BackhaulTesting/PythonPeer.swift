@@ -46,6 +46,11 @@ public final class PythonPeer {
         self.process = nil
     }
 
+    /// The body bytes of the logged requests with this method (`content_length` of each line).
+    public static func bodyBytes(_ requests: [JSON], method: String) -> Int64 {
+        requests.filter { $0["method"]?.stringValue == method }.reduce(Int64(0)) { $0 + ($1["content_length"]?.intValue ?? 0) }
+    }
+
     /// The JSON lines of a log file the peer writes.
     public static func lines(_ file: String) -> [JSON] {
         let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""

@@ -65,7 +65,7 @@ extension EndToEndTests {
         let task = try fixture.daemon.waitForTask(id, timeout: 90)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
         #expect(s3.object("big.bin") == fixture.contents(file))
-        let sent = s3.requests.filter { $0["method"]?.stringValue == "PUT" }.reduce(Int64(0)) { $0 + ($1["content_length"]?.intValue ?? 0) }
+        let sent = PythonPeer.bodyBytes(s3.requests, method: "PUT")
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
         #expect(s3.requests.contains { $0["method"]?.stringValue == "GET" && ($0["query"]?.stringValue ?? "").hasPrefix("uploadId=") })
         print("s3 SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file")

@@ -39,7 +39,7 @@ extension EndToEndTests {
         let task = try fixture.daemon.waitForTask(id, timeout: 90)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
         #expect(fixture.contents(tus.uploads.first ?? "") == fixture.contents(file))
-        let sent = tus.requests.filter { $0["method"]?.stringValue == "PATCH" }.reduce(Int64(0)) { $0 + ($1["content_length"]?.intValue ?? 0) }
+        let sent = PythonPeer.bodyBytes(tus.requests, method: "PATCH")
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
         #expect(tus.requests.contains { $0["method"]?.stringValue == "HEAD" })
         #expect(tus.uploads.count == 1, "the restart resumed the same upload")
