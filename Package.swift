@@ -80,7 +80,7 @@ let package = Package(
             name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulWebhooks", "Digest", "JSON"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON"],
+            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",

@@ -20,10 +20,15 @@ public enum HeaderRules {
 
     /// True for headers whose values never leave the service (SPEC §2.2).
     public static func isSecret(_ name: String) -> Bool {
-        let lower = name.lowercased()
-        if lower == "authorization" || lower == "proxy-authorization" || lower == "cookie" { return true }
-        return ["token", "secret", "key", "signature", "password"].contains { lower.contains($0) }
+        // On ASCII bytes: this runs for every header of every stored response.
+        let lower = name.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        return secretNames.contains { lower.elementsEqual($0) } || secretWords.contains { word in
+            lower.count >= word.count && (0...(lower.count - word.count)).contains { lower[$0..<$0 + word.count].elementsEqual(word) }
+        }
     }
+
+    private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }
+    private static let secretWords = ["token", "secret", "key", "signature", "password"].map { Array($0.utf8) }
 
     public static let redactedValue = "[redacted]"
 

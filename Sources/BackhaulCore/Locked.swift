@@ -39,6 +39,15 @@ public final class Locked<Value>: @unchecked Sendable {
         return try body(&value)
     }
 
+    /// Waits (without a time limit) until `ready` holds, then runs `body` holding the lock. Only
+    /// for conditions a holder makes true soon after, under `withLockNotifyingAll`.
+    public func withLock<T, E: Error>(when ready: (Value) -> Bool, _ body: (inout Value) throws(E) -> T) throws(E) -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        while !ready(value) { pthread_cond_wait(condition, mutex) }
+        return try body(&value)
+    }
+
     /// Changes the value and wakes every waiter.
     public func withLockNotifyingAll<T>(_ body: (inout Value) -> T) -> T {
         pthread_mutex_lock(mutex)

@@ -223,11 +223,17 @@ final class EngineLoop {
     /// The connection limit of each key with transfers running.
     var perKeyLimit: [String: Int] = [:]
     var saturatedKeys: Set<String> = []
+    /// Keys outside which the queue was last found empty, and the store's queue version then.
+    var emptyOutside: (keys: Set<String>, version: Int)?
     /// Something may have made a queued task runnable: a wake, a timer, a freed slot.
     var scheduleNeeded = true
     var sessionConfigurations: [String: TransferConfiguration?] = [:]
     var nextTimer: Timestamp?
     var lastPublish = 0.0
+    /// Files of completed tasks to delete once their completion is committed.
+    var pendingDeletes: [String] = []
+    /// A write that ends an attempt failed: the store may show tasks running that are not.
+    var orphansPossible = false
 
     init(engine: Engine, multi: MultiHandle) {
         self.engine = engine
@@ -273,9 +279,10 @@ final class EngineLoop {
                 }
             }
             if changed { reconcile() }
+            if orphansPossible { requeueOrphans() }
             if stopDeadline == nil {
                 if scheduleNeeded { startCleanups(now: now) }
-                schedule()
+                batched { schedule() }
             }
             advanceHashing()
             do {
@@ -284,14 +291,17 @@ final class EngineLoop {
                 logger.error("curl_multi_perform failed", metadata: ["error": "\(error)"])
             }
             var freedSlots = false
-            for (easy, code) in multi.completed() {
-                if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
-                    finishedCleanup(cleanup, code: code)
-                    continue
+            let completed = multi.completed()
+            batched {
+                for (easy, code) in completed {
+                    if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
+                        finishedCleanup(cleanup, code: code)
+                        continue
+                    }
+                    guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
+                    finished(transfer, code: code)
+                    freedSlots = true
                 }
-                guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
-                finished(transfer, code: code)
-                freedSlots = true
             }
             publishProgress(force: false)
             // Slots came free: fill them now rather than after poll's timeout.
@@ -337,6 +347,10 @@ final class EngineLoop {
         guard free > 0 else { return }
         var saturated = Set(perKey.filter { key, count in count >= (perKeyLimit[key] ?? Int.max) }.keys)
         for _ in 0..<64 where free > 0 {
+            // Finding that nothing is queued outside the saturated keys costs a scan of the queue;
+            // it stays true until a task enters the queue (or the set of keys shrinks).
+            let version = store.queueVersion
+            if let known = emptyOutside, known.version == version, saturated.isSuperset(of: known.keys) { break }
             let page: [QueueEntry]
             do {
                 page = try store.queuedTasks(excluding: saturated, limit: free)
@@ -344,6 +358,7 @@ final class EngineLoop {
                 logger.error("cannot read the queue", metadata: ["error": "\(error)"])
                 return
             }
+            if page.isEmpty { emptyOutside = (saturated, version) }
             var changed = false
             let context = policyContext()
             for entry in page where free > 0 {
@@ -514,7 +529,7 @@ final class EngineLoop {
                 return
             }
             if record(task.id, attempt: transfer.attempt, bytesSent: bytes, .completed(response)), task.deleteFileOnSuccess {
-                unlink(task.file.path)
+                pendingDeletes.append(task.file.path)
             }
         case .failed(let failure):
             let decision = RetryPlanner.decide(failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
@@ -543,7 +558,40 @@ final class EngineLoop {
             return try store.finishAttempt(id: id, attempt: attempt, bytesSent: bytesSent, result: result) != nil
         } catch {
             logger.error("cannot record the end of an attempt", metadata: ["task.id": "\(id)", "error": "\(error)"])
+            orphansPossible = true
             return false
+        }
+    }
+
+    /// Runs `body` with the store writes it makes committed as one transaction (`Store.batch`):
+    /// a loop turn that starts or ends many attempts pays for one commit. What must follow the
+    /// commit (deleting a completed task's file) runs after it; if the commit fails, none of it
+    /// happened, and the tasks it would have ended go back to the queue.
+    func batched(_ body: () -> Void) {
+        do {
+            try store.batch(body)
+        } catch {
+            logger.error("cannot commit the engine's writes", metadata: ["error": "\(error)"])
+            pendingDeletes.removeAll()
+            orphansPossible = true
+            return
+        }
+        for path in pendingDeletes { unlink(path) }
+        pendingDeletes.removeAll()
+    }
+
+    /// Tasks the store shows running without a transfer here (their end could not be written)
+    /// go back to the queue, so they run again instead of staying `running` until a restart.
+    func requeueOrphans() {
+        do {
+            let count = try store.requeueRunning(except: Set(active.keys))
+            orphansPossible = false
+            if count > 0 {
+                logger.warning("tasks shown running without a transfer went back to the queue", metadata: ["count": "\(count)"])
+                scheduleNeeded = true
+            }
+        } catch {
+            logger.error("cannot requeue tasks", metadata: ["error": "\(error)"])
         }
     }
 

@@ -329,6 +329,26 @@ extension Store {
             configurationOverrides: overrides == "{}" ? [:] : ((try? JSON.parse(overrides, maxDepth: 64))?.objectValue ?? [:]))
     }
 
+    /// Tasks shown running that are not in `running` (the engine's) go back to the queue, their
+    /// attempt not counted. Returns how many.
+    public func requeueRunning(except running: Set<String>) throws(StoreError) -> Int {
+        let now = self.now
+        return try write(.relaxed) { db in
+            let excluded = JSON.array(running.sorted().map { .string($0) }).serialized()
+            let ids = try db.query(
+                "SELECT id FROM tasks WHERE state = 'running' AND id NOT IN (SELECT value FROM json_each(?))", [excluded]) {
+                $0.string(0)
+            }
+            for id in ids {
+                _ = try Store.mutate(db, id: id, now: now) { task in
+                    Store.enter(.queued, task: &task, now: now)
+                    task.attempts -= 1
+                }
+            }
+            return ids.count
+        }
+    }
+
     /// Marks a queued task running and counts the attempt; nil if it is no longer queued.
     public func startAttempt(id: String) throws(StoreError) -> TaskRecord? {
         let now = self.now

@@ -1,4 +1,5 @@
 import BackhaulCore
+import Glibc
 import JSON
 import SQLite
 
@@ -36,11 +37,38 @@ public struct TaskPage: Sendable {
     public var nextCursor: String?
 }
 
+/// A number changed only under the store's lock.
+final class Counter: @unchecked Sendable {
+    var value = 0
+}
+
 /// The durable state: one SQLite database in WAL mode, one connection behind a lock.
 /// Every state change and its event are one transaction.
 public final class Store: Sendable {
-    /// The one connection, used only while its lock is held: one writer at a time.
-    private let connection: Locked<Connection>
+    /// The one connection and what is known about its state.
+    struct Link {
+        let db: Connection
+        /// Bumped (by TEMP triggers) whenever a task enters the queue or a queued task changes
+        /// host: the scheduler's cue that a queue it found empty may not be any more.
+        let queueChanges = Counter()
+        /// The `synchronous` level now set, so that it is changed only when a write needs another.
+        var relaxed = false
+        /// The thread whose `batch` holds a transaction open; other threads wait for it to end.
+        var batchOwner: pthread_t?
+
+        var inOwnBatch: Bool { batchOwner.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+
+        mutating func setDurability(_ durability: Durability) throws {
+            let relaxed = durability == .relaxed
+            guard relaxed != self.relaxed else { return }
+            try db.execute(relaxed ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL")
+            self.relaxed = relaxed
+        }
+    }
+
+    /// The one connection, used only while its lock is held and no other thread's batch is open:
+    /// one writer at a time.
+    private let connection: Locked<Link>
     private let clock: any Clock
     /// The last event sequence seen after a write, and who to tell about new events.
     private let eventWatch = Locked<(last: Int64, observers: [@Sendable () -> Void])>((0, []))
@@ -54,9 +82,25 @@ public final class Store: Sendable {
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
         try Migrator(migrations: Schema.migrations).migrate(db)
         let last = try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
-        connection = Locked(db)
+        let link = Link(db: db)
+        try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] in counter.value &+= 1 }
+        try db.execute(
+            """
+            CREATE TEMP TRIGGER queue_insert AFTER INSERT ON main.tasks WHEN NEW.state = 'queued'
+            BEGIN SELECT backhaul_queue_changed(); END;
+            CREATE TEMP TRIGGER queue_update AFTER UPDATE OF state, host_key ON main.tasks
+            WHEN NEW.state = 'queued' AND (OLD.state IS NOT 'queued' OR OLD.host_key IS NOT NEW.host_key)
+            BEGIN SELECT backhaul_queue_changed(); END
+            """)
+        connection = Locked(link)
         self.clock = clock
         eventWatch.withLock { $0.last = last }
+    }
+
+    /// A number that changes whenever a task may have become runnable: one enters the queue,
+    /// or a queued one changes host. Equal numbers mean the queue gained nothing in between.
+    public var queueVersion: Int {
+        (try? access { $0.queueChanges.value }) ?? 0
     }
 
     /// Calls `observer` (on the writing thread, after the commit) whenever a write added events.
@@ -74,13 +118,20 @@ public final class Store: Sendable {
         case relaxed
     }
 
-    /// Runs `body` in one write transaction, mapping storage errors to the API's.
+    /// Runs `body` in one write transaction, mapping storage errors to the API's. Inside this
+    /// thread's `batch` it runs in a savepoint of the batch's transaction instead.
     func write<T: Sendable>(_ durability: Durability = .synced, _ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
-            let (result, lastEvent) = try connection.withLock { db in
-                if durability == .relaxed { try db.execute("PRAGMA synchronous = NORMAL") }
-                defer { if durability == .relaxed { try? db.execute("PRAGMA synchronous = FULL") } }
-                let result = try db.transaction { try body(db) }
+            let (result, lastEvent) = try access { link in
+                let db = link.db
+                let result: T
+                if link.inOwnBatch {
+                    assert(durability == .relaxed, "a batch commits without fsync: synced writes do not belong in one")
+                    result = try db.savepoint { try body(db) }
+                } else {
+                    try link.setDurability(durability)
+                    result = try db.transaction { try body(db) }
+                }
                 return (result, try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0)
             }
             let observers: [@Sendable () -> Void] = eventWatch.withLock { watch in
@@ -103,12 +154,53 @@ public final class Store: Sendable {
 
     func read<T: Sendable>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
-            return try connection.withLock { db in try body(db) }
+            return try access { link in try body(link.db) }
         } catch let error as StoreError {
             throw error
         } catch {
             throw .database(String(describing: error))
         }
+    }
+
+    /// The connection, once no other thread's batch is open.
+    private func access<T>(_ body: (inout Link) throws -> T) throws -> T {
+        try connection.withLock(when: { $0.batchOwner == nil || $0.inOwnBatch }, body)
+    }
+
+    /// Runs `body` with the engine's writes made on this thread joined into one transaction,
+    /// committed without fsync (`Durability.relaxed`) when it returns: one commit for all the
+    /// attempts a loop turn starts or ends instead of one each. Each write inside still runs in
+    /// its own savepoint, so one that fails undoes only itself. Other threads wait for the commit.
+    /// Throws when the commit fails: then none of the writes inside happened.
+    public func batch(_ body: () -> Void) throws(StoreError) {
+        let opened: Bool
+        do {
+            opened = try access { link in
+                guard !link.inOwnBatch else { return false }
+                try link.setDurability(.relaxed)
+                try link.db.run("BEGIN IMMEDIATE")
+                link.batchOwner = pthread_self()
+                return true
+            }
+        } catch {
+            throw .database(String(describing: error))
+        }
+        body()
+        guard opened else { return }
+        let (failure, lastEvent): (SQLiteError?, Int64) = connection.withLockNotifyingAll { link in
+            link.batchOwner = nil
+            do throws(SQLiteError) {
+                try link.db.run("COMMIT")
+                return (nil, 0)
+            } catch {
+                _ = try? link.db.run("ROLLBACK")
+                return (error, (try? link.db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) }) ?? 0)
+            }
+        }
+        guard let failure else { return }
+        // The events written inside were undone with the rest: watch from what is really there.
+        eventWatch.withLock { $0.last = lastEvent }
+        throw failure.isStorageFull ? .storageFull : .database(String(describing: failure))
     }
 
     /// Checks the database answers and can be written (for `/readyz`).

@@ -123,18 +123,60 @@ public final class Connection {
 
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back when it throws.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
+        try run("BEGIN IMMEDIATE")
         do {
             let result = try body()
-            try execute("COMMIT")
+            try run("COMMIT")
             return result
         } catch {
-            try? execute("ROLLBACK")
+            try? run("ROLLBACK")
             throw error
         }
     }
 
+    /// Runs `body` inside a savepoint of the open transaction: when it throws, only its own
+    /// changes are undone.
+    public func savepoint<T>(_ body: () throws -> T) throws -> T {
+        try run("SAVEPOINT nested")
+        do {
+            let result = try body()
+            try run("RELEASE nested")
+            return result
+        } catch {
+            try? run("ROLLBACK TO nested")
+            try? run("RELEASE nested")
+            throw error
+        }
+    }
+
+    /// Defines an SQL function `name()` without arguments that calls `body` and returns NULL:
+    /// for TEMP triggers that tell this process about changes.
+    public func defineFunction(_ name: String, _ body: @escaping () -> Void) throws(SQLiteError) {
+        let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
+        let code = sqlite3_create_function_v2(
+            handle, name, 0, SQLITE_UTF8, box,
+            { context, _, _ in
+                guard let context, let pointer = sqlite3_user_data(context) else { return }
+                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body()
+                sqlite3_result_null(context)
+            }, nil, nil,
+            { pointer in
+                guard let pointer else { return }
+                Unmanaged<FunctionBody>.fromOpaque(pointer).release()
+            })
+        guard code == SQLITE_OK else { throw SQLiteError(code: code, message: lastErrorMessage) }
+    }
+
+    /// True while a transaction is open (`sqlite3_get_autocommit` is 0).
+    public var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
     fileprivate var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+}
+
+/// The Swift side of a function defined with `defineFunction`.
+private final class FunctionBody {
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
 }
 
 /// A prepared statement (`sqlite3_prepare_v3`), owned by its connection's cache.

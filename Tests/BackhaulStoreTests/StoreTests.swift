@@ -2,6 +2,7 @@ import BackhaulCore
 import BackhaulStore
 import Glibc
 import JSON
+import SQLite
 import Testing
 
 /// A clock tests move by hand.
@@ -108,6 +109,69 @@ struct StoreTests {
         _ = try store.apply(.cancel, to: "a")
         #expect(try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil)) == nil)
         #expect(try store.task(id: "a")?.state == .cancelled)
+    }
+
+    @Test("a batch commits its writes together, readable on its own thread before the commit")
+    func batch() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        try store.batch {
+            _ = try? store.startAttempt(id: "a")
+            #expect((try? store.task(id: "a"))??.state == .running)
+            _ = try? store.startAttempt(id: "b")
+        }
+        try store.batch {
+            for id in ["a", "b"] { _ = try? store.finishAttempt(id: id, attempt: 1, bytesSent: 10, result: .completed(nil)) }
+        }
+        #expect(try store.task(id: "a")?.state == .completed)
+        #expect(try store.task(id: "b")?.state == .completed)
+        #expect(try store.events(after: 0, limit: 100).filter { $0.type == "task.completed" }.count == 2)
+    }
+
+    @Test("a savepoint that throws undoes only its own changes")
+    func savepoint() throws {
+        let db = try Connection(path: ":memory:")
+        try db.execute("CREATE TABLE t (x)")
+        struct Refused: Error {}
+        try db.transaction {
+            try db.savepoint { try db.run("INSERT INTO t VALUES (1)") }
+            #expect(throws: Refused.self) {
+                try db.savepoint {
+                    try db.run("INSERT INTO t VALUES (2)")
+                    throw Refused()
+                }
+            }
+            try db.savepoint { try db.run("INSERT INTO t VALUES (3)") }
+        }
+        #expect(try db.query("SELECT x FROM t ORDER BY x", []) { $0.int(0) } == [1, 3])
+        #expect(!db.inTransaction)
+    }
+
+    @Test("tasks shown running without a transfer go back to the queue, their attempt not counted")
+    func orphans() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        _ = try store.startAttempt(id: "a")
+        _ = try store.startAttempt(id: "b")
+        #expect(try store.requeueRunning(except: ["a"]) == 1)
+        #expect(try store.task(id: "a")?.state == .running)
+        #expect(try store.task(id: "b")?.state == .queued)
+        #expect(try store.task(id: "b")?.attempts == 0)
+    }
+
+    @Test("the queue version moves when a task enters the queue, not when one starts or ends")
+    func queueVersion() throws {
+        let initial = store.queueVersion
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        let created = store.queueVersion
+        #expect(created != initial)
+        _ = try store.startAttempt(id: "a")
+        _ = try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil))
+        _ = try store.startAttempt(id: "b")
+        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, nil))
+        #expect(store.queueVersion == created)
+        clock.advance(10)
+        _ = try store.fireTimers(now: clock.now())
+        #expect(try store.task(id: "b")?.state == .queued)
+        #expect(store.queueVersion != created)
     }
 
     @Test("interrupted tasks go back to the queue after a crash")
