@@ -204,6 +204,7 @@ def many_files(args, work, data):
     # Destination folders exist before the server starts (rclone caches directory listings).
     for run in range(args.runs):
         os.makedirs(f"{sink}/curl{run}")
+        os.makedirs(f"{sink}/curlz{run}")
         os.makedirs(f"{sink}/bh{run}")
     webdav, port = start_webdav(sink)
     cases = {}
@@ -211,17 +212,20 @@ def many_files(args, work, data):
         def count(directory):
             return len(os.listdir(f"{sink}/{directory}")) if os.path.isdir(f"{sink}/{directory}") else 0
 
-        # One curl process, the files one after another over one reused connection.
-        for run in range(args.runs):
-            config = f"{work}/curl-{run}.cfg"
-            with open(config, "w") as out:
-                for index in range(args.files):
-                    out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{port}/curl{run}/{index}.bin"\n'
-                              f'output = "/dev/null"\n')
-            started = time.time()
-            subprocess.run(["curl", "-sSf", "-K", config], check=True)
-            cases.setdefault("curl (one process)", []).append(time.time() - started)
-            assert count(f"curl{run}") == args.files
+        # One curl process, the files one after another over one reused connection; then the same
+        # process with 16 transfers in parallel (-Z): no durable state at all, so it shows the
+        # floor this sink and these two cores allow.
+        for name, flags, folder in (("curl (one process)", [], "curl"), ("curl -Z (16 parallel)", ["-Z", "--parallel-max", "16", "--no-progress-meter"], "curlz")):
+            for run in range(args.runs):
+                config = f"{work}/{folder}-{run}.cfg"
+                with open(config, "w") as out:
+                    for index in range(args.files):
+                        out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{port}/{folder}{run}/{index}.bin"\n'
+                                  f'output = "/dev/null"\n')
+                started = time.time()
+                subprocess.run(["curl", "-sSf", *flags, "-K", config], check=True, stdout=subprocess.DEVNULL)
+                cases.setdefault(name, []).append(time.time() - started)
+                assert count(f"{folder}{run}") == args.files
         # rclone copy --transfers 8 (its WebDAV backend).
         env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
         for run in range(args.runs):

@@ -33,6 +33,10 @@ extension API {
             for type in NetworkType.allCases {
                 text.sample("backhaul_sent_bytes_total", ["network_type": type.rawValue], Double(figures.bytesSentByNetwork[type] ?? 0))
             }
+            text.family("backhaul_received_bytes_total", "counter", "Download body bytes received, by network type.")
+            for type in NetworkType.allCases {
+                text.sample("backhaul_received_bytes_total", ["network_type": type.rawValue], Double(figures.bytesReceivedByNetwork[type] ?? 0))
+            }
             text.family("backhaul_policy_stops_total", "counter", "Running transfers the policy stopped, by the reason they wait for.")
             for reason in Policy.reasons.map(\.rawValue).sorted() + ["failed"] {
                 text.sample("backhaul_policy_stops_total", ["reason": reason], Double(figures.policyStops[reason] ?? 0))

@@ -296,17 +296,26 @@ public final class API: Sendable {
             throw Problem(.destinationNotAllowed, "\(field): \(refusal)", extra: ["field": .string(field)])
         }
         let file: FileInfo
-        switch options.allowedRoots.inspect(draft.filePath) {
+        var download = draft.download
+        let inspected = download.map { spec in
+            options.allowedRoots.inspectDestination(spec.destination, overwrite: spec.overwrite).map {
+                FileInfo(path: $0, size: 0, modifiedAtNanoseconds: 0)
+            }
+        } ?? options.allowedRoots.inspect(draft.filePath)
+        switch inspected {
         case .success(let info): file = info
         case .failure(let error):
             let kind = Problem.Kind(rawValue: error.code) ?? .validationFailed
-            let field = path.isEmpty ? "file" : "\(path).file"
+            let name = download == nil ? "file" : "destination"
+            let field = path.isEmpty ? name : "\(path).\(name)"
             throw Problem(kind, "\(field): \(error.message): \(draft.filePath)", extra: ["field": .string(field)])
         }
+        download?.destination = file.path
         var task = TaskRecord(
             id: RandomID.make(prefix: "tsk_"), sessionID: session.id, file: file, request: draft.request, upload: draft.upload,
             createdAt: now, deadlineAt: now + configuration.timeoutIntervalForResource)
         task.kind = draft.kind
+        task.download = download
         task.priority = draft.priority
         task.description = draft.description
         task.idempotencyKey = draft.idempotencyKey

@@ -28,6 +28,8 @@ public struct Problem: Error, Sendable, Equatable {
         case fileNotRegular = "file_not_regular"
         case fileNotReadable = "file_not_readable"
         case fileOutsideAllowedRoots = "file_outside_allowed_roots"
+        case fileNotWritable = "file_not_writable"
+        case destinationExists = "destination_exists"
         case destinationNotAllowed = "destination_not_allowed"
         case unauthorized
         case forbidden
@@ -43,12 +45,12 @@ public struct Problem: Error, Sendable, Equatable {
         public var status: Int {
             switch self {
             case .invalidJSON: return 400
-            case .validationFailed, .fileNotFound, .fileIsDirectory, .fileNotRegular, .fileNotReadable: return 422
+            case .validationFailed, .fileNotFound, .fileIsDirectory, .fileNotRegular, .fileNotReadable, .fileNotWritable: return 422
             case .notFound: return 404
             case .methodNotAllowed: return 405
             case .fileOutsideAllowedRoots, .forbidden, .destinationNotAllowed: return 403
             case .unauthorized: return 401
-            case .sessionExists, .conflict, .transfersDisabled: return 409
+            case .sessionExists, .conflict, .transfersDisabled, .destinationExists: return 409
             case .payloadTooLarge: return 413
             case .tooManyTasks: return 429
             case .insufficientStorage: return 507
@@ -68,6 +70,8 @@ public struct Problem: Error, Sendable, Equatable {
             case .fileNotRegular: return "The file is not a regular file"
             case .fileNotReadable: return "The file cannot be read"
             case .fileOutsideAllowedRoots: return "The file is outside the allowed roots"
+            case .fileNotWritable: return "The destination cannot be written"
+            case .destinationExists: return "A file is already at the destination"
             case .destinationNotAllowed: return "The destination is not allowed"
             case .unauthorized: return "Authentication required"
             case .forbidden: return "Not allowed"

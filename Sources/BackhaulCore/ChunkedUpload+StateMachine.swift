@@ -133,6 +133,10 @@ public struct UploadCheckpoint: Sendable, Equatable {
     public var parts: [String]
     /// S3 with checksums: each part's base64 SHA-256 as the server confirmed it ("" if none).
     public var partChecksums: [String]
+    /// Downloads: what identifies the representation the offset belongs to (`etag:` or `date:`).
+    public var validator: String?
+    /// Downloads: the size of the whole representation, once the server said it.
+    public var total: Int64?
 
     public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = [], partChecksums: [String] = []) {
         self.offset = offset
@@ -147,6 +151,8 @@ public struct UploadCheckpoint: Sendable, Equatable {
         if let location { object["location"] = .string(location) }
         if !parts.isEmpty { object["parts"] = .array(parts.map { .string($0) }) }
         if partChecksums.contains(where: { !$0.isEmpty }) { object["part_checksums"] = .array(partChecksums.map { .string($0) }) }
+        if let validator { object["validator"] = .string(validator) }
+        if let total { object["total"] = .int(total) }
         return .object(object)
     }
 
@@ -157,10 +163,13 @@ public struct UploadCheckpoint: Sendable, Equatable {
         self.location = json["location"]?.stringValue
         self.parts = json["parts"]?.arrayValue?.compactMap(\.stringValue) ?? []
         self.partChecksums = json["part_checksums"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        self.validator = json["validator"]?.stringValue
+        self.total = json["total"]?.intValue
     }
 
     /// Same progress, ignoring which attempt recorded it.
     public func samePlace(as other: UploadCheckpoint) -> Bool {
         offset == other.offset && location == other.location && parts == other.parts && partChecksums == other.partChecksums
+            && validator == other.validator && total == other.total
     }
 }

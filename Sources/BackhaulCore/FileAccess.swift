@@ -3,6 +3,8 @@ import Glibc
 /// Why a path cannot be uploaded (SPEC §2.2 `file`).
 public enum FileAccessError: Error, Sendable, Equatable {
     case notAbsolute, notFound, isDirectory, notRegularFile, notReadable, outsideAllowedRoots
+    /// Downloads: the destination's directory is missing, cannot be written, or a file is there.
+    case directoryNotFound, notWritable, destinationExists
 
     /// The API's problem code.
     public var code: String {
@@ -13,6 +15,9 @@ public enum FileAccessError: Error, Sendable, Equatable {
         case .notRegularFile: return "file_not_regular"
         case .notReadable: return "file_not_readable"
         case .outsideAllowedRoots: return "file_outside_allowed_roots"
+        case .directoryNotFound: return "file_not_found"
+        case .notWritable: return "file_not_writable"
+        case .destinationExists: return "destination_exists"
         }
     }
 
@@ -24,6 +29,9 @@ public enum FileAccessError: Error, Sendable, Equatable {
         case .notRegularFile: return "only regular files can be uploaded (not devices, FIFOs or sockets)"
         case .notReadable: return "the daemon cannot read the file"
         case .outsideAllowedRoots: return "the file is outside the allowed roots"
+        case .directoryNotFound: return "the destination's directory does not exist"
+        case .notWritable: return "the daemon cannot write to the destination's directory"
+        case .destinationExists: return "a file is already at the destination (set overwrite to replace it)"
         }
     }
 }
@@ -85,6 +93,34 @@ public struct AllowedRoots: Sendable, Equatable {
         }
         guard access(resolved, R_OK) == 0 else { return .failure(.notReadable) }
         return .success(FileInfo(path: resolved, size: Int64(info.st_size), modifiedAtNanoseconds: info.modifiedNanoseconds))
+    }
+}
+
+extension AllowedRoots {
+    /// Checks a download's destination: its directory exists inside the roots and can be
+    /// written, and nothing is there unless `overwrite`. Returns the path with the directory
+    /// resolved (the task keeps that path, so a symlink swapped in later is not followed).
+    public func inspectDestination(_ path: String, overwrite: Bool) -> Result<String, FileAccessError> {
+        guard path.hasPrefix("/"), let slash = path.lastIndex(of: "/") else { return .failure(.notAbsolute) }
+        let name = String(path[path.index(after: slash)...])
+        guard !name.isEmpty, name != ".", name != ".." else { return .failure(.isDirectory) }
+        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        guard let resolvedDirectory = AllowedRoots.realPath(directory) else {
+            return .failure(contains(resolvedPath: AllowedRoots.resolveExistingPrefix(directory)) ? .directoryNotFound : .outsideAllowedRoots)
+        }
+        let resolved = (resolvedDirectory == "/" ? "" : resolvedDirectory) + "/" + name
+        guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
+        var info = stat()
+        guard stat(resolvedDirectory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return .failure(.directoryNotFound) }
+        guard access(resolvedDirectory, W_OK) == 0 else { return .failure(.notWritable) }
+        if lstat(resolved, &info) == 0 {
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR: return .failure(.isDirectory)
+            case S_IFREG: if !overwrite { return .failure(.destinationExists) }
+            default: return .failure(.notRegularFile)
+            }
+        }
+        return .success(resolved)
     }
 }
 

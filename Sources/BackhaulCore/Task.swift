@@ -231,8 +231,11 @@ public struct TaskRecord: Sendable, Equatable {
     public var response: ResponseRecord?
     public var error: TaskError?
     public var cancellation: CancellationReason?
-    /// A resumable protocol's progress (what the server acknowledged).
+    /// A resumable protocol's progress (what the server acknowledged; for a download, what is
+    /// durably in the `.part` file).
     public var checkpoint: UploadCheckpoint?
+    /// A download's destination (nil for uploads).
+    public var download: DownloadSpec?
 
     public init(id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
                 createdAt: Timestamp, deadlineAt: Timestamp) {
@@ -247,15 +250,19 @@ public struct TaskRecord: Sendable, Equatable {
 
     /// The task object of SPEC §2.2, secrets redacted; `live` overrides the stored progress.
     public func json(live: LiveProgress? = nil) -> JSON {
-        let sent = live?.bytesSent ?? (state == .completed ? file.size : bytesSent)
-        let total = file.size
+        // A download's size is known once the server has said it.
+        let knownTotal = download == nil ? file.size : checkpoint?.total
+        let total = knownTotal ?? 0
+        let moved = live?.bytesSent ?? (state == .completed ? total : bytesSent)
         let rate = live?.bytesPerSecond ?? 0
         var progress: JSONObject = [:]
-        progress["bytes_sent"] = .int(sent)
-        progress["bytes_total"] = .int(total)
-        progress["fraction"] = .double(total > 0 ? min(1, Double(sent) / Double(total)) : (state == .completed ? 1 : 0))
+        progress["bytes_sent"] = .int(download == nil ? moved : 0)
+        progress["bytes_received"] = .int(download == nil ? 0 : moved)
+        progress["bytes_total"] = knownTotal.map { .int($0) } ?? .null
+        progress["fraction"] = .double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0))
         progress["bytes_per_second"] = .int(Int64(rate.rounded()))
-        progress["eta_seconds"] = rate > 0 && state == .running ? .double((Double(max(0, total - sent)) / rate * 10).rounded() / 10) : .null
+        progress["eta_seconds"] = rate > 0 && state == .running && knownTotal != nil
+            ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null
 
         var object: JSONObject = [:]
         object["id"] = .string(id)
@@ -263,9 +270,10 @@ public struct TaskRecord: Sendable, Equatable {
         object["kind"] = .string(kind.rawValue)
         object["state"] = .string(state.rawValue)
         object["waiting_reason"] = waitingReason.map { .string($0.rawValue) } ?? .null
-        object["file"] = file.json
+        object["file"] = download == nil ? file.json : .null
         object["request"] = request.json(redacted: true)
-        object["upload"] = upload.json
+        object["upload"] = download == nil ? upload.json : .null
+        object["download"] = download?.json ?? .null
         object["priority"] = .double(priority)
         object["description"] = description.map { .string($0) } ?? .null
         object["idempotency_key"] = idempotencyKey.map { .string($0) } ?? .null

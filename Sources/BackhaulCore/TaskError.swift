@@ -34,6 +34,10 @@ public struct TaskError: Sendable, Equatable, Error {
         case noPermissionsToReadFile = -1102
         case dataLengthExceedsMaximum = -1103
         case secureConnectionFailed = -1200
+        case cannotCreateFile = -3000
+        case cannotWriteToFile = -3003
+        case cannotMoveFile = -3005
+        case downloadChecksumMismatch = -3006
         case fileChanged = -4001
 
         public var name: String {
@@ -51,6 +55,10 @@ public struct TaskError: Sendable, Equatable, Error {
             case .noPermissionsToReadFile: return "no_permissions_to_read_file"
             case .dataLengthExceedsMaximum: return "data_length_exceeds_maximum"
             case .secureConnectionFailed: return "secure_connection_failed"
+            case .cannotCreateFile: return "cannot_create_file"
+            case .cannotWriteToFile: return "cannot_write_to_file"
+            case .cannotMoveFile: return "cannot_move_file"
+            case .downloadChecksumMismatch: return "download_checksum_mismatch"
             case .fileChanged: return "file_changed"
             }
         }

@@ -186,6 +186,7 @@ public struct SingleRequestUpload: UploadStateMachine {
 /// Makes the state machine for a task's protocol.
 public enum UploadProtocols {
     public static func machine(for task: TaskRecord, headers: [(String, String)]) -> any UploadStateMachine {
+        if task.kind == .download { return DownloadMachine(task: task, headers: headers, checkpoint: task.checkpoint) }
         switch task.upload.protocolName {
         case .chunked:
             return ChunkedUpload(task: task, headers: headers, checkpoint: task.checkpoint)

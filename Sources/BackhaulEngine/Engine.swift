@@ -34,6 +34,7 @@ public struct EngineMetrics: Sendable, Equatable {
     public var running = 0
     /// Request body bytes sent, by the network type they went over.
     public var bytesSentByNetwork: [NetworkType: Int64] = [:]
+    public var bytesReceivedByNetwork: [NetworkType: Int64] = [:]
     /// Running transfers the policy stopped, by the waiting reason (or `failed`).
     public var policyStops: [String: Int] = [:]
     /// Attempts that failed and were retried, by kind of failure (one of `retryReasons`).
@@ -393,7 +394,7 @@ final class EngineLoop {
 
     /// Starts one attempt; false when the task could not start (it was failed or moved on).
     func begin(_ id: String, configuration: TransferConfiguration, key: String) -> Bool {
-        let task: TaskRecord
+        var task: TaskRecord
         do {
             guard let started = try store.startAttempt(id: id) else { return false }
             task = started
@@ -403,21 +404,26 @@ final class EngineLoop {
         }
         var taskLogger = logger
         taskLogger[metadataKey: "task.id"] = "\(task.id)"
-        let file: OpenedFile
-        switch OpenedFile.open(task.file) {
-        case .failure(let error):
-            taskLogger.warning("the file cannot be uploaded", metadata: ["error.name": "\(error.name)"])
+        var file: OpenedFile?
+        var part: PartFile?
+        let opened = task.download.map { spec in PartFile.open(spec.partPath).map { part = $0 } }
+            ?? OpenedFile.open(task.file).map { file = $0 }
+        if case .failure(let error) = opened {
+            taskLogger.warning("the file cannot be opened", metadata: ["error.name": "\(error.name)"])
             record(task.id, attempt: task.attempts, bytesSent: 0, .failed(error, nil))
             return false
-        case .success(let opened):
-            file = opened
+        }
+        if let part, let offset = task.checkpoint?.offset, offset > 0, part.size < offset {
+            // The `.part` file lost bytes the checkpoint counts (removed or cut by hand): start over.
+            taskLogger.warning("the .part file is shorter than its checkpoint; the download starts over")
+            task.checkpoint = nil
         }
         let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
         var machine = UploadProtocols.machine(for: task, headers: headers)
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
-            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file)
+            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part)
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)
                 return false
@@ -450,9 +456,13 @@ final class EngineLoop {
                                             message: "the destination resolved to a private address and private destinations are denied")))
         } else if transfer.fileChangedDuringRead {
             step = .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read")))
+        } else if transfer.insufficientSpace {
+            cancelForLackOfSpace(transfer)
+            return
         } else if code != .ok {
             step = .failed(.transport(Self.transportFailure(code), message: code.message))
         } else {
+            transfer.endDownloadBody()
             step = transfer.machine.didReceive(transfer.responseHead, now: now)
             persistCheckpoint(transfer)
         }
@@ -524,8 +534,13 @@ final class EngineLoop {
         case .send:
             return
         case .completed:
-            if let changed = transfer.file.checkUnchanged() {
+            if let changed = transfer.file?.checkUnchanged() {
                 record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(changed, response))
+                return
+            }
+            if let part = transfer.part, let spec = task.download, let error = Self.placeDownload(part, spec) {
+                logger.info("download failed", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
+                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(error, response))
                 return
             }
             if record(task.id, attempt: transfer.attempt, bytesSent: bytes, .completed(response)), task.deleteFileOnSuccess {
@@ -595,8 +610,37 @@ final class EngineLoop {
         }
     }
 
+    /// A download's verification and placement: the `.part` file must hold the size the server
+    /// announced and the expected SHA-256, then it is renamed into place. Nil when it is there.
+    static func placeDownload(_ part: PartFile, _ spec: DownloadSpec) -> TaskError? {
+        if let expected = spec.expectedSHA256 {
+            guard let actual = part.sha256() else {
+                return TaskError(.cannotWriteToFile, message: "cannot read back \(part.path) to verify it")
+            }
+            guard actual == expected else {
+                return TaskError(.downloadChecksumMismatch,
+                                 message: "the downloaded file's SHA-256 is \(actual), expected_sha256 is \(expected); nothing was placed")
+            }
+        }
+        return part.place(at: spec.destination, overwrite: spec.overwrite)
+    }
+
+    /// The disk cannot hold the download: the task is cancelled with reason 2 (the store removes
+    /// its `.part` file, as for every download that ends without completing).
+    func cancelForLackOfSpace(_ transfer: Transfer) {
+        release(transfer)
+        logger.warning("not enough disk space for a download", metadata: ["task.id": "\(transfer.task.id)"])
+        let total = (transfer.machine as? DownloadMachine)?.total
+        record(transfer.task.id, attempt: transfer.attempt, bytesSent: 0,
+               .cancelled(.insufficientSystemResources,
+                          "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))
+    }
+
     func release(_ transfer: Transfer) {
         guard active[transfer.task.id] === transfer else { return }
+        // A download's received bytes are made durable and checkpointed before it stops, so the
+        // next attempt asks only for the rest.
+        if transfer.part != nil, !transfer.insufficientSpace, transfer.syncPart() { persistCheckpoint(transfer) }
         // Bytes a short transfer sent between two progress rounds still count.
         countSent(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
         if transfer.configuration.discretionary { flushBudget(force: true) }
@@ -692,6 +736,13 @@ final class EngineLoop {
                 transfer.lastSample = (now, bytes)
             }
             countSent(transfer, bytes: bytes)
+            // A download's checkpoint follows what is durable: fsync at most once a second (or
+            // every 128 MiB), then save the offset.
+            if transfer.part != nil, now - transfer.lastPartSync >= 1 || bytes - transfer.lastPartSyncOffset >= 128 << 20,
+                transfer.syncPart()
+            {
+                persistCheckpoint(transfer)
+            }
             let progress = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
             live[id] = progress
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {

@@ -68,7 +68,11 @@ extension EngineLoop {
         let delta = max(0, bytes - transfer.budgetCounted)
         transfer.budgetCounted = bytes
         guard delta > 0 else { return }
-        metrics.bytesSentByNetwork[network.type, default: 0] += delta
+        if transfer.part == nil {
+            metrics.bytesSentByNetwork[network.type, default: 0] += delta
+        } else {
+            metrics.bytesReceivedByNetwork[network.type, default: 0] += delta
+        }
         guard transfer.configuration.discretionary else { return }
         budgetUsed[network.type, default: 0] += delta
         budgetPending[network.type, default: 0] += delta

@@ -11,7 +11,19 @@ final class Transfer {
     let configuration: TransferConfiguration
     let limitKey: String
     var machine: any UploadStateMachine
-    let file: OpenedFile
+    /// The file an upload reads (nil for a download).
+    let file: OpenedFile?
+    /// The `.part` file a download writes (nil for an upload).
+    let part: PartFile?
+    /// Where the current response's body goes, once its head has been seen (downloads).
+    private(set) var disposition: ResponseBodyTarget?
+    /// Body bytes of the current response written to `part`.
+    private(set) var received: Int64 = 0
+    /// Set when the disk cannot hold the download: the task is cancelled with reason 2.
+    var insufficientSpace = false
+    /// When the `.part` file was last made durable (monotonic), and the offset then.
+    var lastPartSync = monotonicSeconds()
+    var lastPartSyncOffset: Int64 = 0
     /// The handle of the current request: a fresh one per request (curl's connection cache
     /// lives in the multi handle, so connections are still reused). Reusing one handle across
     /// requests with `curl_easy_reset` crashed libcurl 7.88 when trailers were sent.
@@ -57,7 +69,7 @@ final class Transfer {
     func limitSendSpeed(_ bytesPerSecond: Int64) {
         guard bytesPerSecond != sendSpeed else { return }
         sendSpeed = bytesPerSecond
-        try? easy.set(CURLOPT_MAX_SEND_SPEED_LARGE, offset: bytesPerSecond)
+        try? easy.set(part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE, offset: bytesPerSecond)
     }
 
     // Rate estimate (bytes/s), updated by the engine loop.
@@ -65,20 +77,26 @@ final class Transfer {
     var lastSample: (time: Double, bytes: Int64)
 
     init(task: TaskRecord, configuration: TransferConfiguration, limitKey: String, machine: any UploadStateMachine,
-         file: OpenedFile) throws {
+         file: OpenedFile?, part: PartFile? = nil) throws {
         self.task = task
         self.attempt = task.attempts
         self.configuration = configuration
         self.limitKey = limitKey
         self.machine = machine
         self.file = file
+        self.part = part
         self.easy = try EasyHandle()
         self.lastSample = (monotonicSeconds(), 0)
         self.checkpoint = task.checkpoint ?? UploadCheckpoint(offset: 0)
         installHandlers()
     }
 
-    var bytesSent: Int64 { bytesBeforeRequest + requestBytesSent }
+    /// Bytes moved so far: sent for an upload, received into the `.part` file for a download.
+    var bytesSent: Int64 {
+        guard part != nil else { return bytesBeforeRequest + requestBytesSent }
+        if case .write(let offset, _) = disposition { return offset + received }
+        return machine.bytesAcknowledged
+    }
 
     /// Failed attempts since the server last acknowledged more bytes (what retry limits count).
     var failuresSinceProgress: Int { checkpoint.attempt == 0 ? attempt : attempt - checkpoint.attempt + 1 }
@@ -86,6 +104,7 @@ final class Transfer {
     private func installHandlers() {
         attachFileBody()
         response.attach(to: easy)
+        if part != nil { attachDownloadBody() }
         // curl calls this at least once a second, idle or not: the request timeout is measured
         // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
         easy.onProgress = { [unowned self] uploaded, downloaded in
@@ -120,11 +139,66 @@ final class Transfer {
         }
     }
 
+    /// A download's body goes to the `.part` file, where the state machine says, once the final
+    /// response's head is known; an error's body is kept (64 KiB) like an upload's response.
+    private func attachDownloadBody() {
+        easy.onData = { [unowned self] bytes in
+            if disposition == nil, !decideDisposition() { return false }
+            guard case .write = disposition, let part else {
+                response.append(bytes)
+                return true
+            }
+            guard part.write(bytes) else {
+                if part.isOutOfSpace { insufficientSpace = true }
+                return false
+            }
+            received += Int64(bytes.count)
+            return true
+        }
+    }
+
+    /// Asks the machine where the body goes and prepares the `.part` file; false when the disk
+    /// cannot hold what is coming (or the file cannot be written), which stops the request.
+    @discardableResult
+    func decideDisposition() -> Bool {
+        guard disposition == nil, var download = machine as? DownloadMachine, let part else { return true }
+        let decision = download.didReceiveHead(responseHead)
+        machine = download
+        disposition = decision
+        guard case .write(let offset, let total) = decision else { return true }
+        if let total, !part.hasRoom(for: total - offset) {
+            insufficientSpace = true
+            return false
+        }
+        return part.truncate(at: offset)
+    }
+
+    /// Makes what was received durable (fsync) and tells the machine, so the checkpoint that
+    /// follows never claims bytes the disk does not hold.
+    func syncPart() -> Bool {
+        guard let part, case .write(let offset, _) = disposition, var download = machine as? DownloadMachine else { return false }
+        guard part.sync() else { return false }
+        download.didPersist(offset: offset + received, attempt: attempt)
+        machine = download
+        lastPartSync = monotonicSeconds()
+        lastPartSyncOffset = offset + received
+        return true
+    }
+
+    /// Hands the machine the count of body bytes written, before it sees the response's end.
+    func endDownloadBody() {
+        guard part != nil else { return }
+        if disposition == nil { decideDisposition() }
+        guard var download = machine as? DownloadMachine else { return }
+        download.didWrite(received)
+        machine = download
+    }
+
     private func readFile(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
         let remaining = bodyEnd - bodyOffset
         guard remaining > 0 else { return .bytes(0) }
         let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), remaining))])
-        let count = file.read(at: bodyOffset, into: window)
+        let count = file?.read(at: bodyOffset, into: window) ?? 0
         guard count > 0 else {
             // The file ended early or cannot be read: it changed under the upload.
             fileChangedDuringRead = true
@@ -153,7 +227,7 @@ final class Transfer {
         var left = budget
         while pending.offset < pending.end, left > 0 {
             let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), pending.end - pending.offset))])
-            let count = file.read(at: pending.offset, into: window)
+            let count = file?.read(at: pending.offset, into: window) ?? 0
             guard count > 0 else {
                 pendingDigest = nil
                 fileChangedDuringRead = true
@@ -206,7 +280,11 @@ final class Transfer {
         try easy.set(CURLOPT_TCP_KEEPALIVE, 1)
         try easy.set(CURLOPT_USERAGENT, options.userAgent)
         try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
-        if sendSpeed > 0 { try easy.set(CURLOPT_MAX_SEND_SPEED_LARGE, offset: sendSpeed) }
+        // Downloads: larger pieces from curl mean fewer write calls into the `.part` file.
+        if part != nil { try easy.set(CURLOPT_BUFFERSIZE, 512 << 10) }
+        if sendSpeed > 0 { try easy.set(part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE, offset: sendSpeed) }
+        disposition = nil
+        received = 0
         lastActivity = monotonicSeconds()
         lastCounters = (0, 0)
         try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))

@@ -116,5 +116,8 @@ enum Schema {
             );
             CREATE INDEX tasks_waiting ON tasks (state, waiting_reason, seq);
             """),
+        (5, """
+            ALTER TABLE tasks ADD COLUMN download TEXT;
+            """),
     ]
 }

@@ -23,6 +23,8 @@ public enum AttemptResult: Sendable {
     case interrupted
     /// Stopped because the policy no longer allows it: waiting, no attempt counted.
     case held(WaitingReason)
+    /// Ended by the service itself (a download the disk cannot hold: reason 2).
+    case cancelled(CancellationReason, String)
 }
 
 extension Store {
@@ -30,7 +32,7 @@ extension Store {
         seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
         priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
         created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
-        cancellation, checkpoint
+        cancellation, checkpoint, download
         """
 
     static func decodeTask(_ row: Row) throws -> TaskRecord {
@@ -63,6 +65,7 @@ extension Store {
         task.error = try row.optionalString(25).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) }
         task.cancellation = row.optionalInt(26).flatMap { CancellationReason(rawValue: Int($0)) }
         task.checkpoint = row.optionalString(27).flatMap { UploadCheckpoint(try? JSON.parse($0)) }
+        task.download = row.optionalString(28).flatMap { DownloadSpec(try? JSON.parse($0)) }
         return task
     }
 
@@ -73,15 +76,15 @@ extension Store {
             """
             INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
                 upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
-                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
              task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
              task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
              task.deleteFileOnSuccess, JSON.object(task.configurationOverrides).serialized(), task.attempts,
              task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
-             task.deadlineAt])
+             task.deadlineAt, task.download.map { $0.json.serialized() }])
     }
 
     static func update(_ db: Connection, _ task: TaskRecord) throws {
@@ -395,6 +398,10 @@ extension Store {
                 case .held(let reason):
                     Store.enter(.waiting, task: &task, now: now, waitingReason: reason)
                     task.attempts -= 1
+                case .cancelled(let reason, let message):
+                    Store.enter(.cancelled, task: &task, now: now)
+                    task.cancellation = reason
+                    task.error = TaskError(.cancelled, message: message)
                 }
             }
         }

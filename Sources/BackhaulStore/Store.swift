@@ -42,6 +42,17 @@ final class Counter: @unchecked Sendable {
     var value = 0
 }
 
+/// Paths collected only under the store's lock.
+final class PathList: @unchecked Sendable {
+    var paths: [String] = []
+
+    /// Removes the `.part` file of each download collected, and forgets them.
+    func removePartFiles() {
+        for path in paths { unlink(path + ".part") }
+        paths.removeAll()
+    }
+}
+
 /// The durable state: one SQLite database in WAL mode, one connection behind a lock.
 /// Every state change and its event are one transaction.
 public final class Store: Sendable {
@@ -51,6 +62,9 @@ public final class Store: Sendable {
         /// Bumped (by TEMP triggers) whenever a task enters the queue or a queued task changes
         /// host: the scheduler's cue that a queue it found empty may not be any more.
         let queueChanges = Counter()
+        /// Downloads that ended without completing in the open transaction: their `.part`
+        /// files are removed once it commits.
+        let endedDownloads = PathList()
         /// The `synchronous` level now set, so that it is changed only when a write needs another.
         var relaxed = false
         /// The thread whose `batch` holds a transaction open; other threads wait for it to end.
@@ -83,9 +97,15 @@ public final class Store: Sendable {
         try Migrator(migrations: Schema.migrations).migrate(db)
         let last = try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
         let link = Link(db: db)
-        try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] in counter.value &+= 1 }
+        try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] _ in counter.value &+= 1 }
+        try db.defineFunction("backhaul_download_ended", arguments: 1) { [list = link.endedDownloads] values in
+            if let path = values.first ?? nil { list.paths.append(path) }
+        }
         try db.execute(
             """
+            CREATE TEMP TRIGGER download_ended AFTER UPDATE OF state ON main.tasks
+            WHEN NEW.kind = 'download' AND NEW.state IN ('failed', 'cancelled') AND OLD.state NOT IN ('failed', 'cancelled', 'completed')
+            BEGIN SELECT backhaul_download_ended(NEW.file_path); END;
             CREATE TEMP TRIGGER queue_insert AFTER INSERT ON main.tasks WHEN NEW.state = 'queued'
             BEGIN SELECT backhaul_queue_changed(); END;
             CREATE TEMP TRIGGER queue_update AFTER UPDATE OF state, host_key ON main.tasks
@@ -120,6 +140,7 @@ public final class Store: Sendable {
 
     /// Runs `body` in one write transaction, mapping storage errors to the API's. Inside this
     /// thread's `batch` it runs in a savepoint of the batch's transaction instead.
+    @discardableResult
     func write<T: Sendable>(_ durability: Durability = .synced, _ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
             let (result, lastEvent) = try access { link in
@@ -130,7 +151,13 @@ public final class Store: Sendable {
                     result = try db.savepoint { try body(db) }
                 } else {
                     try link.setDurability(durability)
-                    result = try db.transaction { try body(db) }
+                    do {
+                        result = try db.transaction { try body(db) }
+                    } catch {
+                        link.endedDownloads.paths.removeAll()
+                        throw error
+                    }
+                    link.endedDownloads.removePartFiles()
                 }
                 return (result, try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0)
             }
@@ -191,8 +218,10 @@ public final class Store: Sendable {
             link.batchOwner = nil
             do throws(SQLiteError) {
                 try link.db.run("COMMIT")
+                link.endedDownloads.removePartFiles()
                 return (nil, 0)
             } catch {
+                link.endedDownloads.paths.removeAll()
                 _ = try? link.db.run("ROLLBACK")
                 return (error, (try? link.db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) }) ?? 0)
             }

@@ -167,3 +167,44 @@ public enum PrometheusParser {
         return result
     }
 }
+
+/// The download peer (`download_server.py`): serves files with ETag and Last-Modified, honours
+/// Range and If-Range, and misbehaves on cue; logs every request.
+public final class DownloadServer {
+    public let peer: PythonPeer
+    public let root: String
+    public let logFile: String
+
+    public struct Faults {
+        public var dropAfter = 0
+        public var dropTimes = 0
+        public var ignoreRange = false
+        public var ignoreIfRange = false
+        public var bytesPerSecond = 0
+        public init(dropAfter: Int = 0, dropTimes: Int = 0, ignoreRange: Bool = false, ignoreIfRange: Bool = false,
+                    bytesPerSecond: Int = 0) {
+            self.dropAfter = dropAfter
+            self.dropTimes = dropTimes
+            self.ignoreRange = ignoreRange
+            self.ignoreIfRange = ignoreIfRange
+            self.bytesPerSecond = bytesPerSecond
+        }
+    }
+
+    public init(directory: String, faults: Faults = Faults()) throws {
+        root = directory + "/served"
+        logFile = directory + "/download-requests.jsonl"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: logFile, contents: nil)
+        var arguments = ["--root", root, "--log", logFile, "--drop-after", String(faults.dropAfter),
+                         "--drop-times", String(faults.dropTimes), "--rate", String(faults.bytesPerSecond)]
+        if faults.ignoreRange { arguments.append("--ignore-range") }
+        if faults.ignoreIfRange { arguments.append("--ignore-if-range") }
+        peer = try PythonPeer(script: "download_server.py", arguments: arguments)
+    }
+
+    public func url(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/\(name)" }
+    public var requests: [JSON] { PythonPeer.lines(logFile) }
+    /// Body bytes the server sent, over every request.
+    public var bytesSent: Int64 { requests.reduce(Int64(0)) { $0 + ($1["bytes"]?.intValue ?? 0) } }
+}

@@ -12,10 +12,15 @@ public final class ResponseCollector {
     public func attach(to easy: EasyHandle) {
         easy.onHeaderLine = { [unowned self] line in receive(line) }
         easy.onData = { [unowned self] bytes in
-            let room = bodyLimit - body.count
-            if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
+            append(bytes)
             return true
         }
+    }
+
+    /// Keeps body bytes up to the limit (for handlers that route the data callback elsewhere).
+    public func append(_ bytes: UnsafeRawBufferPointer) {
+        let room = bodyLimit - body.count
+        if room > 0 { body.append(contentsOf: bytes.prefix(room)) }
     }
 
     public func reset() {

@@ -129,7 +129,7 @@ public final class Connection {
             try run("COMMIT")
             return result
         } catch {
-            try? run("ROLLBACK")
+            _ = try? run("ROLLBACK")
             throw error
         }
     }
@@ -143,21 +143,24 @@ public final class Connection {
             try run("RELEASE nested")
             return result
         } catch {
-            try? run("ROLLBACK TO nested")
-            try? run("RELEASE nested")
+            _ = try? run("ROLLBACK TO nested")
+            _ = try? run("RELEASE nested")
             throw error
         }
     }
 
-    /// Defines an SQL function `name()` without arguments that calls `body` and returns NULL:
-    /// for TEMP triggers that tell this process about changes.
-    public func defineFunction(_ name: String, _ body: @escaping () -> Void) throws(SQLiteError) {
+    /// Defines an SQL function `name(…)` taking `arguments` text values that calls `body` and
+    /// returns NULL: for TEMP triggers that tell this process about changes.
+    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping ([String?]) -> Void) throws(SQLiteError) {
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let code = sqlite3_create_function_v2(
-            handle, name, 0, SQLITE_UTF8, box,
-            { context, _, _ in
+            handle, name, arguments, SQLITE_UTF8, box,
+            { context, count, values in
                 guard let context, let pointer = sqlite3_user_data(context) else { return }
-                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body()
+                let texts = (0..<Int(count)).map { index in
+                    values?[index].flatMap { sqlite3_value_text($0) }.map { String(cString: $0) }
+                }
+                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(texts)
                 sqlite3_result_null(context)
             }, nil, nil,
             { pointer in
@@ -175,8 +178,8 @@ public final class Connection {
 
 /// The Swift side of a function defined with `defineFunction`.
 private final class FunctionBody {
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
+    let body: ([String?]) -> Void
+    init(_ body: @escaping ([String?]) -> Void) { self.body = body }
 }
 
 /// A prepared statement (`sqlite3_prepare_v3`), owned by its connection's cache.
