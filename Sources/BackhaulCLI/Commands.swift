@@ -12,7 +12,7 @@ public struct Backhaul: ParsableCommand {
             Exit codes: 0 done, 1 the API refused, 3 a waited-for task failed or was cancelled,
             4 the daemon cannot be reached, 64 bad usage.
             """,
-        subcommands: [Upload.self, List.self, Show.self, Cancel.self, Suspend.self, Resume.self, Sessions.self, Network.self,
+        subcommands: [Upload.self, Download.self, List.self, Show.self, Cancel.self, Suspend.self, Resume.self, Sessions.self, Network.self,
                       Webhooks.self, Watch.self])
 
     public init() {}
@@ -93,13 +93,7 @@ struct Upload: ParsableCommand {
                 if let method { request["method"] = .string(method) } else if protocolName == "tus" || protocolName == "multipart" {
                     request["method"] = "POST"
                 }
-                var headerObject = JSONObject()
-                for header in headers {
-                    guard let colon = header.firstIndex(of: ":") else {
-                        throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
-                    }
-                    headerObject[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
-                }
+                let headerObject = try parseHeaders(headers)
                 if !headerObject.isEmpty { request["headers"] = .object(headerObject) }
                 var upload: JSONObject = ["protocol": .string(protocolName)]
                 if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
@@ -117,6 +111,81 @@ struct Upload: ParsableCommand {
             }
             if wait, results.contains(where: { $0["state"]?.stringValue != "completed" }) {
                 throw CLIError(status: .taskUnsuccessful, description: "not every upload completed")
+            }
+        }
+    }
+}
+
+/// `Name: value` options as the task's `headers` object.
+func parseHeaders(_ headers: [String]) throws(CLIError) -> JSONObject {
+    var object = JSONObject()
+    for header in headers {
+        guard let colon = header.firstIndex(of: ":") else {
+            throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
+        }
+        object[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+    }
+    return object
+}
+
+struct Download: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Download a URL in the background.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The URL to fetch (GET).")
+    var url: String
+
+    @Option(help: "Where the file goes (inside the daemon's allowed roots; its directory must exist). A path ending in / gets the URL's last segment.")
+    var to: String
+
+    @Option(help: "The SHA-256 the file must have (hex); checked before it is put in place.")
+    var sha256: String?
+
+    @Flag(help: "Replace a file already at the destination.")
+    var overwrite = false
+
+    @Option(help: "The session the task belongs to (created when missing).")
+    var session = "cli"
+
+    @Option(name: .customLong("header"), help: "A request header, Name: value (repeatable).")
+    var headers: [String] = []
+
+    @Flag(help: "Wait until the download has ended; exit 3 if it failed or was cancelled.")
+    var wait = false
+
+    @Option(help: "With --wait, give up after this many seconds (exit 3).")
+    var timeout: Double = 86_400
+
+    mutating func run() throws {
+        try running {
+            let client = try connection.client()
+            try ensureSession(client, session)
+            var path = to.hasPrefix("/") ? to : FileManager.default.currentDirectoryPath + "/" + to
+            if path.hasSuffix("/") {
+                let name = URL(string: url)?.lastPathComponent ?? ""
+                guard !name.isEmpty, name != "/" else {
+                    throw CLIError(status: .usage, description: "the URL has no file name: give --to a file path")
+                }
+                path += name
+            }
+            var request: JSONObject = ["url": .string(url)]
+            let headerObject = try parseHeaders(headers)
+            if !headerObject.isEmpty { request["headers"] = .object(headerObject) }
+            var task: JSONObject = ["kind": "download", "request": .object(request), "destination": .string(path)]
+            if overwrite { task["overwrite"] = true }
+            if let sha256 { task["expected_sha256"] = .string(sha256) }
+            var result = try client.call("POST", "/v1/sessions/\(session)/tasks", .object(task))
+            if wait, let id = result["id"]?.stringValue {
+                result = try waitForAll(client, [id], timeout: timeout).first ?? result
+            }
+            if connection.json {
+                emit(result.serialized())
+            } else {
+                emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], [Format.taskRow(result)]))
+            }
+            if wait, result["state"]?.stringValue != "completed" {
+                throw CLIError(status: .taskUnsuccessful, description: "the download did not complete")
             }
         }
     }
@@ -203,9 +272,10 @@ struct Show: ParsableCommand {
             var lines = [
                 ("id", task["id"]?.stringValue ?? ""), ("session", task["session_id"]?.stringValue ?? ""),
                 ("state", (task["state"]?.stringValue ?? "") + (task["waiting_reason"]?.stringValue.map { " (\($0))" } ?? "")),
-                ("file", task["file"]?["path"]?.stringValue ?? ""), ("url", task["request"]?["url"]?.stringValue ?? ""),
-                ("protocol", task["upload"]?["protocol"]?.stringValue ?? ""),
-                ("progress", "\(Format.bytes(progress?["bytes_sent"]?.intValue ?? 0)) of \(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))"),
+                ("kind", task["kind"]?.stringValue ?? ""),
+                ("file", Format.localPath(task)), ("url", task["request"]?["url"]?.stringValue ?? ""),
+                ("protocol", task["upload"]?["protocol"]?.stringValue ?? "-"),
+                ("progress", "\(Format.bytes(Format.moved(progress))) of \(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))"),
                 ("attempts", String(task["attempts"]?.intValue ?? 0)),
             ]
             if let error = task["error"], !error.isNull {
@@ -376,9 +446,9 @@ public enum WatchFrame {
         var lines: [String] = running.map { task in
             let progress = task["progress"]
             let fraction = progress?["fraction"]?.doubleValue ?? 0
-            let name = URL(fileURLWithPath: task["file"]?["path"]?.stringValue ?? "?").lastPathComponent
+            let name = URL(fileURLWithPath: Format.localPath(task)).lastPathComponent
             return "\(task["id"]?.stringValue ?? "?")  \(name)  \(Format.bar(fraction)) \(Int((fraction * 100).rounded(.down)))%  "
-                + "\(Format.bytes(progress?["bytes_sent"]?.intValue ?? 0))/\(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))  "
+                + "\(Format.bytes(Format.moved(progress)))/\(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))  "
                 + "\(Format.rate(progress?["bytes_per_second"]?.intValue ?? 0))  ETA \(Format.duration(progress?["eta_seconds"]?.doubleValue))"
         }
         let order = ["running", "queued", "waiting", "retrying", "suspended", "auth_required", "completed", "failed", "cancelled"]

@@ -41,6 +41,16 @@ public enum Format {
     }
 
     /// One line of a task for tables.
+    /// The local file of a task: what an upload reads, or where a download goes.
+    public static func localPath(_ task: JSON) -> String {
+        task["file"]?["path"]?.stringValue ?? task["download"]?["destination"]?.stringValue ?? "?"
+    }
+
+    /// Bytes moved either way (a task counts only one of them).
+    public static func moved(_ progress: JSON?) -> Int64 {
+        (progress?["bytes_sent"]?.intValue ?? 0) + (progress?["bytes_received"]?.intValue ?? 0)
+    }
+
     public static func taskRow(_ task: JSON) -> [String] {
         let progress = task["progress"]
         let state = task["state"]?.stringValue ?? "?"

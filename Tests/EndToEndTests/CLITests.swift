@@ -61,6 +61,22 @@ extension EndToEndTests {
         #expect(try cli(fixture, ["upload"]).status == 64)
     }
 
+    @Test("cli: download URL --to PATH --sha256 --wait fetches the file; a wrong digest exits 3")
+    func commandLineDownload() throws {
+        let fixture = try Fixture()
+        let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
+        let source = fixture.scratch.makeFile("nginx/root/map.tiles", size: 700_000)
+        let fetched = try cli(fixture, ["download", nginx.url("/map.tiles"), "--to", "./", "--sha256", sha256sum(source), "--wait"])
+        #expect(fetched.status == 0, "\(fetched.output) \(fetched.errors)")
+        #expect(fetched.output.contains("completed") && fetched.output.contains("100%"), "\(fetched.output)")
+        #expect(fixture.contents(fixture.data + "/map.tiles") == fixture.contents(source))
+        let wrong = try cli(fixture, ["download", nginx.url("/map.tiles"), "--to", "copy.tiles", "--sha256", String(repeating: "0", count: 64),
+                                      "--wait", "--json"])
+        #expect(wrong.status == 3)
+        #expect((try JSON.parse(wrong.output))["error"]?["name"]?.stringValue == "download_checksum_mismatch")
+        #expect(!FileManager.default.fileExists(atPath: fixture.data + "/copy.tiles"))
+    }
+
     @Test("cli: watch renders one line per running task with a bar, rate and ETA, and a summary line")
     func commandLineWatch() throws {
         let fixture = try Fixture(sink: .throttle(bytesPerSecond: 1_000_000, then: .respond(status: 201)))
