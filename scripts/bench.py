@@ -437,6 +437,53 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
     return cases
 
 
+def big_download(args, work, data, source, sink_dir, nginx_port):
+    """One big file the other way: curl -o vs a backhauld download, from the same nginx, into a
+    tmpfs directory (so the disk does not bound either; backhauld still fsyncs its checkpoints)."""
+    served = f"{sink_dir}/root/dl/big.bin"
+    os.makedirs(os.path.dirname(served), exist_ok=True)
+    shutil.copyfile(source, served)
+    target_dir = tempfile.mkdtemp(prefix="backhaul-dl-", dir="/dev/shm")
+    url = f"http://127.0.0.1:{nginx_port}/dl/big.bin"
+    cases = {}
+    try:
+        walls = []
+        for run in range(args.runs):
+            target = f"{target_dir}/curl-{run}.bin"
+            started = time.time()
+            subprocess.run(["curl", "-sS", "-o", target, url], check=True)
+            walls.append(time.time() - started)
+            os.remove(target)
+        cases["curl -o"] = {"wall_s": statistics.median(walls)}
+        walls, cpus, rss = [], [], []
+        for run in range(args.runs):
+            daemon, port = start_daemon(args.binary, f"{work}/state-download-{run}", data, ["--allow-root", target_dir])
+            try:
+                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
+                cpu_before = proc_cpu_seconds(daemon.pid)
+                target = f"{target_dir}/bh-{run}.bin"
+                started = time.time()
+                status, task = api(port, "POST", "/v1/sessions/bench/tasks",
+                                   {"kind": "download", "request": {"url": url}, "destination": target})
+                assert status == 201, task
+                wait_done(port, [task["id"]])
+                walls.append(time.time() - started)
+                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                rss.append(proc_peak_rss_mib(daemon.pid))
+                if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
+                    raise RuntimeError("backhauld download: the file differs")
+                os.remove(target)
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(timeout=30)
+        cases["backhauld download"] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / (args.size_mib / 1024),
+                                       "peak_rss_mib": max(rss)}
+    finally:
+        os.remove(served)
+        shutil.rmtree(target_dir, ignore_errors=True)
+    return cases
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -445,7 +492,7 @@ def main():
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--scale-tasks", type=int, default=100_000)
     parser.add_argument("--load-seconds", type=int, default=10)
-    parser.add_argument("--only", default="big,webhooks,many,api", help="comma-separated sections to run")
+    parser.add_argument("--only", default="big,download,webhooks,many,api", help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
@@ -458,7 +505,7 @@ def main():
     data = f"{work}/data"
     os.makedirs(data)
     source = f"{data}/big.bin"
-    if "big" in args.only.split(","):
+    if {"big", "download"} & set(args.only.split(",")):
         with open(source, "wb") as out:
             block = os.urandom(1 << 20)
             for _ in range(args.size_mib):
@@ -471,6 +518,8 @@ def main():
     try:
         if "big" in sections:
             results["cases"] = big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink)
+        if "download" in sections:
+            results["download"] = big_download(args, work, data, source, sink_dir, nginx_port)
         if "webhooks" in sections:
             # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
             results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
@@ -486,6 +535,8 @@ def main():
 
     if results["cases"]:
         print_big(args, results)
+    if "download" in results:
+        print_download(args, results)
     if "webhooks" in results:
         print_webhooks(results)
     if "many_files" in results:
@@ -506,6 +557,17 @@ def print_big(args, results):
         case["ratio_to_curl"] = case["wall_s"] / base
         print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
               f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
+
+
+def print_download(args, results):
+    cases = results["download"]
+    curl = cases["curl -o"]["wall_s"]
+    print(f"\n{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs")
+    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
+    for name, case in cases.items():
+        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
+        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
+        print(f"{name:<28}{case['wall_s']:>9.2f}{args.size_mib / case['wall_s']:>9.0f}{case['wall_s'] / curl:>9.2f}{cpu:>11}{peak:>14}")
 
 
 def print_webhooks(results):
