@@ -67,8 +67,11 @@ public final class Store: Sendable {
         let endedDownloads = PathList()
         /// The `synchronous` level now set, so that it is changed only when a write needs another.
         var relaxed = false
-        /// The thread whose `batch` holds a transaction open; other threads wait for it to end.
+        /// The thread running a `batch`; other threads wait for it to end.
         var batchOwner: pthread_t?
+        /// Whether the batch has begun its transaction (at its first write: a batch that writes
+        /// nothing costs nothing).
+        var batchBegun = false
 
         var inOwnBatch: Bool { batchOwner.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
 
@@ -148,6 +151,11 @@ public final class Store: Sendable {
                 let result: T
                 if link.inOwnBatch {
                     assert(durability == .relaxed, "a batch commits without fsync: synced writes do not belong in one")
+                    if !link.batchBegun {
+                        try link.setDurability(.relaxed)
+                        try db.run("BEGIN IMMEDIATE")
+                        link.batchBegun = true
+                    }
                     result = try db.savepoint { try body(db) }
                 } else {
                     try link.setDurability(durability)
@@ -204,8 +212,6 @@ public final class Store: Sendable {
         do {
             opened = try access { link in
                 guard !link.inOwnBatch else { return false }
-                try link.setDurability(.relaxed)
-                try link.db.run("BEGIN IMMEDIATE")
                 link.batchOwner = pthread_self()
                 return true
             }
@@ -216,6 +222,8 @@ public final class Store: Sendable {
         guard opened else { return }
         let (failure, lastEvent): (SQLiteError?, Int64) = connection.withLockNotifyingAll { link in
             link.batchOwner = nil
+            guard link.batchBegun else { return (nil, 0) }
+            link.batchBegun = false
             do throws(SQLiteError) {
                 try link.db.run("COMMIT")
                 link.endedDownloads.removePartFiles()
