@@ -2,7 +2,7 @@
 SWIFT ?= swift
 ARGS ?=
 
-.PHONY: deps test-deps bench-deps build release run test torture bench lint clean
+.PHONY: deps test-deps bench-deps build release run test torture bench image-test lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -24,9 +24,12 @@ run: build
 	.build/debug/backhauld $(ARGS)
 
 ## Builds everything and runs every test: unit tables, store, API, end to end against real servers.
+## The run takes about 4 minutes; past TEST_TIME_LIMIT seconds it is stopped and fails, so a test
+## that hangs costs CI minutes, not its whole 90-minute budget.
+TEST_TIME_LIMIT ?= 1200
 test: test-deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(SWIFT) test --skip-build
 
 ## The fault-injection suite in its long form (50 uploads and 10 SIGKILLs, 60 flaky-server
 ## uploads, full disk, signals), three times in a row; `make test` runs its short form.
@@ -35,6 +38,12 @@ torture: test-deps
 	for round in 1 2 3; do \
 	  BACKHAUL_TORTURE=full $(SWIFT) test --skip-build --filter 'EndToEndTests/(crashLoop|flakyServer|signalsAndRecovery|fullDisk|webhooksSurviveOutageAndCrash)' || exit 1; \
 	done
+
+## Builds Deploy/Dockerfile with buildah (no Docker engine), starts it with podman and drives it:
+## health check, an upload with its webhook, a download, state kept across a new container.
+## Prints the build time and the image size (about 10 minutes the first time: debootstrap).
+image-test:
+	bash scripts/image-test.sh
 
 lint:
 	$(SWIFT) format lint --recursive --configuration .swift-format Sources Tests

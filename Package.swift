@@ -73,7 +73,7 @@ let package = Package(
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore"],
+            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore", "Digest"],
             swiftSettings: swiftSettings),
 
         .testTarget(

@@ -65,11 +65,37 @@ struct Upload: ParsableCommand {
     @Option(help: "HTTP method of the upload.")
     var method: String?
 
-    @Option(help: "The session the tasks belong to (created when missing).")
-    var session = "cli"
-
     @Option(help: "Chunk or part size in bytes (chunked, tus, s3).")
     var chunkSize: Int?
+
+    @OptionGroup var submission: Submission
+
+    mutating func run() throws {
+        try running {
+            var tasks: [JSON] = []
+            for file in files {
+                let path = file.hasPrefix("/") ? file : FileManager.default.currentDirectoryPath + "/" + file
+                let name = URL(fileURLWithPath: path).lastPathComponent
+                let url = to.contains("{name}") ? to.replacingOccurrences(of: "{name}", with: name) : to.hasSuffix("/") ? to + name : to
+                var request: JSONObject = ["url": .string(url)]
+                if let method { request["method"] = .string(method) } else if protocolName == "tus" || protocolName == "multipart" {
+                    request["method"] = "POST"
+                }
+                try submission.addHeaders(to: &request)
+                var upload: JSONObject = ["protocol": .string(protocolName)]
+                if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
+                tasks.append(["file": .string(path), "request": .object(request), "upload": .object(upload)])
+            }
+            try submission.submit(tasks, connection: connection)
+        }
+    }
+}
+
+/// What the commands that hand tasks over share: the session, request headers, and waiting for
+/// the outcome.
+struct Submission: ParsableArguments {
+    @Option(help: "The session the tasks belong to (created when missing).")
+    var session = "cli"
 
     @Option(name: .customLong("header"), help: "A request header, Name: value (repeatable).")
     var headers: [String] = []
@@ -80,52 +106,37 @@ struct Upload: ParsableCommand {
     @Option(help: "With --wait, give up after this many seconds (exit 3).")
     var timeout: Double = 86_400
 
-    mutating func run() throws {
-        try running {
-            let client = try connection.client()
-            try ensureSession(client, session)
-            var tasks: [JSON] = []
-            for file in files {
-                let path = file.hasPrefix("/") ? file : FileManager.default.currentDirectoryPath + "/" + file
-                let name = URL(fileURLWithPath: path).lastPathComponent
-                let url = to.contains("{name}") ? to.replacingOccurrences(of: "{name}", with: name) : to.hasSuffix("/") ? to + name : to
-                var request: JSONObject = ["url": .string(url)]
-                if let method { request["method"] = .string(method) } else if protocolName == "tus" || protocolName == "multipart" {
-                    request["method"] = "POST"
-                }
-                let headerObject = try parseHeaders(headers)
-                if !headerObject.isEmpty { request["headers"] = .object(headerObject) }
-                var upload: JSONObject = ["protocol": .string(protocolName)]
-                if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
-                tasks.append(["file": .string(path), "request": .object(request), "upload": .object(upload)])
+    /// Adds the `Name: value` options to a task's `request` as its `headers` object.
+    func addHeaders(to request: inout JSONObject) throws(CLIError) {
+        var object = JSONObject()
+        for header in headers {
+            guard let colon = header.firstIndex(of: ":") else {
+                throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
             }
-            let created = try client.call("POST", "/v1/sessions/\(session)/tasks", ["tasks": .array(tasks)])
-            var results = created["tasks"]?.arrayValue ?? []
-            if wait {
-                results = try waitForAll(client, results.compactMap { $0["id"]?.stringValue }, timeout: timeout)
-            }
-            if connection.json {
-                emit(JSON.array(results).serialized())
-            } else {
-                emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], results.map(Format.taskRow)))
-            }
-            if wait, results.contains(where: { $0["state"]?.stringValue != "completed" }) {
-                throw CLIError(status: .taskUnsuccessful, description: "not every upload completed")
-            }
+            object[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
         }
+        if !object.isEmpty { request["headers"] = .object(object) }
     }
-}
 
-/// `Name: value` options as the task's `headers` object.
-func parseHeaders(_ headers: [String]) throws(CLIError) -> JSONObject {
-    var object = JSONObject()
-    for header in headers {
-        guard let colon = header.firstIndex(of: ":") else {
-            throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
+    /// Creates the tasks in one batch (the session first, when missing), waits for them with
+    /// `--wait`, and prints them; exit 3 when a waited-for task did not complete.
+    func submit(_ tasks: [JSON], connection: Connection) throws {
+        let client = try connection.client()
+        try ensureSession(client, session)
+        let created = try client.call("POST", "/v1/sessions/\(session)/tasks", ["tasks": .array(tasks)])
+        var results = created["tasks"]?.arrayValue ?? []
+        if wait {
+            results = try waitForAll(client, results.compactMap { $0["id"]?.stringValue }, timeout: timeout)
         }
-        object[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        if connection.json {
+            emit(JSON.array(results).serialized())
+        } else {
+            emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], results.map(Format.taskRow)))
+        }
+        if wait, results.contains(where: { $0["state"]?.stringValue != "completed" }) {
+            throw CLIError(status: .taskUnsuccessful, description: "not every task completed")
+        }
     }
-    return object
 }
 
 struct Download: ParsableCommand {
@@ -145,22 +156,10 @@ struct Download: ParsableCommand {
     @Flag(help: "Replace a file already at the destination.")
     var overwrite = false
 
-    @Option(help: "The session the task belongs to (created when missing).")
-    var session = "cli"
-
-    @Option(name: .customLong("header"), help: "A request header, Name: value (repeatable).")
-    var headers: [String] = []
-
-    @Flag(help: "Wait until the download has ended; exit 3 if it failed or was cancelled.")
-    var wait = false
-
-    @Option(help: "With --wait, give up after this many seconds (exit 3).")
-    var timeout: Double = 86_400
+    @OptionGroup var submission: Submission
 
     mutating func run() throws {
         try running {
-            let client = try connection.client()
-            try ensureSession(client, session)
             var path = to.hasPrefix("/") ? to : FileManager.default.currentDirectoryPath + "/" + to
             if path.hasSuffix("/") {
                 let name = URL(string: url)?.lastPathComponent ?? ""
@@ -170,23 +169,11 @@ struct Download: ParsableCommand {
                 path += name
             }
             var request: JSONObject = ["url": .string(url)]
-            let headerObject = try parseHeaders(headers)
-            if !headerObject.isEmpty { request["headers"] = .object(headerObject) }
+            try submission.addHeaders(to: &request)
             var task: JSONObject = ["kind": "download", "request": .object(request), "destination": .string(path)]
             if overwrite { task["overwrite"] = true }
             if let sha256 { task["expected_sha256"] = .string(sha256) }
-            var result = try client.call("POST", "/v1/sessions/\(session)/tasks", .object(task))
-            if wait, let id = result["id"]?.stringValue {
-                result = try waitForAll(client, [id], timeout: timeout).first ?? result
-            }
-            if connection.json {
-                emit(result.serialized())
-            } else {
-                emit(Format.table(["ID", "STATE", "DONE", "SIZE", "URL"], [Format.taskRow(result)]))
-            }
-            if wait, result["state"]?.stringValue != "completed" {
-                throw CLIError(status: .taskUnsuccessful, description: "the download did not complete")
-            }
+            try submission.submit([.object(task)], connection: connection)
         }
     }
 }

@@ -16,7 +16,9 @@ public struct DownloadSpec: Sendable, Equatable {
     }
 
     /// The file the body is written to until it is complete.
-    public var partPath: String { destination + ".part" }
+    public var partPath: String { Self.partPath(of: destination) }
+
+    public static func partPath(of destination: String) -> String { destination + ".part" }
 
     public var json: JSON {
         ["destination": .string(destination), "overwrite": .bool(overwrite),

@@ -293,15 +293,17 @@ final class EngineLoop {
             }
             var freedSlots = false
             let completed = multi.completed()
-            batched {
-                for (easy, code) in completed {
-                    if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
-                        finishedCleanup(cleanup, code: code)
-                        continue
+            if !completed.isEmpty {
+                batched {
+                    for (easy, code) in completed {
+                        if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
+                            finishedCleanup(cleanup, code: code)
+                            continue
+                        }
+                        guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
+                        finished(transfer, code: code)
+                        freedSlots = true
                     }
-                    guard let transfer = byHandle[ObjectIdentifier(easy)] else { continue }
-                    finished(transfer, code: code)
-                    freedSlots = true
                 }
             }
             publishProgress(force: false)
@@ -610,8 +612,9 @@ final class EngineLoop {
         }
     }
 
-    /// A download's verification and placement: the `.part` file must hold the size the server
-    /// announced and the expected SHA-256, then it is renamed into place. Nil when it is there.
+    /// A download's verification and placement (its size was checked by the state machine):
+    /// the `.part` file must have the expected SHA-256, then it is renamed into place. Nil when
+    /// it is there.
     static func placeDownload(_ part: PartFile, _ spec: DownloadSpec) -> TaskError? {
         if let expected = spec.expectedSHA256 {
             guard let actual = part.sha256() else {
@@ -630,7 +633,7 @@ final class EngineLoop {
     func cancelForLackOfSpace(_ transfer: Transfer) {
         release(transfer)
         logger.warning("not enough disk space for a download", metadata: ["task.id": "\(transfer.task.id)"])
-        let total = (transfer.machine as? DownloadMachine)?.total
+        let total = transfer.withDownload { $0.total } ?? nil
         record(transfer.task.id, attempt: transfer.attempt, bytesSent: 0,
                .cancelled(.insufficientSystemResources,
                           "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))

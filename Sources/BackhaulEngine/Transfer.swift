@@ -69,8 +69,11 @@ final class Transfer {
     func limitSendSpeed(_ bytesPerSecond: Int64) {
         guard bytesPerSecond != sendSpeed else { return }
         sendSpeed = bytesPerSecond
-        try? easy.set(part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE, offset: bytesPerSecond)
+        try? easy.set(speedLimitOption, offset: bytesPerSecond)
     }
+
+    /// The direction the bandwidth limit paces: what an upload sends, what a download receives.
+    private var speedLimitOption: CURLoption { part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE }
 
     // Rate estimate (bytes/s), updated by the engine loop.
     var rate: Double = 0
@@ -161,9 +164,7 @@ final class Transfer {
     /// cannot hold what is coming (or the file cannot be written), which stops the request.
     @discardableResult
     func decideDisposition() -> Bool {
-        guard disposition == nil, var download = machine as? DownloadMachine, let part else { return true }
-        let decision = download.didReceiveHead(responseHead)
-        machine = download
+        guard disposition == nil, let part, let decision = withDownload({ $0.didReceiveHead(responseHead) }) else { return true }
         disposition = decision
         guard case .write(let offset, let total) = decision else { return true }
         if let total, !part.hasRoom(for: total - offset) {
@@ -176,10 +177,8 @@ final class Transfer {
     /// Makes what was received durable (fsync) and tells the machine, so the checkpoint that
     /// follows never claims bytes the disk does not hold.
     func syncPart() -> Bool {
-        guard let part, case .write(let offset, _) = disposition, var download = machine as? DownloadMachine else { return false }
-        guard part.sync() else { return false }
-        download.didPersist(offset: offset + received, attempt: attempt)
-        machine = download
+        guard let part, case .write(let offset, _) = disposition, part.sync() else { return false }
+        withDownload { $0.didPersist(offset: offset + received, attempt: attempt) }
         lastPartSync = monotonicSeconds()
         lastPartSyncOffset = offset + received
         return true
@@ -189,9 +188,16 @@ final class Transfer {
     func endDownloadBody() {
         guard part != nil else { return }
         if disposition == nil { decideDisposition() }
-        guard var download = machine as? DownloadMachine else { return }
-        download.didWrite(received)
+        withDownload { $0.didWrite(received) }
+    }
+
+    /// Changes the download's state machine in place (nil for an upload).
+    @discardableResult
+    func withDownload<T>(_ change: (inout DownloadMachine) -> T) -> T? {
+        guard var download = machine as? DownloadMachine else { return nil }
+        let result = change(&download)
         machine = download
+        return result
     }
 
     private func readFile(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
@@ -282,7 +288,7 @@ final class Transfer {
         try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
         // Downloads: larger pieces from curl mean fewer write calls into the `.part` file.
         if part != nil { try easy.set(CURLOPT_BUFFERSIZE, 512 << 10) }
-        if sendSpeed > 0 { try easy.set(part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE, offset: sendSpeed) }
+        if sendSpeed > 0 { try easy.set(speedLimitOption, offset: sendSpeed) }
         disposition = nil
         received = 0
         lastActivity = monotonicSeconds()

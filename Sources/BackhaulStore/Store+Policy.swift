@@ -92,9 +92,7 @@ extension Store {
             let ids = try db.query("SELECT id FROM tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')", []) { $0.string(0) }
             for id in ids {
                 _ = try Store.mutate(db, id: id, now: now) { task in
-                    Store.enter(.cancelled, task: &task, now: now)
-                    task.cancellation = reason
-                    task.error = TaskError(.cancelled, message: "cancelled: \(reason.name)")
+                    Store.cancel(&task, reason: reason, now: now)
                 }
             }
             return ids.count

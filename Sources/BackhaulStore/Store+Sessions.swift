@@ -102,9 +102,8 @@ extension Store {
             for taskID in unfinished {
                 _ = try Store.mutate(db, id: taskID, now: now) { task in
                     if cancelPending {
-                        Store.enter(.cancelled, task: &task, now: now)
-                        task.cancellation = .backgroundUpdatesDisabled
-                        task.error = TaskError(.cancelled, message: "cancelled: transfers were disabled for the session")
+                        Store.cancel(&task, reason: .backgroundUpdatesDisabled, now: now,
+                                     message: "cancelled: transfers were disabled for the session")
                     } else if !session.enabled, [.queued, .running, .retrying].contains(task.state) {
                         Store.enter(.waiting, task: &task, now: now, waitingReason: .sessionDisabled)
                     } else if session.enabled, task.state == .waiting, task.waitingReason == .sessionDisabled {
@@ -132,9 +131,7 @@ extension Store {
             if cancel {
                 for taskID in unfinished {
                     _ = try Store.mutate(db, id: taskID, now: now) { task in
-                        Store.enter(.cancelled, task: &task, now: now)
-                        task.cancellation = .userCancelled
-                        task.error = TaskError(.cancelled, message: "cancelled: the session was deleted")
+                        Store.cancel(&task, reason: .userCancelled, now: now, message: "cancelled: the session was deleted")
                     }
                 }
             }

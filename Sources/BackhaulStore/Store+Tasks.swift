@@ -192,9 +192,8 @@ extension Store {
                 }
                 if let quota, held + task.file.size > quota {
                     // The session's quota cannot keep it: it ends at once, and says why.
-                    Store.enter(.cancelled, task: &task, now: now)
-                    task.cancellation = .insufficientSystemResources
-                    task.error = TaskError(.cancelled, message: "cancelled: the session's quota_bytes (\(quota)) cannot hold \(task.file.size) more bytes")
+                    Store.cancel(&task, reason: .insufficientSystemResources, now: now,
+                                 message: "cancelled: the session's quota_bytes (\(quota)) cannot hold \(task.file.size) more bytes")
                 } else if !session.enabled {
                     task.state = .waiting
                     task.waitingReason = .sessionDisabled
@@ -270,10 +269,10 @@ extension Store {
                 case .failure(let refused):
                     throw StoreError.conflict("cannot \(refused.command.rawValue) a task that is \(refused.state.rawValue)")
                 case .success(let next):
-                    Store.enter(next, task: &task, now: now)
                     if next == .cancelled {
-                        task.cancellation = reason
-                        task.error = TaskError(.cancelled, message: "cancelled: \(reason.name)")
+                        Store.cancel(&task, reason: reason, now: now)
+                    } else {
+                        Store.enter(next, task: &task, now: now)
                     }
                 }
             }
@@ -289,6 +288,13 @@ extension Store {
             }
             try db.run("DELETE FROM tasks WHERE id = ?", [id])
         }
+    }
+
+    /// Ends a task as cancelled, saying why (SPEC §2.3); the message defaults to the reason's name.
+    static func cancel(_ task: inout TaskRecord, reason: CancellationReason, now: Timestamp, message: String? = nil) {
+        enter(.cancelled, task: &task, now: now)
+        task.cancellation = reason
+        task.error = TaskError(.cancelled, message: message ?? "cancelled: \(reason.name)")
     }
 
     /// Sets the state and the fields that go with it.
@@ -399,9 +405,7 @@ extension Store {
                     Store.enter(.waiting, task: &task, now: now, waitingReason: reason)
                     task.attempts -= 1
                 case .cancelled(let reason, let message):
-                    Store.enter(.cancelled, task: &task, now: now)
-                    task.cancellation = reason
-                    task.error = TaskError(.cancelled, message: message)
+                    Store.cancel(&task, reason: reason, now: now, message: message)
                 }
             }
         }

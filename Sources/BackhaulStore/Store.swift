@@ -48,7 +48,7 @@ final class PathList: @unchecked Sendable {
 
     /// Removes the `.part` file of each download collected, and forgets them.
     func removePartFiles() {
-        for path in paths { unlink(path + ".part") }
+        for path in paths { unlink(DownloadSpec.partPath(of: path)) }
         paths.removeAll()
     }
 }
@@ -62,8 +62,8 @@ public final class Store: Sendable {
         /// Bumped (by TEMP triggers) whenever a task enters the queue or a queued task changes
         /// host: the scheduler's cue that a queue it found empty may not be any more.
         let queueChanges = Counter()
-        /// Downloads that ended without completing in the open transaction: their `.part`
-        /// files are removed once it commits.
+        /// Destinations of downloads that ended without completing in the open transaction:
+        /// their `.part` files are removed once it commits.
         let endedDownloads = PathList()
         /// The `synchronous` level now set, so that it is changed only when a write needs another.
         var relaxed = false
@@ -98,7 +98,7 @@ public final class Store: Sendable {
         }
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
         try Migrator(migrations: Schema.migrations).migrate(db)
-        let last = try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
+        let last = try Store.lastEventSequence(db)
         let link = Link(db: db)
         try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] _ in counter.value &+= 1 }
         try db.defineFunction("backhaul_download_ended", arguments: 1) { [list = link.endedDownloads] values in
@@ -123,7 +123,7 @@ public final class Store: Sendable {
     /// A number that changes whenever a task may have become runnable: one enters the queue,
     /// or a queued one changes host. Equal numbers mean the queue gained nothing in between.
     public var queueVersion: Int {
-        (try? access { $0.queueChanges.value }) ?? 0
+        access { $0.queueChanges.value }
     }
 
     /// Calls `observer` (on the writing thread, after the commit) whenever a write added events.
@@ -156,7 +156,14 @@ public final class Store: Sendable {
                         try db.run("BEGIN IMMEDIATE")
                         link.batchBegun = true
                     }
-                    result = try db.savepoint { try body(db) }
+                    // A write undone inside the batch takes back the removals it asked for.
+                    let mark = link.endedDownloads.paths.count
+                    do {
+                        result = try db.savepoint { try body(db) }
+                    } catch {
+                        link.endedDownloads.paths.removeSubrange(mark...)
+                        throw error
+                    }
                 } else {
                     try link.setDurability(durability)
                     do {
@@ -167,7 +174,7 @@ public final class Store: Sendable {
                     }
                     link.endedDownloads.removePartFiles()
                 }
-                return (result, try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0)
+                return (result, try Store.lastEventSequence(db))
             }
             let observers: [@Sendable () -> Void] = eventWatch.withLock { watch in
                 guard lastEvent > watch.last else { return [] }
@@ -198,7 +205,7 @@ public final class Store: Sendable {
     }
 
     /// The connection, once no other thread's batch is open.
-    private func access<T>(_ body: (inout Link) throws -> T) throws -> T {
+    private func access<T, E: Error>(_ body: (inout Link) throws(E) -> T) throws(E) -> T {
         try connection.withLock(when: { $0.batchOwner == nil || $0.inOwnBatch }, body)
     }
 
@@ -208,15 +215,10 @@ public final class Store: Sendable {
     /// its own savepoint, so one that fails undoes only itself. Other threads wait for the commit.
     /// Throws when the commit fails: then none of the writes inside happened.
     public func batch(_ body: () -> Void) throws(StoreError) {
-        let opened: Bool
-        do {
-            opened = try access { link in
-                guard !link.inOwnBatch else { return false }
-                link.batchOwner = pthread_self()
-                return true
-            }
-        } catch {
-            throw .database(String(describing: error))
+        let opened = access { link in
+            guard !link.inOwnBatch else { return false }
+            link.batchOwner = pthread_self()
+            return true
         }
         body()
         guard opened else { return }
@@ -231,7 +233,7 @@ public final class Store: Sendable {
             } catch {
                 link.endedDownloads.paths.removeAll()
                 _ = try? link.db.run("ROLLBACK")
-                return (error, (try? link.db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) }) ?? 0)
+                return (error, (try? Store.lastEventSequence(link.db)) ?? 0)
             }
         }
         guard let failure else { return }
@@ -270,7 +272,11 @@ public final class Store: Sendable {
 
     /// The newest event's sequence (0 when there is none).
     public func lastEventSequence() throws(StoreError) -> Int64 {
-        try read { db in try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0 }
+        try read { db in try Store.lastEventSequence(db) }
+    }
+
+    static func lastEventSequence(_ db: Connection) throws -> Int64 {
+        try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
     }
 
     /// Events after `sequence`, oldest first, optionally for one session.

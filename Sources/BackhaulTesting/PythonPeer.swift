@@ -181,13 +181,21 @@ public final class DownloadServer {
         public var ignoreRange = false
         public var ignoreIfRange = false
         public var bytesPerSecond = 0
+        /// Bodies without Content-Length, ended by closing the connection: the size is unknown
+        /// until the end.
+        public var noLength = false
+        /// When a body is dropped, the served file of that name is first replaced (atomically) by
+        /// the file at the path: the retry is certain to find it changed.
+        public var replaceOnDrop: (name: String, with: String)?
         public init(dropAfter: Int = 0, dropTimes: Int = 0, ignoreRange: Bool = false, ignoreIfRange: Bool = false,
-                    bytesPerSecond: Int = 0) {
+                    bytesPerSecond: Int = 0, noLength: Bool = false, replaceOnDrop: (name: String, with: String)? = nil) {
             self.dropAfter = dropAfter
             self.dropTimes = dropTimes
             self.ignoreRange = ignoreRange
             self.ignoreIfRange = ignoreIfRange
             self.bytesPerSecond = bytesPerSecond
+            self.noLength = noLength
+            self.replaceOnDrop = replaceOnDrop
         }
     }
 
@@ -200,6 +208,8 @@ public final class DownloadServer {
                          "--drop-times", String(faults.dropTimes), "--rate", String(faults.bytesPerSecond)]
         if faults.ignoreRange { arguments.append("--ignore-range") }
         if faults.ignoreIfRange { arguments.append("--ignore-if-range") }
+        if faults.noLength { arguments.append("--no-length") }
+        if let (name, path) = faults.replaceOnDrop { arguments += ["--replace-on-drop", "\(name)=\(path)"] }
         peer = try PythonPeer(script: "download_server.py", arguments: arguments)
     }
 

@@ -123,28 +123,24 @@ public final class Connection {
 
     /// Runs `body` inside `BEGIN IMMEDIATE … COMMIT`, rolling back when it throws.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
-        try run("BEGIN IMMEDIATE")
-        do {
-            let result = try body()
-            try run("COMMIT")
-            return result
-        } catch {
-            _ = try? run("ROLLBACK")
-            throw error
-        }
+        try enclosed(begin: "BEGIN IMMEDIATE", end: ["COMMIT"], undo: ["ROLLBACK"], body)
     }
 
     /// Runs `body` inside a savepoint of the open transaction: when it throws, only its own
     /// changes are undone.
     public func savepoint<T>(_ body: () throws -> T) throws -> T {
-        try run("SAVEPOINT nested")
+        try enclosed(begin: "SAVEPOINT nested", end: ["RELEASE nested"], undo: ["ROLLBACK TO nested", "RELEASE nested"], body)
+    }
+
+    /// `begin`, then `body`, then `end`; `undo` when `body` or `end` throws.
+    private func enclosed<T>(begin: String, end: [String], undo: [String], _ body: () throws -> T) throws -> T {
+        try run(begin)
         do {
             let result = try body()
-            try run("RELEASE nested")
+            for statement in end { try run(statement) }
             return result
         } catch {
-            _ = try? run("ROLLBACK TO nested")
-            _ = try? run("RELEASE nested")
+            for statement in undo { _ = try? run(statement) }
             throw error
         }
     }

@@ -111,19 +111,30 @@ struct StoreTests {
         #expect(try store.task(id: "a")?.state == .cancelled)
     }
 
-    @Test("a batch commits its writes together, readable on its own thread before the commit")
+    @Test("a batch commits its writes together: its own thread reads them at once, another connection only after the commit")
     func batch() throws {
+        let path = "/tmp/backhaul-batch-test-\(getpid()).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try Store(path: path)
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
-        try store.batch {
-            _ = try? store.startAttempt(id: "a")
-            #expect((try? store.task(id: "a"))??.state == .running)
-            _ = try? store.startAttempt(id: "b")
+        let outside = try Connection(path: path)
+        func stateOutside(_ id: String) throws -> String? {
+            try outside.queryFirst("SELECT state FROM tasks WHERE id = ?", [id]) { $0.string(0) }
         }
+        try store.batch {
+            // Nothing written yet: the batch holds no transaction, so another writer is not held up.
+            #expect(throws: Never.self) { try outside.run("UPDATE tasks SET priority = 0.7 WHERE id = 'b'") }
+            _ = try? store.startAttempt(id: "a")
+            _ = try? store.startAttempt(id: "b")
+            #expect((try? store.task(id: "a"))??.state == .running)
+            #expect((try? stateOutside("a")) == "queued", "not committed before the batch ends")
+        }
+        #expect(try stateOutside("a") == "running")
+        #expect(try stateOutside("b") == "running")
         try store.batch {
             for id in ["a", "b"] { _ = try? store.finishAttempt(id: id, attempt: 1, bytesSent: 10, result: .completed(nil)) }
         }
-        #expect(try store.task(id: "a")?.state == .completed)
-        #expect(try store.task(id: "b")?.state == .completed)
         #expect(try store.events(after: 0, limit: 100).filter { $0.type == "task.completed" }.count == 2)
     }
 

@@ -22,7 +22,7 @@ extension EndToEndTests {
         #expect(task["attempts"]?.intValue == 2)
         let bigRequests = fixture.sink.requests.filter { $0.path == "/big" }
         #expect(bigRequests.count == 2)
-        #expect(bigRequests.last?.body == fixture.contents(file))
+        #expect(Bytes(bigRequests.last?.body) == Bytes(fixture.contents(file)))
         #expect(fixture.sink.requests.filter { $0.path == "/done" }.count == 1)
         #expect(try fixture.daemon.task(done)["state"]?.stringValue == "completed")
     }
@@ -45,7 +45,7 @@ extension EndToEndTests {
         #expect(task["state"]?.stringValue == "completed")
         // The interrupted attempt was not counted against the task.
         #expect(task["attempts"]?.intValue == 1)
-        #expect(fixture.sink.requests.last?.body == fixture.contents(file))
+        #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
     }
 
     @Test("a second daemon on the same state directory is refused")
@@ -71,7 +71,7 @@ extension EndToEndTests {
         #expect(refused == 409)
         #expect(problem["code"]?.stringValue == "conflict")
         #expect(eventually(timeout: 20) { (try? fixture.daemon.call("GET", "/v1/sessions/finishing").0) == 404 })
-        #expect(fixture.sink.requests.first?.body == fixture.contents(file))
+        #expect(Bytes(fixture.sink.requests.first?.body) == Bytes(fixture.contents(file)))
         _ = id
 
         try fixture.session("cancelling")

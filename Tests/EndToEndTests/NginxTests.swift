@@ -23,7 +23,7 @@ extension EndToEndTests {
             let task = try fixture.daemon.waitForTask(id, timeout: 60)
             fixture.expectLog(task["state"]?.stringValue == "completed", "\(name): \(task.serialized())")
             #expect(task["response"]?["status"]?.intValue == 201)
-            #expect(fixture.contents(nginx.root + "/in/" + name) == fixture.contents(fixture.data + "/" + name), "\(name)")
+            #expect(Bytes(fixture.contents(nginx.root + "/in/" + name)) == Bytes(fixture.contents(fixture.data + "/" + name)), "\(name)")
         }
     }
 }

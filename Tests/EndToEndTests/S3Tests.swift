@@ -29,7 +29,7 @@ extension EndToEndTests {
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(s3.requests.map { $0.serialized() })")
         let multipart = s3.requests.filter { $0["path"]?.stringValue == "/\(s3.bucket)/clips/big.bin" }
         #expect(multipart.map { $0["method"]?.stringValue ?? "" } == ["POST", "PUT", "PUT", "PUT", "POST"])
-        #expect(s3.object("clips/big.bin") == fixture.contents(file))
+        #expect(Bytes(s3.object("clips/big.bin")) == Bytes(fixture.contents(file)))
         #expect(task["upload"]?["s3"] == nil && !task.serialized().contains(s3.credentials["secret_access_key"]!.stringValue!))
         #expect(!fixture.daemon.log(lastLines: 10_000).contains(s3.credentials["secret_access_key"]!.stringValue!))
     }
@@ -43,7 +43,7 @@ extension EndToEndTests {
         let task = try fixture.daemon.waitForTask(try enqueueS3(fixture, s3, file: file, key: "small.bin"))
         #expect(task["state"]?.stringValue == "completed")
         #expect(s3.requests.filter { $0["path"]?.stringValue == "/\(s3.bucket)/small.bin" }.map { $0["method"]?.stringValue } == ["PUT"])
-        #expect(s3.object("small.bin") == fixture.contents(file))
+        #expect(Bytes(s3.object("small.bin")) == Bytes(fixture.contents(file)))
         let denied = try fixture.daemon.waitForTask(try enqueueS3(fixture, s3, file: file, key: "denied.bin", secret: "wrong"))
         #expect(denied["state"]?.stringValue == "failed")
         #expect(denied["error"]?["http_status"]?.intValue == 403)
@@ -64,7 +64,7 @@ extension EndToEndTests {
         try fixture.daemon.start()
         let task = try fixture.daemon.waitForTask(id, timeout: 90)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
-        #expect(s3.object("big.bin") == fixture.contents(file))
+        #expect(Bytes(s3.object("big.bin")) == Bytes(fixture.contents(file)))
         let sent = PythonPeer.bodyBytes(s3.requests, method: "PUT")
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
         #expect(s3.requests.contains { $0["method"]?.stringValue == "GET" && ($0["query"]?.stringValue ?? "").hasPrefix("uploadId=") })
@@ -114,6 +114,6 @@ extension EndToEndTests {
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
         let parts = s3.requests.filter { $0["method"]?.stringValue == "PUT" }.compactMap { $0["query"]?.stringValue?.split(separator: "&").first }
         #expect(parts == ["partNumber=1", "partNumber=2", "partNumber=2", "partNumber=3"])
-        #expect(s3.object("p.bin") == fixture.contents(file))
+        #expect(Bytes(s3.object("p.bin")) == Bytes(fixture.contents(file)))
     }
 }

@@ -74,16 +74,16 @@ extension EndToEndTests {
             switch task.protocolName {
             case "raw":
                 let bodies = fixture.sink.requests.filter { $0.path == task.target }
-                #expect(bodies.last(where: { $0.answered })?.body == expected, "raw \(task.id)")
+                #expect(Bytes(bodies.last(where: { $0.answered })?.body) == Bytes(expected), "raw \(task.id)")
             case "chunked":
-                #expect(fixture.sink.assembled(task.target) == expected, "chunked \(task.id)")
+                #expect(Bytes(fixture.sink.assembled(task.target)) == Bytes(expected), "chunked \(task.id)")
                 let sent = fixture.sink.requests.filter { $0.path == task.target }.reduce(Int64(0)) { $0 + $1.bodyLength }
                 resent["chunked", default: 0] += sent - Int64(task.size)
                 #expect(sent - Int64(task.size) <= Int64(task.chunk * (crashes + 1)), "chunked \(task.id) re-sent \(sent - Int64(task.size))")
             case "tus":
                 #expect(tusUploads.contains(SHA256Hasher.digest(Array(expected))), "tus \(task.id)")
             default:
-                #expect(s3.object(task.target) == expected, "s3 \(task.id)")
+                #expect(Bytes(s3.object(task.target)) == Bytes(expected), "s3 \(task.id)")
             }
         }
         // One webhook-id per task's final event, however often it was delivered.
@@ -120,9 +120,9 @@ extension EndToEndTests {
             fixture.expectLog(final["state"]?.stringValue == "completed", "\(task.protocolName) \(task.id): \(final.serialized())")
             let expected = fixture.contents(task.file)
             if task.protocolName == "raw" {
-                #expect(fixture.sink.requests.last(where: { $0.path == task.target && $0.status == 201 })?.body == expected)
+                #expect(Bytes(fixture.sink.requests.last(where: { $0.path == task.target && $0.status == 201 })?.body) == Bytes(expected))
             } else {
-                #expect(fixture.sink.assembled(task.target) == expected)
+                #expect(Bytes(fixture.sink.assembled(task.target)) == Bytes(expected))
             }
         }
         let faults = fixture.sink.faults
@@ -162,7 +162,7 @@ extension EndToEndTests {
         try fixture.daemon.start()
         let task = try fixture.daemon.waitForTask(id, timeout: 60)
         #expect(task["state"]?.stringValue == "completed")
-        #expect(fixture.sink.assembled("/big") == fixture.contents(file))
+        #expect(Bytes(fixture.sink.assembled("/big")) == Bytes(fixture.contents(file)))
         let sent = fixture.sink.requests.filter { $0.path == "/big" }.reduce(Int64(0)) { $0 + $1.bodyLength }
         #expect(sent - Int64(size) <= 2 * 1_048_576, "re-sent \(sent - Int64(size)) bytes after SIGTERM and SIGKILL (sent \(sentBefore) before the stop)")
         print("torture signals: SIGTERM exit \(String(describing: code)) in \(String(format: "%.2f", took)) s; integrity_check \(verdict); re-sent \(sent - Int64(size)) bytes")

@@ -22,7 +22,7 @@ struct EndToEndTests {
         #expect(request.path == "/clips/1")
         #expect(request.headers["authorization"] == "Bearer s3cr3t")
         #expect(request.headers["content-length"] == "\(3 * 1024 * 1024 + 17)")
-        #expect(request.body == fixture.contents(file))
+        #expect(Bytes(request.body) == Bytes(fixture.contents(file)))
         #expect(task["response"]?["status"]?.intValue == 201)
         #expect(task["response"]?["body"]?.stringValue == "{\"ok\":true}")
         #expect(task["progress"]?["fraction"]?.doubleValue == 1)
@@ -56,7 +56,7 @@ struct EndToEndTests {
         let filePart = try #require(parts.first { $0.name == "attachment" })
         #expect(filePart.filename == "device.log")
         #expect(filePart.contentType == "text/plain")
-        #expect(filePart.body == fixture.contents(file))
+        #expect(Bytes(filePart.body) == Bytes(fixture.contents(file)))
     }
 
     @Test("503, 503, 201 completes after three attempts")
@@ -69,7 +69,7 @@ struct EndToEndTests {
         fixture.expectLog(task["state"]?.stringValue == "completed", "state: \(task.serialized())")
         #expect(task["attempts"]?.intValue == 3)
         #expect(fixture.sink.requests.map(\.status) == [503, 503, 201])
-        #expect(fixture.sink.requests.last?.body == fixture.contents(file))
+        #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
         // Engine figures reach /metrics within a quarter of a second.
         let client = try HTTPClient()
         let counted = try eventually(timeout: 3) {
@@ -124,7 +124,7 @@ struct EndToEndTests {
         let task = try fixture.daemon.waitForTask(try fixture.enqueue(file))
         fixture.expectLog(task["state"]?.stringValue == "completed", "state: \(task.serialized())")
         #expect(task["attempts"]?.intValue == 2)
-        #expect(fixture.sink.requests.last?.body == fixture.contents(file))
+        #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
     }
 
     @Test("a stalled server hits the request timeout and the retry succeeds")
@@ -218,7 +218,7 @@ struct EndToEndTests {
         var byPath: [String: Data] = [:]
         for request in fixture.sink.requests { byPath[request.path] = request.body }
         for (index, file) in files.enumerated() {
-            #expect(byPath["/batch/\(index)"] == fixture.contents(file), "file \(index)")
+            #expect(Bytes(byPath["/batch/\(index)"]) == Bytes(fixture.contents(file)), "file \(index)")
         }
     }
 
@@ -288,7 +288,7 @@ struct EndToEndTests {
         #expect(try fixture.daemon.call("POST", "/v1/tasks/\(suspended)/resume").1["state"]?.stringValue == "queued")
         let task = try fixture.daemon.waitForTask(suspended)
         #expect(task["state"]?.stringValue == "completed")
-        #expect(fixture.sink.requests.last?.body == fixture.contents(small))
+        #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(small)))
     }
 
     @Test("a 401 holds the task in auth_required until new headers come")

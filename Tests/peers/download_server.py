@@ -7,6 +7,9 @@ and logs every request as a JSON line (method, path, range, if_range, status, by
       [--drop-after N --drop-times K]   the first K bodies stop after N bytes (connection closed)
       [--ignore-range]                  answer every request 200 with the whole file
       [--ignore-if-range]               answer a Range request 206 even when If-Range is stale
+      [--no-length]                     send bodies without Content-Length, ended by closing
+      [--replace-on-drop NAME=PATH]     when a body is dropped, first move PATH over the served
+                                        NAME (atomically), so the retry finds the file changed
 The ETag follows the file's content, so a file replaced between attempts gets a new one.
 """
 import argparse, hashlib, http.server, json, os, threading, time
@@ -56,7 +59,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 status = 206
         body = data[first:]
         self.send_response(status)
-        self.send_header("content-length", str(len(body)))
+        if ARGS.no_length:
+            self.send_header("connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("content-length", str(len(body)))
         self.send_header("etag", etag)
         self.send_header("last-modified", modified)
         self.send_header("accept-ranges", "none" if ARGS.ignore_range else "bytes")
@@ -78,6 +85,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     time.sleep(len(piece) / ARGS.rate)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        if sent < len(body) and ARGS.replace_on_drop:
+            name, _, replacement = ARGS.replace_on_drop.partition("=")
+            if os.path.exists(replacement):
+                os.replace(replacement, os.path.join(ARGS.root, name))
         self.log(status, sent, first)
         if sent < len(body):
             self.close_connection = True
@@ -102,6 +113,8 @@ def main():
     parser.add_argument("--drop-times", type=int, default=0)
     parser.add_argument("--ignore-range", action="store_true")
     parser.add_argument("--ignore-if-range", action="store_true")
+    parser.add_argument("--no-length", action="store_true")
+    parser.add_argument("--replace-on-drop")
     ARGS = parser.parse_args()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     server.daemon_threads = True
