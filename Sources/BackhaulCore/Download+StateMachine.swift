@@ -232,23 +232,14 @@ struct ContentRange: Equatable {
         guard let text, text.hasPrefix("bytes ") else { return nil }
         let spec = text.dropFirst(6).split(separator: "/", maxSplits: 1)
         guard spec.count == 2 else { return nil }
-        total = spec[1] == "*" ? nil : Int64(spec[1].trimmingSpaces)
+        total = spec[1] == "*" ? nil : Int64(spec[1].trimmed())
         if spec[1] != "*", total == nil { return nil }
         if spec[0] == "*" { return }
         let bounds = spec[0].split(separator: "-", maxSplits: 1)
-        guard bounds.count == 2, let first = Int64(bounds[0].trimmingSpaces), let last = Int64(bounds[1].trimmingSpaces),
+        guard bounds.count == 2, let first = Int64(bounds[0].trimmed()), let last = Int64(bounds[1].trimmed()),
             first >= 0, last >= first
         else { return nil }
         self.first = first
         self.last = last
-    }
-}
-
-extension Substring {
-    fileprivate var trimmingSpaces: Substring {
-        var text = self
-        while text.first == " " { text.removeFirst() }
-        while text.last == " " { text.removeLast() }
-        return text
     }
 }

@@ -97,7 +97,7 @@ public enum Backoff {
 public enum RetryAfter {
     /// `Retry-After` as seconds from `now`: delta-seconds or an IMF-fixdate; nil when unreadable.
     public static func parse(_ value: String, now: Timestamp) -> Double? {
-        let trimmed = value.trimmingWhitespace()
+        let trimmed = value.trimmed()
         if let seconds = Int(trimmed) { return seconds >= 0 ? Double(seconds) : nil }
         // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
         let parts = trimmed.split(separator: " ")
@@ -110,14 +110,5 @@ public enum RetryAfter {
         let text = "\(year)-\(pad(month + 1))-\(pad(day))T\(pad(time[0])):\(pad(time[1])):\(pad(time[2]))Z"
         guard let date = RFC3339.parse(text) else { return nil }
         return max(0, date - now)
-    }
-}
-
-extension String {
-    func trimmingWhitespace() -> String {
-        var view = Substring(self)
-        while let first = view.first, first.isWhitespace { view = view.dropFirst() }
-        while let last = view.last, last.isWhitespace { view = view.dropLast() }
-        return String(view)
     }
 }

@@ -76,7 +76,7 @@ public struct TusUpload: UploadStateMachine {
         case .discovering:
             // A server that cannot answer OPTIONS is taken to offer no extension.
             func listed(_ name: String) -> [String] {
-                (response.headers[name] ?? "").split(separator: ",").map { String($0).trimmingWhitespace().lowercased() }
+                (response.headers[name] ?? "").split(separator: ",").map { $0.trimmed().lowercased() }
             }
             checksumOffered = (200..<300).contains(status) && listed("tus-extension").contains("checksum")
                 && listed("tus-checksum-algorithm").contains("sha256")

@@ -179,7 +179,7 @@ public struct DaemonConfiguration: Sendable {
             shutdownGraceSeconds = number
         case "ca_bundle": caBundle = value
         case "webhook_retry_schedule":
-            let delays = value.split(separator: ",").map { Double($0.trimmingSpaces()) }
+            let delays = value.split(separator: ",").map { Double($0.trimmed()) }
             guard !delays.isEmpty, delays.count <= 50, delays.allSatisfy({ ($0 ?? -1) >= 0 && ($0 ?? 0) <= 604_800 }) else {
                 throw Invalid(description: "the webhook retry schedule is 1 to 50 comma-separated delays in seconds")
             }
@@ -286,5 +286,4 @@ public struct DaemonConfiguration: Sendable {
 
 extension StringProtocol {
     fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
-    fileprivate func trimmingSpaces() -> String { String(drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed()) }
 }
