@@ -79,6 +79,7 @@ let package = Package(
         .testTarget(
             name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulWebhooks", "Digest", "JSON"],
             swiftSettings: swiftSettings),
+        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSON"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite"],
             swiftSettings: swiftSettings),

@@ -33,16 +33,48 @@ public final class APIClient {
         http = try HTTPClient()
     }
 
+    private var authorization: [String] { token.map { ["Authorization: Bearer \($0)"] } ?? [] }
+
     /// The answer's JSON for a 2xx; a problem's detail as a `CLIError` otherwise.
     @discardableResult
     public func call(_ method: String, _ path: String, _ body: JSON? = nil) throws(CLIError) -> JSON {
-        let exchange: HTTPExchange
+        let exchange = try reaching { () throws(CurlCode) in
+            try http.send(method, base + path, headers: authorization, body: body?.serializedBytes())
+        }
+        return try Self.value(of: exchange)
+    }
+
+    /// Follows a server-sent event stream (`GET /v1/events…`), handing each event to `receive`
+    /// until it or `tick` (called about once a second) returns false, or the stream ends.
+    /// `lastEventID` resumes after that event. Returns the id of the last event received.
+    public func follow(_ path: String, lastEventID: String? = nil, receive: @escaping (ServerSentEvent) -> Bool,
+                       tick: @escaping () -> Bool) throws(CLIError) -> String? {
+        var parser = ServerSentEventParser()
+        var last = lastEventID
+        let headers = authorization + ["Accept: text/event-stream"] + (lastEventID.map { ["Last-Event-ID: \($0)"] } ?? [])
+        // A handle of its own: `receive` and `tick` may call the API meanwhile.
+        let exchange = try reaching { () throws(CurlCode) in
+            try HTTPClient().stream(base + path, headers: headers, receive: { bytes in
+                for event in parser.feed(bytes) {
+                    last = event.id ?? last
+                    guard receive(event) else { return false }
+                }
+                return true
+            }, tick: tick)
+        }
+        _ = try Self.value(of: exchange)
+        return last
+    }
+
+    private func reaching(_ exchange: () throws(CurlCode) -> HTTPExchange) throws(CLIError) -> HTTPExchange {
         do {
-            exchange = try http.send(method, base + path, headers: token.map { ["Authorization: Bearer \($0)"] } ?? [],
-                                     body: body?.serializedBytes())
+            return try exchange()
         } catch {
             throw CLIError(status: .unreachable, description: "cannot reach backhauld at \(base): \(error)")
         }
+    }
+
+    private static func value(of exchange: HTTPExchange) throws(CLIError) -> JSON {
         let value = (try? JSON.parse(exchange.body, maxDepth: 64)) ?? .null
         guard (200..<300).contains(exchange.status) else {
             let detail = value["detail"]?.stringValue ?? "HTTP \(exchange.status)"

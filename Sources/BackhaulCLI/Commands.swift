@@ -1,5 +1,7 @@
 import ArgumentParser
-import Foundation
+import BackhaulCore
+import FoundationEssentials
+import Glibc
 import JSON
 
 /// `backhaul`: the command-line client of backhauld.
@@ -41,7 +43,8 @@ func running(_ body: () throws -> Void) throws {
     do {
         try body()
     } catch let error as CLIError {
-        FileHandle.standardError.write(Data("backhaul: \(error.description)\n".utf8))
+        let message = Array("backhaul: \(error.description)\n".utf8)
+        _ = message.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
         throw ExitCode(error.status.rawValue)
     }
 }
@@ -76,7 +79,7 @@ struct Upload: ParsableCommand {
             for file in files {
                 let path = file.hasPrefix("/") ? file : FileManager.default.currentDirectoryPath + "/" + file
                 let name = URL(fileURLWithPath: path).lastPathComponent
-                let url = to.contains("{name}") ? to.replacingOccurrences(of: "{name}", with: name) : to.hasSuffix("/") ? to + name : to
+                let url = to.contains("{name}") ? to.replacing("{name}", with: name) : to.hasSuffix("/") ? to + name : to
                 var request: JSONObject = ["url": .string(url)]
                 if let method { request["method"] = .string(method) } else if protocolName == "tus" || protocolName == "multipart" {
                     request["method"] = "POST"
@@ -113,7 +116,7 @@ struct Submission: ParsableArguments {
             guard let colon = header.firstIndex(of: ":") else {
                 throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
             }
-            object[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+            object[String(header[..<colon])] = .string(header[header.index(after: colon)...].trimmed())
         }
         if !object.isEmpty { request["headers"] = .object(object) }
     }
@@ -194,7 +197,7 @@ func waitForAll(_ client: APIClient, _ ids: [String], timeout: Double) throws(CL
     while true {
         for id in ids where !isFinal(latest[id]) { latest[id] = try client.call("GET", "/v1/tasks/\(id)") }
         if ids.allSatisfy({ isFinal(latest[$0]) }) || Date() > deadline { break }
-        Thread.sleep(forTimeInterval: 0.2)
+        pause(0.2)
     }
     return ids.compactMap { latest[$0] }
 }
@@ -395,40 +398,165 @@ struct Webhooks: ParsableCommand {
 
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Live progress: one line per running task with rate and ETA, and a summary line.")
+        abstract: "Live progress: one line per running task with rate and ETA, and a summary line.",
+        discussion: """
+            Progress comes from the daemon's event stream (GET /v1/events): a task.progress event \
+            per running task every progress_interval (5 s unless the daemon is told otherwise), \
+            and between events the bars move on at each task's last rate. The counts are asked \
+            again only after a task changes state. With a client token, name one of its sessions.
+            """)
 
     @OptionGroup var connection: Connection
     @Option(help: "Only this session.") var session: String?
-    @Option(help: "Seconds between refreshes.") var interval = 0.5
+    @Option(help: "Seconds between frames, at least.") var interval = 0.5
     @Flag(help: "Print one frame and exit.") var once = false
     @Flag(help: "Exit when no task is left unfinished.") var untilDone = false
 
     mutating func run() throws {
         try running {
             let client = try connection.client()
-            let terminal = isatty(STDOUT_FILENO) == 1
+            let watch = LiveTasks(client: client, session: session, interval: interval, untilDone: untilDone)
+            try watch.load()
+            guard !once else {
+                emit(WatchFrame.render(running: watch.runningTasks(at: monotonicSeconds()), counts: watch.counts))
+                return
+            }
+            guard watch.drawIfDue() else { return }
+            let path = "/v1/events" + (session.map { "?session=\($0)" } ?? "")
+            var lastEventID: String?
+            var lost = monotonicSeconds()
+            // The stream ends when the daemon stops: follow it again from the last event seen, for
+            // up to 30 seconds.
             while true {
-                var counts: [String: Int] = [:]
-                var running: [JSON] = []
-                for id in try sessionIDs(client, session) {
-                    let detail = try client.call("GET", "/v1/sessions/\(id)")
-                    for (state, count) in detail["task_counts"]?.objectValue ?? [:] { counts[state, default: 0] += Int(count.intValue ?? 0) }
-                    running += try allTasks(client, session: id, state: "running")
+                do {
+                    lastEventID = try client.follow(path, lastEventID: lastEventID, receive: watch.apply, tick: watch.drawIfDue)
+                    lost = monotonicSeconds()
+                } catch let error as CLIError where error.status == .unreachable {
+                    guard monotonicSeconds() - lost < 30 else {
+                        throw CLIError(status: .unreachable, description: "lost backhauld's event stream for 30 s: \(error)")
+                    }
                 }
-                let frame = WatchFrame.render(running: running, counts: counts)
-                if terminal && !once { print("\u{1B}[H\u{1B}[2J", terminator: "") }
-                emit(frame)
-                fflush(nil)
-                let unfinished = ["queued", "waiting", "running", "retrying", "auth_required"].reduce(0) { $0 + (counts[$1] ?? 0) }
-                if once || (untilDone && unfinished == 0) { break }
-                Thread.sleep(forTimeInterval: interval)
+                if let failure = watch.failure { throw failure }
+                if watch.isOver { return }
+                pause(1)
             }
         }
     }
 }
 
+/// What `watch` shows, kept current: the running tasks from the event stream (each task event
+/// carries the task) and the counts by state, asked again after an event that changes states.
+final class LiveTasks {
+    private let client: APIClient
+    private let session: String?
+    private let interval: Double
+    private let untilDone: Bool
+    private let terminal = isatty(STDOUT_FILENO) == 1
+    /// Running tasks by id, with when (monotonic) their data arrived.
+    private var running: [String: (task: JSON, seen: Double)] = [:]
+    private(set) var counts: [String: Int] = [:]
+    private var countsStale = true
+    /// Whether anything shown changed since the last frame, and when that frame was drawn.
+    private var changed = true
+    private var drawn = -Double.infinity
+    /// Why watching stopped early (the counts could not be read).
+    private(set) var failure: CLIError?
+
+    init(client: APIClient, session: String?, interval: Double, untilDone: Bool) {
+        self.client = client
+        self.session = session
+        self.interval = interval
+        self.untilDone = untilDone
+    }
+
+    /// The running tasks, oldest first, their progress carried on to `now`.
+    func runningTasks(at now: Double) -> [JSON] {
+        func key(_ task: JSON) -> (String, String) { (task["created_at"]?.stringValue ?? "", task["id"]?.stringValue ?? "") }
+        return running.values.map { WatchFrame.extrapolated($0.task, by: now - $0.seen) }.sorted { key($0) < key($1) }
+    }
+
+    var isOver: Bool {
+        failure != nil || (untilDone && ["queued", "waiting", "running", "retrying", "auth_required"].allSatisfy { (counts[$0] ?? 0) == 0 })
+    }
+
+    /// The running tasks and the counts as they are now.
+    func load() throws(CLIError) {
+        for id in try sessionIDs(client, session) {
+            for task in try allTasks(client, session: id, state: "running") {
+                if let taskID = task["id"]?.stringValue { running[taskID] = (task, monotonicSeconds()) }
+            }
+        }
+        try refreshCounts()
+    }
+
+    private func refreshCounts() throws(CLIError) {
+        guard countsStale else { return }
+        var counts: [String: Int] = [:]
+        for id in try sessionIDs(client, session) {
+            let detail = try client.call("GET", "/v1/sessions/\(id)")
+            for (state, count) in detail["task_counts"]?.objectValue ?? [:] { counts[state, default: 0] += Int(count.intValue ?? 0) }
+        }
+        self.counts = counts
+        countsStale = false
+    }
+
+    /// Takes in one event; false once watching is over.
+    func apply(_ event: ServerSentEvent) -> Bool {
+        if event.type.hasPrefix("task."), let task = (try? JSON.parse(event.data, maxDepth: 64))?["data"],
+           let id = task["id"]?.stringValue {
+            if task["state"]?.stringValue == "running" {
+                running[id] = (task, monotonicSeconds())
+            } else {
+                running.removeValue(forKey: id)
+            }
+            if event.type != "task.progress" { countsStale = true }
+        } else {
+            countsStale = true
+        }
+        changed = true
+        return drawIfDue()
+    }
+
+    /// Draws a frame when something changed (in a terminal, running tasks always move on) and
+    /// `interval` has passed; false once watching is over.
+    func drawIfDue() -> Bool {
+        let now = monotonicSeconds()
+        guard changed || (terminal && !running.isEmpty), now - drawn >= interval else { return !isOver }
+        do {
+            try refreshCounts()
+        } catch {
+            failure = error
+            return false
+        }
+        if terminal { print("\u{1B}[H\u{1B}[2J", terminator: "") }
+        emit(WatchFrame.render(running: runningTasks(at: now), counts: counts))
+        fflush(nil)
+        drawn = now
+        changed = false
+        return !isOver
+    }
+}
+
 /// What `watch` prints each refresh (pure, so tests can check the rendering).
 public enum WatchFrame {
+    /// The task with its progress moved on by `seconds` at its last rate, up to its size: bars
+    /// keep moving between progress events, and each event sets them right.
+    public static func extrapolated(_ task: JSON, by seconds: Double) -> JSON {
+        guard var object = task.objectValue, var progress = task["progress"]?.objectValue,
+              let rate = progress["bytes_per_second"]?.intValue, rate > 0, seconds > 0
+        else { return task }
+        let key = task["kind"]?.stringValue == "download" ? "bytes_received" : "bytes_sent"
+        var moved = (progress[key]?.intValue ?? 0) + Int64(Double(rate) * seconds)
+        if let total = progress["bytes_total"]?.intValue, total > 0 {
+            moved = min(moved, total)
+            progress["fraction"] = .double(Double(moved) / Double(total))
+            progress["eta_seconds"] = .double(Double(total - moved) / Double(rate))
+        }
+        progress[key] = .int(moved)
+        object["progress"] = .object(progress)
+        return .object(object)
+    }
+
     public static func render(running: [JSON], counts: [String: Int]) -> String {
         var lines: [String] = running.map { task in
             let progress = task["progress"]
@@ -442,4 +570,9 @@ public enum WatchFrame {
         lines.append(order.map { "\(counts[$0] ?? 0) \($0)" }.joined(separator: ", "))
         return lines.joined(separator: "\n")
     }
+}
+
+/// Sleeps the calling thread (the CLI's only one) for `seconds`.
+func pause(_ seconds: Double) {
+    usleep(UInt32(seconds * 1_000_000))
 }

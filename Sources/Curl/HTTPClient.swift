@@ -32,12 +32,8 @@ public final class HTTPClient {
     /// Sends one request and waits for the whole response.
     public func send(_ method: String, _ url: String, headers: [String] = [], body: [UInt8]? = nil,
                      timeoutSeconds: Int = 30) throws(CurlCode) -> HTTPExchange {
-        try easy.reset()
-        response.reset()
+        try prepare(url, timeoutSeconds: timeoutSeconds)
         requestBody.replace(with: body ?? [])
-        try easy.set(CURLOPT_URL, url)
-        try easy.set(CURLOPT_NOSIGNAL, 1)
-        try easy.set(CURLOPT_TIMEOUT, timeoutSeconds)
         switch (method, body) {
         case ("GET", nil): try easy.set(CURLOPT_HTTPGET, 1)
         case ("HEAD", _): try easy.set(CURLOPT_NOBODY, 1)
@@ -54,9 +50,56 @@ public final class HTTPClient {
         }
         lines.append("Expect:")
         try easy.setHeaders(lines)
+        try perform()
+        return HTTPExchange(status: easy.responseCode, headers: response.headers, body: response.body)
+    }
+
+    /// A GET whose body is handed to `receive` as it arrives (a stream such as server-sent events),
+    /// with no overall time limit. `tick` is called about once a second while nothing arrives.
+    /// Either returning false ends the exchange, which is then not an error. A status other than
+    /// 2xx is not streamed: its body is kept in the answer.
+    public func stream(_ url: String, headers: [String] = [], receive: @escaping (UnsafeRawBufferPointer) -> Bool,
+                       tick: @escaping () -> Bool) throws(CurlCode) -> HTTPExchange {
+        try prepare(url, timeoutSeconds: 0)
+        try easy.set(CURLOPT_HTTPGET, 1)
+        try easy.set(CURLOPT_CONNECTTIMEOUT, 10)
+        try easy.setHeaders(headers)
+        var stopped = false
+        easy.onData = { [unowned self] bytes in
+            guard (200..<300).contains(response.status) else {
+                response.append(bytes)
+                return true
+            }
+            stopped = !receive(bytes)
+            return !stopped
+        }
+        easy.onProgress = { _, _ in
+            stopped = stopped || !tick()
+            return !stopped
+        }
+        defer {
+            easy.onProgress = nil
+            response.attach(to: easy)
+        }
+        do {
+            try perform()
+        } catch where stopped {
+            // Ended by `receive` or `tick`: the answer so far is the answer.
+        }
+        return HTTPExchange(status: easy.responseCode, headers: response.headers, body: response.body)
+    }
+
+    private func prepare(_ url: String, timeoutSeconds: Int) throws(CurlCode) {
+        try easy.reset()
+        response.reset()
+        try easy.set(CURLOPT_URL, url)
+        try easy.set(CURLOPT_NOSIGNAL, 1)
+        try easy.set(CURLOPT_TIMEOUT, timeoutSeconds)
+    }
+
+    private func perform() throws(CurlCode) {
         easy.clearError()
         let code = curl_easy_perform(easy.raw)
         guard code == CURLE_OK else { throw easy.error(for: code) }
-        return HTTPExchange(status: easy.responseCode, headers: response.headers, body: response.body)
     }
 }

@@ -1,5 +1,6 @@
 import BackhaulCLI
 import BackhaulTesting
+import Curl
 import Foundation
 import JSON
 import Testing
@@ -103,7 +104,9 @@ extension EndToEndTests {
 extension EndToEndTests {
     @Test("cli: watch in a terminal (a pty from script(1)) redraws frames in place and ends with --until-done")
     func commandLineWatchInTerminal() throws {
-        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 8_000_000, then: .respond(status: 201)))
+        // A progress event a second: the bars follow the event stream.
+        let fixture = try Fixture(daemonArguments: ["--progress-interval", "1"],
+                                  sink: .throttle(bytesPerSecond: 8_000_000, then: .respond(status: 201)))
         _ = fixture.makeFile("tty.bin", size: 24_000_000)
         #expect(try cli(fixture, ["upload", "tty.bin", "--to", fixture.sink.url("/tty")]).status == 0)
         let binary = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul").path
@@ -122,5 +125,13 @@ extension EndToEndTests {
         #expect(frames.count >= 2, "frames are redrawn in place: \(frames.count)")
         #expect(frames.contains { $0.contains("tty.bin") && $0.contains("[#") && $0.contains("ETA") })
         #expect(frames.last?.contains("0 running") == true && frames.last?.contains("1 completed") == true, "\(frames.last ?? "")")
+        // The progress came from the event stream: the running tasks were listed once, at the start.
+        let metrics = try HTTPClient().send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
+        let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))
+        func requests(_ route: String) -> Double {
+            figures.filter { $0.key.hasPrefix("backhaul_http_requests_total{method=GET,route=\(route),") }.values.reduce(0, +)
+        }
+        #expect(requests("/v1/events") == 1)
+        #expect(requests("/v1/sessions/{id}/tasks") == 1, "frames: \(frames.count)")
     }
 }

@@ -8,7 +8,7 @@ extension EndToEndTests {
         URL(fileURLWithPath: PythonPeer.script("")).deletingLastPathComponent().deletingLastPathComponent()
     }
 
-    @Test("Deploy/: the example config starts the daemon as written, and the Dockerfile passes hadolint")
+    @Test("Deploy/: the example config starts the daemon as written, and the Dockerfiles pass hadolint")
     func deployFiles() throws {
         let fixture = try Fixture(daemonArguments: ["--config", Self.repository.appendingPathComponent("Deploy/backhauld.json").path])
         let info = try fixture.daemon.call("GET", "/v1/info").1
@@ -19,7 +19,9 @@ extension EndToEndTests {
 
         let lint = Process()
         lint.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        lint.arguments = ["hadolint", Self.repository.appendingPathComponent("Deploy/Dockerfile").path]
+        lint.arguments = ["hadolint"] + ["Deploy/Dockerfile", "Deploy/test/swift-builder.Dockerfile"].map {
+            Self.repository.appendingPathComponent($0).path
+        }
         let output = Pipe()
         lint.standardOutput = output
         lint.standardError = output
