@@ -98,6 +98,7 @@ while read -r key _; do
 done < <(git config --system --get-regexp '^url\..*\.insteadof' 2>/dev/null | sort -u)
 [ ${#mirror[@]} -gt 0 ] && mirror+=(--volume /etc/gitconfig:/etc/gitconfig:ro)
 say "buildah bud Deploy/Dockerfile"
+"${podman[@]}" rmi -f "$image" >/dev/null 2>&1 || true   # no dangling copy of the last run's image
 build_started=$(date +%s)
 "${buildah[@]}" bud --isolation chroot --format docker \
     --volume "$swift_root:/opt/swift:ro" "${mirror[@]}" \
