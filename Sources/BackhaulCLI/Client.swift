@@ -38,40 +38,47 @@ public final class APIClient {
     /// The answer's JSON for a 2xx; a problem's detail as a `CLIError` otherwise.
     @discardableResult
     public func call(_ method: String, _ path: String, _ body: JSON? = nil) throws(CLIError) -> JSON {
-        let exchange = try reaching { () throws(CurlCode) in
-            try http.send(method, base + path, headers: authorization, body: body?.serializedBytes())
+        let exchange: HTTPExchange
+        do {
+            exchange = try http.send(method, base + path, headers: authorization, body: body?.serializedBytes())
+        } catch {
+            throw unreachable(error)
         }
         return try Self.value(of: exchange)
     }
 
     /// Follows a server-sent event stream (`GET /v1/events…`), handing each event to `receive`
-    /// until it or `tick` (called about once a second) returns false, or the stream ends.
+    /// until it or `tick` (called about once a second) returns false, or the stream ends. A stream
+    /// that broke after it was open has ended too; only one that never opened is `.unreachable`.
     /// `lastEventID` resumes after that event. Returns the id of the last event received.
     public func follow(_ path: String, lastEventID: String? = nil, receive: @escaping (ServerSentEvent) -> Bool,
                        tick: @escaping () -> Bool) throws(CLIError) -> String? {
         var parser = ServerSentEventParser()
         var last = lastEventID
+        var opened = false
         let headers = authorization + ["Accept: text/event-stream"] + (lastEventID.map { ["Last-Event-ID: \($0)"] } ?? [])
         // A handle of its own: `receive` and `tick` may call the API meanwhile.
-        let exchange = try reaching { () throws(CurlCode) in
-            try HTTPClient().stream(base + path, headers: headers, receive: { bytes in
+        let exchange: HTTPExchange
+        do {
+            exchange = try HTTPClient().stream(base + path, headers: headers, receive: { bytes in
+                opened = true
                 for event in parser.feed(bytes) {
                     last = event.id ?? last
                     guard receive(event) else { return false }
                 }
                 return true
             }, tick: tick)
+        } catch where opened {
+            return last
+        } catch {
+            throw unreachable(error)
         }
         _ = try Self.value(of: exchange)
         return last
     }
 
-    private func reaching(_ exchange: () throws(CurlCode) -> HTTPExchange) throws(CLIError) -> HTTPExchange {
-        do {
-            return try exchange()
-        } catch {
-            throw CLIError(status: .unreachable, description: "cannot reach backhauld at \(base): \(error)")
-        }
+    private func unreachable(_ error: CurlCode) -> CLIError {
+        CLIError(status: .unreachable, description: "cannot reach backhauld at \(base): \(error)")
     }
 
     private static func value(of exchange: HTTPExchange) throws(CLIError) -> JSON {

@@ -202,7 +202,7 @@ func waitForAll(_ client: APIClient, _ ids: [String], timeout: Double) throws(CL
     return ids.compactMap { latest[$0] }
 }
 
-func isFinal(_ task: JSON?) -> Bool { ["completed", "failed", "cancelled"].contains(task?["state"]?.stringValue ?? "") }
+func isFinal(_ task: JSON?) -> Bool { task?["state"]?.stringValue.flatMap(TaskState.init(rawValue:))?.isFinal ?? false }
 
 /// Every task of a session, page by page.
 func allTasks(_ client: APIClient, session: String, state: String? = nil) throws(CLIError) -> [JSON] {
@@ -424,15 +424,17 @@ struct Watch: ParsableCommand {
             guard watch.drawIfDue() else { return }
             let path = "/v1/events" + (session.map { "?session=\($0)" } ?? "")
             var lastEventID: String?
-            var lost = monotonicSeconds()
+            var lost: Double?
             // The stream ends when the daemon stops: follow it again from the last event seen, for
-            // up to 30 seconds.
+            // up to 30 seconds without it.
             while true {
                 do {
                     lastEventID = try client.follow(path, lastEventID: lastEventID, receive: watch.apply, tick: watch.drawIfDue)
-                    lost = monotonicSeconds()
+                    lost = nil
                 } catch let error as CLIError where error.status == .unreachable {
-                    guard monotonicSeconds() - lost < 30 else {
+                    let since = lost ?? monotonicSeconds()
+                    lost = since
+                    guard monotonicSeconds() - since < 30 else {
                         throw CLIError(status: .unreachable, description: "lost backhauld's event stream for 30 s: \(error)")
                     }
                 }
@@ -476,7 +478,8 @@ final class LiveTasks {
     }
 
     var isOver: Bool {
-        failure != nil || (untilDone && ["queued", "waiting", "running", "retrying", "auth_required"].allSatisfy { (counts[$0] ?? 0) == 0 })
+        // Suspended tasks wait for a person, not for time: they do not keep `--until-done` going.
+        failure != nil || (untilDone && TaskState.unfinished.allSatisfy { $0 == .suspended || (counts[$0.rawValue] ?? 0) == 0 })
     }
 
     /// The running tasks and the counts as they are now.
