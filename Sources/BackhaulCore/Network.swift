@@ -115,25 +115,39 @@ public struct NetworkClassifier: Sendable, Equatable {
 }
 
 /// Shell-style patterns: `*` any run, `?` one character.
+///
+/// Matched in O(pattern × text) steps at worst, never exponentially: patterns and texts are
+/// client-controlled (token scopes against session ids, allow-lists against hosts). A `*` only
+/// remembers where it was last seen; a mismatch after it retries from there one character
+/// further, and an earlier `*` is never revisited (a later one can absorb whatever it would have).
 public enum Glob {
     public static func matches(_ pattern: String, _ text: String) -> Bool {
-        matches(Array(pattern.unicodeScalars)[...], Array(text.unicodeScalars)[...])
+        var steps = 0
+        return matches(Array(pattern.unicodeScalars), Array(text.unicodeScalars), steps: &steps)
     }
 
-    private static func matches(_ pattern: ArraySlice<Unicode.Scalar>, _ text: ArraySlice<Unicode.Scalar>) -> Bool {
-        guard let first = pattern.first else { return text.isEmpty }
-        switch first {
-        case "*":
-            var rest = text
-            while true {
-                if matches(pattern.dropFirst(), rest) { return true }
-                guard !rest.isEmpty else { return false }
-                rest = rest.dropFirst()
+    /// The matcher, counting its steps (tests bound them).
+    static func matches(_ pattern: [Unicode.Scalar], _ text: [Unicode.Scalar], steps: inout Int) -> Bool {
+        var p = 0, t = 0
+        var star: (pattern: Int, text: Int)?
+        while t < text.count {
+            steps += 1
+            if p < pattern.count, pattern[p] == "*" {
+                star = (p, t)
+                p += 1
+            } else if p < pattern.count, pattern[p] == "?" || pattern[p] == text[t] {
+                p += 1
+                t += 1
+            } else if let last = star {
+                // Let the last `*` take one more character and try the rest again.
+                star = (last.pattern, last.text + 1)
+                p = last.pattern + 1
+                t = last.text + 1
+            } else {
+                return false
             }
-        case "?":
-            return !text.isEmpty && matches(pattern.dropFirst(), text.dropFirst())
-        default:
-            return text.first == first && matches(pattern.dropFirst(), text.dropFirst())
         }
+        while p < pattern.count, pattern[p] == "*" { p += 1 }
+        return p == pattern.count
     }
 }

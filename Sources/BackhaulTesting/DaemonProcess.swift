@@ -174,8 +174,10 @@ public final class DaemonProcess {
 
     /// One API call; the status and the parsed body (null when empty or not JSON).
     @discardableResult
-    public func call(_ method: String, _ path: String, _ body: JSON? = nil, headers: [String] = []) throws -> (Int, JSON) {
-        let exchange = try client.send(method, url + path, headers: headers, body: body.map { $0.serializedBytes() })
+    public func call(_ method: String, _ path: String, _ body: JSON? = nil, headers: [String] = [],
+                     timeout: Int = 30) throws -> (Int, JSON) {
+        let exchange = try client.send(method, url + path, headers: headers, body: body.map { $0.serializedBytes() },
+                                       timeoutSeconds: timeout)
         return (exchange.status, (try? JSON.parse(exchange.body, maxDepth: 64)) ?? .null)
     }
 

@@ -25,6 +25,22 @@ extension EndToEndTests {
         #expect(!info.1.serialized().contains(admin))
         #expect(!daemon.log(lastLines: 10_000).contains(admin), "the token never reaches the log")
     }
+
+    /// Issue 15.5: the scope `a*a*…*b` against a session id of 64 `a`s kept a core spinning for
+    /// more than a minute (the glob matcher backtracked exponentially); now it answers at once.
+    @Test("a hostile scope pattern against a long session id answers within seconds")
+    func hostileScopePattern() throws {
+        let scratch = TemporaryDirectory("backhaul-e2e")
+        try FileManager.default.createDirectory(atPath: scratch.file("data"), withIntermediateDirectories: true)
+        let client = "client-secret-token-78"
+        try "\(client) client a*a*a*a*a*a*a*a*a*a*a*a*b\n".write(toFile: scratch.file("tokens"), atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(stateDirectory: scratch.file("state"), allowedRoot: scratch.file("data"),
+                                       arguments: ["--token-file", scratch.file("tokens")])
+        let (status, problem) = try daemon.call("GET", "/v1/sessions/" + String(repeating: "a", count: 64),
+                                                headers: ["Authorization: Bearer \(client)"], timeout: 10)
+        #expect(status == 404 && problem["code"]?.stringValue == "not_found")
+        #expect(try daemon.call("GET", "/healthz", timeout: 5).0 == 200, "the daemon is not left spinning")
+    }
 }
 
 extension EndToEndTests {
