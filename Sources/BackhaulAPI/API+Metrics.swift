@@ -45,6 +45,11 @@ extension API {
             for reason in EngineMetrics.retryReasons {
                 text.sample("backhaul_retries_total", ["reason": reason], Double(figures.retries[reason] ?? 0))
             }
+            text.family("backhaul_engine_faults_total", "counter",
+                        "Things the engine could not do and logged as errors, by kind (each should be zero).")
+            for fault in EngineMetrics.Fault.allCases {
+                text.sample("backhaul_engine_faults_total", ["kind": fault.rawValue], Double(figures.faults[fault.rawValue] ?? 0))
+            }
             text.family("backhaul_bandwidth_limit_bytes_per_second", "gauge", "The bandwidth limit in force (0: none).")
             text.sample("backhaul_bandwidth_limit_bytes_per_second", [:], Double(figures.bandwidthLimit ?? 0))
             text.family("backhaul_discretionary_budget_remaining_bytes", "gauge", "What is left today of each discretionary budget.")

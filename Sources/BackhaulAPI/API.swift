@@ -99,6 +99,9 @@ public final class API: Sendable {
         case .conflict(let message): return Problem(.conflict, message)
         case .storageFull: return Problem(.insufficientStorage, "the state directory is full; nothing was changed")
         case .invalid(let error): return problem(error)
+        case .tooManyTasks(let open, let limit):
+            return Problem(.tooManyTasks, "the session holds \(open) unfinished tasks; at most \(limit) are allowed (--max-open-tasks)")
+        case .corrupt(let message): return Problem(.storeCorrupt, "the state database holds a record this build cannot read: \(message)")
         case .database(let message): return Problem(.internalError, "the state database failed: \(message)")
         }
     }
@@ -202,25 +205,27 @@ public final class API: Sendable {
 
     @Sendable func patchSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        guard let (current, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
-            throw Problem(.notFound, "no session \(id)")
-        }
         let value = try body(request)
-        let (configuration, enabled, cancelPending) = try validated {
+        let (patch, enabled, cancelPending) = try validated {
             let reader = try FieldReader(value)
             try reader.rejectUnknown(["configuration", "enabled", "cancel_pending"])
-            let configuration = try reader.value("configuration").map { try current.configuration.applying($0) }
             let enabled = try reader.bool("enabled")
             let cancelPending = try reader.bool("cancel_pending") ?? false
             if cancelPending, enabled != false {
                 throw ValidationError("cancel_pending", "goes with \"enabled\": false")
             }
-            return (configuration, enabled, cancelPending)
+            // Checked here against the defaults, so a malformed body is refused before the store
+            // is touched; merged with the stored configuration inside the write transaction.
+            let patch = reader.value("configuration")
+            if let patch { _ = try TransferConfiguration().applying(patch) }
+            return (patch, enabled, cancelPending)
         }
         let (session, counts) = try stored { () throws(StoreError) in
-            try store.updateSession(id: id, configuration: configuration, enabled: enabled, cancelPending: cancelPending)
+            try store.updateSession(id: id, cancelPending: cancelPending) { current in
+                (try patch.map { try current.configuration.applying($0) }, enabled)
+            }
         }
-        engine?.wake(policy: configuration != nil)
+        engine?.wake(policy: patch != nil)
         return API.json(200, session.json(taskCounts: counts))
     }
 
@@ -243,10 +248,9 @@ public final class API: Sendable {
 
     @Sendable func createTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        guard let (session, counts) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
+        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
             throw Problem(.notFound, "no session \(id)")
         }
-        let open = TaskState.unfinished.reduce(0) { $0 + (counts[$1] ?? 0) }
         if let engine, !engine.policy.transfersEnabled {
             throw Problem(.transfersDisabled, "the service policy has transfers_enabled false; PUT /v1/policy to turn them on")
         }
@@ -264,16 +268,15 @@ public final class API: Sendable {
         } else {
             items = [(value, "")]
         }
-        guard open + items.count <= options.maxOpenTasksPerSession else {
-            throw Problem(.tooManyTasks, "the session holds \(open) unfinished tasks; at most \(options.maxOpenTasksPerSession) are allowed (--max-open-tasks)")
-        }
         let now = clock.now()
         var records: [TaskRecord] = []
         records.reserveCapacity(items.count)
         for (item, path) in items {
             records.append(try makeTask(item, path: path, session: session, now: now))
         }
-        let results = try stored { () throws(StoreError) in try store.createTasks(sessionID: id, records) }
+        let results = try stored { () throws(StoreError) in
+            try store.createTasks(sessionID: id, records, maxOpen: options.maxOpenTasksPerSession)
+        }
         engine?.wake()
         let created = results.contains { $0.1 }
         if isBatch {
@@ -369,6 +372,15 @@ public final class API: Sendable {
 
     @Sendable func getTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         API.json(200, taskJSON(try existingTask(request)))
+    }
+
+    /// `GET /v1/tasks/{id}/attempts`: the task's attempts, newest first (SPEC §4.2).
+    @Sendable func listAttempts(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = request.parameter("id")
+        guard let attempts = try stored({ () throws(StoreError) in try store.attempts(taskID: id) }) else {
+            throw Problem(.notFound, "no task \(id)")
+        }
+        return API.json(200, ["attempts": .array(attempts.map(\.json))])
     }
 
     @Sendable func patchTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {

@@ -40,6 +40,7 @@ public struct Problem: Error, Sendable, Equatable {
         case tooManyTasks = "too_many_tasks"
         case insufficientStorage = "insufficient_storage"
         case internalError = "internal_error"
+        case storeCorrupt = "store_corrupt"
         case unavailable = "service_unavailable"
 
         public var status: Int {
@@ -54,7 +55,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .payloadTooLarge: return 413
             case .tooManyTasks: return 429
             case .insufficientStorage: return 507
-            case .internalError: return 500
+            case .internalError, .storeCorrupt: return 500
             case .unavailable: return 503
             }
         }
@@ -82,6 +83,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .tooManyTasks: return "The session holds as many open tasks as it may"
             case .insufficientStorage: return "The state storage is full"
             case .internalError: return "Internal error"
+            case .storeCorrupt: return "A stored record cannot be read"
             case .unavailable: return "The service is not ready"
             }
         }

@@ -17,6 +17,7 @@ extension API {
             Route("GET", "/v1/tasks/{id}", .task, getTask),
             Route("PATCH", "/v1/tasks/{id}", .task, patchTask),
             Route("DELETE", "/v1/tasks/{id}", .task, deleteTask),
+            Route("GET", "/v1/tasks/{id}/attempts", .task, listAttempts),
             Route("POST", "/v1/tasks/{id}/cancel", .task) { (request) throws(Problem) in try self.command(.cancel, request) },
             Route("POST", "/v1/tasks/{id}/suspend", .task) { (request) throws(Problem) in try self.command(.suspend, request) },
             Route("POST", "/v1/tasks/{id}/resume", .task) { (request) throws(Problem) in try self.command(.resume, request) },

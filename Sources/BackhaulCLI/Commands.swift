@@ -268,11 +268,16 @@ struct Show: ParsableCommand {
                 ("progress", "\(Format.bytes(Format.moved(progress))) of \(Format.bytes(progress?["bytes_total"]?.intValue ?? 0))"),
                 ("attempts", String(task["attempts"]?.intValue ?? 0)),
             ]
-            if let error = task["error"], !error.isNull {
-                lines.append(("error", "\(error["code"]?.intValue ?? 0) \(error["name"]?.stringValue ?? ""): \(error["message"]?.stringValue ?? "")"))
+            if let error = task["error"], !error.isNull { lines.append(("error", Format.errorLine(error))) }
+            if let last = task["last_error"], !last.isNull, last["code"] != task["error"]?["code"] || task["error"] == .null {
+                lines.append(("last error", Format.errorLine(last) + " at " + (last["at"]?.stringValue ?? "?")))
             }
+            if let next = task["next_attempt_at"]?.stringValue { lines.append(("next try", next)) }
             if let status = task["response"]?["status"]?.intValue { lines.append(("response", "HTTP \(status)")) }
-            emit(lines.map { "\($0.0):" + String(repeating: " ", count: 9 - $0.0.count) + $0.1 }.joined(separator: "\n"))
+            var text = lines.map { "\($0.0):" + String(repeating: " ", count: max(1, 11 - $0.0.count)) + $0.1 }.joined(separator: "\n")
+            let attempts = try connection.client().call("GET", "/v1/tasks/\(id)/attempts")["attempts"]?.arrayValue ?? []
+            if !attempts.isEmpty { text += "\n\nattempts, newest first:\n" + Format.attempts(attempts) }
+            emit(text)
         }
     }
 }

@@ -67,9 +67,12 @@ public struct S3Upload: UploadStateMachine {
     /// Each uploaded part's SHA-256 as the server echoed it, parallel to `etags`.
     public private(set) var checksums: [String]
     private let checksum: Bool
+    /// Whether an attempt began: only then can there be an upload whose id was never learned.
+    private let ran: Bool
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
         url = task.request.url
+        ran = task.attempts > 0
         credentials = task.upload.s3
         var signed = headers
         signed.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))
@@ -98,8 +101,62 @@ public struct S3Upload: UploadStateMachine {
         UploadCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags, partChecksums: checksum ? checksums : [])
     }
 
-    public var cancellationRequest: PlannedRequest? {
-        uploadID.map { request("DELETE", query: "uploadId=\(Self.escape($0))", body: .empty) }
+    /// The abort of the multipart upload. When its id is not known but an attempt may have
+    /// created one (the cancel came while `CreateMultipartUpload` was in flight, or a crash came
+    /// before its answer was saved), the key's uploads are listed and those no unfinished task
+    /// holds are aborted (another program's upload of the very same key would be too). A single
+    /// PUT leaves nothing to release.
+    public var cancellation: CleanupPlan? {
+        if let uploadID { return CleanupPlan(request: request("DELETE", query: "uploadId=\(Self.escape(uploadID))", body: .empty)) }
+        guard ran, total > partSize, let listing = Self.listingURL(objectURL: url) else { return nil }
+        // The prefix stops before the first character that needs escaping: libcurl 7.88's SigV4
+        // signs an escaped query value differently from S3 (403). The answers are filtered by the
+        // exact key anyway.
+        let prefix = listing.key.prefix { $0.isASCII && ($0.isLetter || $0.isNumber || "-_.~".contains($0)) }
+        let list = PlannedRequest(method: "GET", url: listing.url + (prefix.isEmpty ? "?uploads=" : "?prefix=\(prefix)&uploads="),
+                                  headers: headers, body: .empty, signing: credentials)
+        return CleanupPlan(request: list, abortListedUploads: listing.key)
+    }
+
+    /// The bucket URL of an object URL and the object's key: virtual-hosted style
+    /// (`https://bucket.s3.region.amazonaws.com/key`) when the host names S3 after its first
+    /// label, else path style (`http://host:port/bucket/key`).
+    static func listingURL(objectURL: String) -> (url: String, key: String)? {
+        guard let parts = URLParts(objectURL) else { return nil }
+        let afterScheme = objectURL.dropFirst(parts.scheme.count + 3)
+        guard let slash = afterScheme.firstIndex(of: "/") else { return nil }
+        let authority = String(afterScheme[..<slash])
+        var path = Substring(afterScheme[afterScheme.index(after: slash)...])
+        if let query = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = path[..<query] }
+        let base = "\(parts.scheme)://\(authority)"
+        let labels = parts.host.split(separator: ".")
+        if labels.count > 2, labels[1] == "s3" || labels[1].hasPrefix("s3-") {
+            return path.isEmpty ? nil : (base + "/", Self.unescape(String(path)))
+        }
+        guard let bucketEnd = path.firstIndex(of: "/"), path.index(after: bucketEnd) < path.endIndex else { return nil }
+        return (base + "/" + path[..<bucketEnd], Self.unescape(String(path[path.index(after: bucketEnd)...])))
+    }
+
+    /// The object URL again from a listing URL and a key (the inverse of `listingURL`).
+    static func objectURL(fromListing listing: String, key: String) -> String {
+        let bucket = listing.split(separator: "?", maxSplits: 1).first.map(String.init) ?? listing
+        let escaped = key.split(separator: "/", omittingEmptySubsequences: false).map { escape(String($0)) }.joined(separator: "/")
+        return (bucket.hasSuffix("/") ? bucket : bucket + "/") + escaped
+    }
+
+    /// Undoes percent-encoding in a URL path.
+    static func unescape(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var iterator = Array(text.utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == 37, let high = iterator.next(), let low = iterator.next(),
+                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16) {
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     public mutating func start(now: Timestamp) -> UploadStep {

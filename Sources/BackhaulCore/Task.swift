@@ -230,6 +230,8 @@ public struct TaskRecord: Sendable, Equatable {
     public var deadlineAt: Timestamp
     public var response: ResponseRecord?
     public var error: TaskError?
+    /// The error of the latest failed attempt (SPEC §4.2), kept after the task ends.
+    public var lastError: LastError?
     public var cancellation: CancellationReason?
     /// A resumable protocol's progress (what the server acknowledged; for a download, what is
     /// durably in the `.part` file).
@@ -288,6 +290,7 @@ public struct TaskRecord: Sendable, Equatable {
         object["earliest_begin_at"] = earliestBeginAt.map { .string(RFC3339.format($0)) } ?? .null
         object["response"] = response?.json ?? .null
         object["error"] = error.map(Self.errorJSON) ?? .null
+        object["last_error"] = lastError?.json ?? .null
         object["cancellation"] = cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null
         return .object(object)
     }

@@ -21,6 +21,9 @@ public struct TaskError: Sendable, Equatable, Error {
 
     /// The SPEC §2.3 table, in one place.
     public enum Kind: Int, Sendable, CaseIterable {
+        /// The service itself could not carry the task out (its stored configuration cannot be
+        /// applied, say); the message says what.
+        case unknown = -1
         case cancelled = -999
         case timedOut = -1001
         case cannotFindHost = -1003
@@ -42,6 +45,7 @@ public struct TaskError: Sendable, Equatable, Error {
 
         public var name: String {
             switch self {
+            case .unknown: return "unknown"
             case .cancelled: return "cancelled"
             case .timedOut: return "timed_out"
             case .cannotFindHost: return "cannot_find_host"

@@ -48,8 +48,10 @@ public struct TusUpload: UploadStateMachine {
 
     public var checkpoint: UploadCheckpoint? { UploadCheckpoint(offset: offset, location: location) }
 
-    public var cancellationRequest: PlannedRequest? {
-        location.map { PlannedRequest(method: "DELETE", url: $0, headers: headers, body: .empty) }
+    /// Termination of the upload. A cancel that comes while the creation is in flight cannot
+    /// release what the server may create: tus has no way to find it again.
+    public var cancellation: CleanupPlan? {
+        location.map { CleanupPlan(request: PlannedRequest(method: "DELETE", url: $0, headers: headers, body: .empty)) }
     }
 
     public mutating func start(now: Timestamp) -> UploadStep {

@@ -123,13 +123,13 @@ public protocol UploadStateMachine: Sendable {
     var bytesAcknowledged: Int64 { get }
     /// What a resumable protocol persists as it goes (nil: the protocol starts over each attempt).
     var checkpoint: UploadCheckpoint? { get }
-    /// The request that releases the server's side when the task is cancelled (tus termination).
-    var cancellationRequest: PlannedRequest? { get }
+    /// What releases the server's side when the task is cancelled (tus termination, S3 abort).
+    var cancellation: CleanupPlan? { get }
 }
 
 extension UploadStateMachine {
     public var checkpoint: UploadCheckpoint? { nil }
-    public var cancellationRequest: PlannedRequest? { nil }
+    public var cancellation: CleanupPlan? { nil }
 }
 
 /// `raw` and `multipart`: the whole file in one request; success is any 2xx.

@@ -46,6 +46,22 @@ public struct EngineMetrics: Sendable, Equatable {
     public var bandwidthLimit: Int64?
     /// What is left today of each discretionary budget.
     public var budgetRemaining: [NetworkType: Int64] = [:]
+    /// Things the engine could not do and logged as errors, by kind (one of `Fault`).
+    public var faults: [String: Int] = [:]
+
+    /// Kinds of engine faults, a closed set for metric labels.
+    public enum Fault: String, Sendable, CaseIterable {
+        /// A read of the store failed (the work it was for is tried again on the next turn).
+        case storeRead = "store_read"
+        /// A write of the store failed.
+        case storeWrite = "store_write"
+        /// A task's own configuration could not be applied over its session's (the task failed).
+        case invalidConfiguration = "invalid_configuration"
+        /// A stored record could not be read back.
+        case corruptRecord = "corrupt_record"
+        /// curl refused an option.
+        case curl
+    }
 
     public init() {}
 }
@@ -89,10 +105,17 @@ public final class Engine: Sendable {
         self.clock = clock
         multi = try MultiHandle()
         waker = multi.waker
-        let override = try store.setting(Self.networkOverrideKey).flatMap {
-            try? NetworkState.decodeOverride($0, classifier: options.classifier)
+        // A stored override or policy that cannot be read refuses the start: running without it
+        // could send over a network the operator had ruled out.
+        let override: NetworkState?
+        let policy: ServicePolicy
+        do {
+            override = try store.setting(Self.networkOverrideKey).map { try NetworkState.decodeOverride($0, classifier: options.classifier) }
+            policy = try store.setting(Self.policyKey).map { try options.policy.applying($0) } ?? options.policy
+        } catch {
+            throw StoreError.corrupt("the stored network override or run-time policy cannot be read (\(error)); to drop both, "
+                                     + "run: sqlite3 STATE_DIR/backhaul.db \"DELETE FROM settings WHERE key IN ('network_override', 'policy')\"")
         }
-        let policy = try store.setting(Self.policyKey).flatMap { try? options.policy.applying($0) } ?? options.policy
         let detected = Self.detect(options)
         shared.withLock {
             $0.networkOverride = override
@@ -188,17 +211,21 @@ final class EngineLoop {
     final class Cleanup {
         let sequence: Int64
         let attempts: Int
+        let plan: CleanupPlan
         let easy: EasyHandle
-        let response = ResponseCollector(bodyLimit: 1024)
-        init(sequence: Int64, attempts: Int) throws {
+        let response = ResponseCollector(bodyLimit: ResponseRecord.maxBodyBytes)
+        init(sequence: Int64, attempts: Int, plan: CleanupPlan) throws {
             self.sequence = sequence
             self.attempts = attempts
+            self.plan = plan
             easy = try EasyHandle()
             response.attach(to: easy)
         }
     }
 
     var cleanups: [ObjectIdentifier: Cleanup] = [:]
+    /// Syncs and checks finished downloads on a thread of its own.
+    let verifier: DownloadVerifier
     static let maxCleanupAttempts = 5
 
     var active: [String: Transfer] = [:]
@@ -235,17 +262,23 @@ final class EngineLoop {
     var pendingDeletes: [String] = []
     /// A write that ends an attempt failed: the store may show tasks running that are not.
     var orphansPossible = false
+    /// The last reconcile could not read the store: do it again.
+    var reconcileNeeded = false
 
     init(engine: Engine, multi: MultiHandle) {
         self.engine = engine
         self.multi = multi
         (store, logger, options, clock) = engine.context
+        let waker = multi.waker
+        verifier = DownloadVerifier { waker.wake() }
     }
 
     deinit { hashBuffer.deallocate() }
 
     func run() {
         logger.info("engine started", metadata: ["engine.max_concurrent_transfers": "\(options.maxConcurrentTransfers)"])
+        verifier.start()
+        defer { verifier.stop() }
         var lastTimerCheck = 0.0
         while true {
             var (wake, stopDeadline, reevaluate) = engine.takeWake()
@@ -279,7 +312,7 @@ final class EngineLoop {
                     logger.error("cannot read timers", metadata: ["error": "\(error)"])
                 }
             }
-            if changed { reconcile() }
+            if changed || reconcileNeeded { reconcile() }
             if orphansPossible { requeueOrphans() }
             if stopDeadline == nil {
                 if scheduleNeeded { startCleanups(now: now) }
@@ -306,6 +339,10 @@ final class EngineLoop {
                     }
                 }
             }
+            if verifier.hasOutcomes {
+                batched { placeVerifiedDownloads() }
+                freedSlots = true
+            }
             publishProgress(force: false)
             // Slots came free: fill them now rather than after poll's timeout.
             if freedSlots && stopDeadline == nil { continue }
@@ -327,17 +364,45 @@ final class EngineLoop {
 
     // MARK: Scheduling
 
-    func configuration(sessionID: String, overrides: JSONObject) -> TransferConfiguration? {
+    /// A task's configuration: its session's with its own overrides applied. Nil when the session
+    /// cannot be read (logged); a failure when the overrides cannot be applied, which the caller
+    /// must not paper over with the session's configuration (that would drop a restriction such
+    /// as `allows_cellular_access: false`).
+    func configuration(sessionID: String, overrides: JSONObject) -> Result<TransferConfiguration, ValidationError>? {
         let sessionConfiguration: TransferConfiguration?
         if let cached = sessionConfigurations[sessionID] {
             sessionConfiguration = cached
         } else {
-            sessionConfiguration = (try? store.session(id: sessionID))??.0.configuration
+            do {
+                sessionConfiguration = try store.session(id: sessionID)?.0.configuration
+            } catch {
+                fault(.storeRead, "cannot read a session's configuration", ["session.id": "\(sessionID)", "error": "\(error)"])
+                return nil
+            }
             sessionConfigurations[sessionID] = sessionConfiguration
         }
         guard let sessionConfiguration else { return nil }
-        guard !overrides.isEmpty else { return sessionConfiguration }
-        return (try? sessionConfiguration.applying(.object(overrides))) ?? sessionConfiguration
+        guard !overrides.isEmpty else { return .success(sessionConfiguration) }
+        return Result { () throws(ValidationError) in try sessionConfiguration.applying(.object(overrides)) }
+    }
+
+    /// A task whose own configuration cannot be applied fails, saying why, instead of running
+    /// with less than it asked for.
+    func failForConfiguration(_ id: String, _ error: ValidationError) {
+        fault(.invalidConfiguration, "a task's configuration cannot be applied; the task fails", ["task.id": "\(id)", "error": "\(error)"])
+        let failure = TaskError(.unknown, message: "the task's configuration cannot be applied over its session's: \(error.description)")
+        do {
+            try store.applyPolicy(id: id, .fail(failure))
+        } catch {
+            logger.error("cannot fail a task", metadata: ["task.id": "\(id)", "error": "\(error)"])
+        }
+    }
+
+    /// Something the engine could not do that must not pass silently: logged as an error and
+    /// counted in `/metrics` (`backhaul_engine_faults_total`).
+    func fault(_ kind: EngineMetrics.Fault, _ message: Logger.Message, _ metadata: Logger.Metadata = [:]) {
+        metrics.faults[kind.rawValue, default: 0] += 1
+        logger.error(message, metadata: metadata)
     }
 
     /// Starts queued tasks into free slots, in run order, honouring per-host limits. Each query
@@ -367,8 +432,16 @@ final class EngineLoop {
             for entry in page where free > 0 {
                 let key = entry.sessionID + " " + entry.hostKey
                 guard !saturated.contains(key),
-                    let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides)
+                    let merged = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides)
                 else { continue }
+                let configuration: TransferConfiguration
+                switch merged {
+                case .success(let value): configuration = value
+                case .failure(let error):
+                    failForConfiguration(entry.id, error)
+                    changed = true
+                    continue
+                }
                 let decision = Policy.decide(configuration, in: context)
                 if decision != .run {
                     // The network or the policy holds it (or ends it): out of the queue.
@@ -425,7 +498,8 @@ final class EngineLoop {
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
-            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part)
+            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part,
+                                    startedAt: clock.now())
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)
                 return false
@@ -526,8 +600,15 @@ final class EngineLoop {
         }
     }
 
-    /// Writes the end of an attempt and frees its slot.
+    /// Writes the end of an attempt and frees its slot. A download whose body is complete is first
+    /// made durable and verified by the `DownloadVerifier`, holding its slot meanwhile.
     func conclude(_ transfer: Transfer, step: UploadStep) {
+        if case .completed = step, let part = transfer.part, let spec = transfer.task.download, !transfer.verifying {
+            transfer.verifying = true
+            verifier.submit(DownloadVerifier.Job(taskID: transfer.task.id, attempt: transfer.attempt, part: part,
+                                                 expectedSHA256: spec.expectedSHA256))
+            return
+        }
         release(transfer)
         let task = transfer.task
         let response = transfer.responseRecord
@@ -537,15 +618,10 @@ final class EngineLoop {
             return
         case .completed:
             if let changed = transfer.file?.checkUnchanged() {
-                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(changed, response))
+                record(transfer, bytesSent: bytes, .failed(changed, response))
                 return
             }
-            if let part = transfer.part, let spec = task.download, let error = Self.placeDownload(part, spec) {
-                logger.info("download failed", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
-                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(error, response))
-                return
-            }
-            if record(task.id, attempt: transfer.attempt, bytesSent: bytes, .completed(response)), task.deleteFileOnSuccess {
+            if record(transfer, bytesSent: bytes, .completed(response)), task.deleteFileOnSuccess {
                 pendingDeletes.append(task.file.path)
             }
         case .failed(let failure):
@@ -558,26 +634,49 @@ final class EngineLoop {
                     "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
                     "failure": "\(failure)",
                 ])
-                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .retry(at: at, response))
+                record(transfer, bytesSent: bytes, .retry(at: at, failure.error, response))
                 nextTimer = min(nextTimer ?? at, at)
             case .fail(let error):
                 logger.info("task failed", metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
-                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .failed(error, response))
+                record(transfer, bytesSent: bytes, .failed(error, response))
             case .authenticationRequired:
-                record(task.id, attempt: transfer.attempt, bytesSent: bytes, .authenticationRequired(response))
+                record(transfer, bytesSent: bytes, .authenticationRequired(response))
             }
         }
     }
 
+    /// Writes how a transfer's attempt ended, with its entry in the task's attempt history.
+    /// `bytesSent` defaults to what the server acknowledged.
     @discardableResult
-    func record(_ id: String, attempt: Int, bytesSent: Int64, _ result: AttemptResult) -> Bool {
+    func record(_ transfer: Transfer, bytesSent: Int64? = nil, _ result: AttemptResult) -> Bool {
+        record(transfer.task.id, attempt: transfer.attempt, bytesSent: bytesSent ?? transfer.machine.bytesAcknowledged, result,
+               history: history(of: transfer))
+    }
+
+    /// Writes how attempt `attempt` ended; without `history`, as one that ended as it began (it
+    /// could not start).
+    @discardableResult
+    func record(_ id: String, attempt: Int, bytesSent: Int64, _ result: AttemptResult, history: AttemptRecord? = nil) -> Bool {
+        let now = clock.now()
+        let entry = history ?? AttemptRecord(startedAt: now, endedAt: now, bytesSent: 0, bytesReceived: 0, outcome: result.outcome,
+                                             networkType: network.type)
         do {
-            return try store.finishAttempt(id: id, attempt: attempt, bytesSent: bytesSent, result: result) != nil
+            return try store.finishAttempt(id: id, attempt: attempt, bytesSent: bytesSent, result: result, record: entry) != nil
         } catch {
-            logger.error("cannot record the end of an attempt", metadata: ["task.id": "\(id)", "error": "\(error)"])
+            fault(.storeWrite, "cannot record the end of an attempt", ["task.id": "\(id)", "error": "\(error)"])
             orphansPossible = true
             return false
         }
+    }
+
+    /// A transfer's attempt as its history shows it (the outcome is filled in when it is written).
+    func history(of transfer: Transfer) -> AttemptRecord {
+        let moved = max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded)
+        let status = transfer.response.status
+        return AttemptRecord(
+            startedAt: transfer.startedAt, endedAt: clock.now(), bytesSent: transfer.part == nil ? moved : 0,
+            bytesReceived: transfer.part == nil ? 0 : moved, outcome: .stopped, httpStatus: status == 0 ? nil : status,
+            networkType: network.type)
     }
 
     /// Runs `body` with the store writes it makes committed as one transaction (`Store.batch`):
@@ -612,20 +711,23 @@ final class EngineLoop {
         }
     }
 
-    /// A download's verification and placement (its size was checked by the state machine):
-    /// the `.part` file must have the expected SHA-256, then it is renamed into place. Nil when
-    /// it is there.
-    static func placeDownload(_ part: PartFile, _ spec: DownloadSpec) -> TaskError? {
-        if let expected = spec.expectedSHA256 {
-            guard let actual = part.sha256() else {
-                return TaskError(.cannotWriteToFile, message: "cannot read back \(part.path) to verify it")
-            }
-            guard actual == expected else {
-                return TaskError(.downloadChecksumMismatch,
-                                 message: "the downloaded file's SHA-256 is \(actual), expected_sha256 is \(expected); nothing was placed")
+    /// Downloads the verifier is done with: a task still in that attempt is renamed into place
+    /// and completes, or fails with the verifier's error. One whose task moved on meanwhile
+    /// (cancelled, say) is left alone: the store removes its `.part` file.
+    func placeVerifiedDownloads() {
+        for outcome in verifier.take() {
+            guard let transfer = active[outcome.taskID], transfer.attempt == outcome.attempt, transfer.verifying,
+                let part = transfer.part, let spec = transfer.task.download else { continue }
+            let error = outcome.error ?? part.place(at: spec.destination, overwrite: spec.overwrite)
+            release(transfer)
+            let bytes = transfer.machine.bytesAcknowledged
+            if let error {
+                logger.info("download failed", metadata: ["task.id": "\(outcome.taskID)", "error.name": "\(error.name)"])
+                record(transfer, bytesSent: bytes, .failed(error, transfer.responseRecord))
+            } else {
+                record(transfer, bytesSent: bytes, .completed(transfer.responseRecord))
             }
         }
-        return part.place(at: spec.destination, overwrite: spec.overwrite)
     }
 
     /// The disk cannot hold the download: the task is cancelled with reason 2 (the store removes
@@ -634,8 +736,7 @@ final class EngineLoop {
         release(transfer)
         logger.warning("not enough disk space for a download", metadata: ["task.id": "\(transfer.task.id)"])
         let total = transfer.withDownload { $0.total } ?? nil
-        record(transfer.task.id, attempt: transfer.attempt, bytesSent: 0,
-               .cancelled(.insufficientSystemResources,
+        record(transfer, bytesSent: 0, .cancelled(.insufficientSystemResources,
                           "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))
     }
 
@@ -643,7 +744,7 @@ final class EngineLoop {
         guard active[transfer.task.id] === transfer else { return }
         // A download's received bytes are made durable and checkpointed before it stops, so the
         // next attempt asks only for the rest.
-        if transfer.part != nil, !transfer.insufficientSpace, transfer.syncPart() { persistCheckpoint(transfer) }
+        if transfer.part != nil, !transfer.insufficientSpace, !transfer.verifying, transfer.syncPart() { persistCheckpoint(transfer) }
         // Bytes a short transfer sent between two progress rounds still count.
         countSent(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
         if transfer.configuration.discretionary { flushBudget(force: true) }
@@ -662,35 +763,69 @@ final class EngineLoop {
 
     func startCleanups(now: Timestamp) {
         guard cleanups.count < 4 else { return }
-        let due: [(Int64, PlannedRequest, Int)]
+        let due: [Store.DueCleanup]
         do {
             due = try store.dueCleanups(now: now, limit: 4 - cleanups.count, excluding: Set(cleanups.values.map(\.sequence)))
         } catch {
-            logger.error("cannot read cleanups", metadata: ["error": "\(error)"])
+            fault(.storeRead, "cannot read cleanups", ["error": "\(error)"])
             return
         }
-        for (sequence, request, attempts) in due {
+        for (sequence, read, attempts) in due {
+            let plan: CleanupPlan
+            switch read {
+            case .success(let value): plan = value
+            case .failure(let error):
+                // A row nobody can read would otherwise be skipped, and kept, forever.
+                fault(.corruptRecord, "dropping a cleanup that cannot be read", ["cleanup.seq": "\(sequence)", "error": "\(error)"])
+                do { try store.recordCleanup(sequence: sequence, retryAt: nil) } catch {
+                    fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])
+                }
+                continue
+            }
             do {
-                let cleanup = try Cleanup(sequence: sequence, attempts: attempts)
+                let cleanup = try Cleanup(sequence: sequence, attempts: attempts, plan: plan)
+                let request = plan.request
                 try cleanup.easy.set(CURLOPT_URL, request.url)
                 try cleanup.easy.set(CURLOPT_NOSIGNAL, 1)
                 try cleanup.easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
-                try cleanup.easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+                if request.method == "GET" {
+                    try cleanup.easy.set(CURLOPT_HTTPGET, 1)
+                } else {
+                    try cleanup.easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+                }
                 try cleanup.easy.set(CURLOPT_TIMEOUT, 30)
                 if let bundle = options.caBundle { try cleanup.easy.set(CURLOPT_CAINFO, bundle) }
+                if let signing = request.signing {
+                    try cleanup.easy.set(CURLOPT_AWS_SIGV4, "aws:amz:\(signing.region):s3")
+                    try cleanup.easy.set(CURLOPT_USERPWD, "\(signing.accessKeyID):\(signing.secretAccessKey)")
+                }
                 try cleanup.easy.setHeaders(request.headers.map { "\($0.0): \($0.1)" })
                 try multi.add(cleanup.easy)
                 cleanups[ObjectIdentifier(cleanup.easy)] = cleanup
             } catch {
-                logger.warning("cannot start a cleanup request", metadata: ["error": "\(error)"])
+                fault(.curl, "cannot start a cleanup request", ["error": "\(error)"])
             }
         }
     }
 
     /// 2xx, 404 and 410 end a cleanup (the server no longer holds the upload); other outcomes are
-    /// retried a few times with backoff, then given up and logged.
+    /// retried a few times with backoff, then given up and logged. A listing that answered is
+    /// replaced by the aborts of what it found.
     func finishedCleanup(_ cleanup: Cleanup, code: CurlCode) {
         let status = code == .ok ? cleanup.response.status : 0
+        if (200..<300).contains(status), cleanup.plan.abortListedUploads != nil {
+            let found = cleanup.plan.followUps(listing: cleanup.response.body)
+            do {
+                let aborts = try store.replaceCleanup(sequence: cleanup.sequence, with: found)
+                logger.info("listed the multipart uploads of a cancelled task", metadata: [
+                    "cleanup.found": "\(found.count)", "cleanup.aborts": "\(aborts)",
+                ])
+                if aborts > 0 { scheduleNeeded = true }
+            } catch {
+                fault(.storeWrite, "cannot record a cleanup", ["error": "\(error)"])
+            }
+            return
+        }
         let done = (200..<300).contains(status) || status == 404 || status == 410
         var retryAt: Timestamp?
         if !done {
@@ -704,16 +839,30 @@ final class EngineLoop {
             }
         }
         do { try store.recordCleanup(sequence: cleanup.sequence, retryAt: retryAt) } catch {
-            logger.error("cannot record a cleanup", metadata: ["error": "\(error)"])
+            fault(.storeWrite, "cannot record a cleanup", ["error": "\(error)"])
         }
     }
 
     /// Stops transfers whose task the API moved away from `running` (cancel, suspend, disable, expiry).
     func reconcile() {
-        guard !active.isEmpty, let states = try? store.states(of: Array(active.keys)) else { return }
+        guard !active.isEmpty else { return }
+        let states: [String: TaskState]
+        do {
+            states = try store.states(of: Array(active.keys))
+        } catch {
+            // Tried again next turn: a cancelled transfer must not keep running unnoticed.
+            fault(.storeRead, "cannot read the states of running tasks", ["error": "\(error)"])
+            reconcileNeeded = true
+            return
+        }
+        reconcileNeeded = false
         for (id, transfer) in active where states[id] != .running {
             logger.info("stopping a transfer", metadata: ["task.id": "\(id)", "task.state": "\(states[id]?.rawValue ?? "deleted")"])
+            let entry = history(of: transfer)
             release(transfer)
+            do { try store.recordStoppedAttempt(id: id, entry) } catch {
+                fault(.storeWrite, "cannot record a stopped attempt", ["task.id": "\(id)", "error": "\(error)"])
+            }
         }
     }
 
@@ -721,7 +870,7 @@ final class EngineLoop {
     func interruptAll() {
         for transfer in Array(active.values) {
             release(transfer)
-            record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .interrupted)
+            record(transfer, .interrupted)
         }
     }
 

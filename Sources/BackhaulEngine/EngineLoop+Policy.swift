@@ -11,8 +11,14 @@ extension EngineLoop {
         if local.day != budgetDay {
             // A new day: budgets start again (what was spent today survives restarts in the store).
             flushBudget(force: true)
-            budgetDay = local.day
-            budgetUsed = (try? store.budgetUsage(day: local.day)) ?? [:]
+            do {
+                budgetUsed = try store.budgetUsage(day: local.day)
+                budgetDay = local.day
+            } catch {
+                // Unknown use counts as spent (discretionary tasks wait) until it can be read.
+                fault(.storeRead, "cannot read today's budget use; discretionary budgets count as spent", ["error": "\(error)"])
+                budgetUsed = policy.discretionaryDailyBudget
+            }
         }
         return PolicyContext(network: network, policy: policy, now: now, minuteOfDay: local.minute, budgetUsed: budgetUsed)
     }
@@ -34,9 +40,9 @@ extension EngineLoop {
             release(transfer)
             switch decision {
             case .wait(let reason):
-                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .held(reason))
+                record(transfer, .held(reason))
             case .fail(let error):
-                record(transfer.task.id, attempt: transfer.attempt, bytesSent: transfer.machine.bytesAcknowledged, .failed(error, nil))
+                record(transfer, .failed(error, nil))
             case .run:
                 break
             }
@@ -44,10 +50,22 @@ extension EngineLoop {
         var after: Int64 = 0
         let started = monotonicSeconds()
         while monotonicSeconds() - started < 5 {
-            guard let page = try? store.policyHeldTasks(afterSequence: after, limit: 500), let last = page.last else { break }
+            let page: [(QueueEntry, WaitingReason)]
+            do {
+                page = try store.policyHeldTasks(afterSequence: after, limit: 500)
+            } catch {
+                fault(.storeRead, "cannot read the tasks the policy holds; deciding again next turn", ["error": "\(error)"])
+                engine.wake(policy: true)
+                break
+            }
+            guard let last = page.last else { break }
             after = last.0.sequence
             for (entry, reason) in page {
-                guard let configuration = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides) else { continue }
+                guard let merged = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides) else { continue }
+                guard case .success(let configuration) = merged else {
+                    if case .failure(let error) = merged { failForConfiguration(entry.id, error) }
+                    continue
+                }
                 let decision = Policy.decide(configuration, in: context)
                 guard decision != .wait(reason) else { continue }
                 do { try store.applyPolicy(id: entry.id, decision) } catch {
@@ -101,6 +119,10 @@ extension EngineLoop {
         let limit = policy.bandwidth(minuteOfDay: local.minute, network: network.type)
         let share = limit.map { max(1024, $0 / Int64(max(1, active.count))) } ?? 0
         sendSpeedShare = share
-        for transfer in active.values { transfer.limitSendSpeed(share) }
+        for transfer in active.values {
+            do { try transfer.limitSendSpeed(share) } catch {
+                fault(.curl, "cannot apply the bandwidth limit to a transfer", ["task.id": "\(transfer.task.id)", "error": "\(error)"])
+            }
+        }
     }
 }

@@ -3,7 +3,8 @@ import Digest
 import Glibc
 
 /// A download's `.part` file, written through its descriptor only, then verified and renamed
-/// into place. Lives on the engine thread.
+/// into place. Lives on the engine thread, but for its verification, which the engine hands to
+/// the `DownloadVerifier` (sync and read-back only) while it waits.
 final class PartFile {
     let path: String
     private let descriptor: Int32
@@ -90,11 +91,10 @@ final class PartFile {
         return SHA256Hasher.hex(hasher.finish())
     }
 
-    /// Moves the finished file to `destination` in one step: `rename` when it may replace a
-    /// file there, else `link` + `unlink` (which fails rather than replace). The directory is
-    /// synced so the new name survives a power cut.
+    /// Moves the finished (and synced) file to `destination` in one step: `rename` when it may
+    /// replace a file there, else `link` + `unlink` (which fails rather than replace). The
+    /// directory is synced so the new name survives a power cut.
     func place(at destination: String, overwrite: Bool) -> TaskError? {
-        guard sync() else { return TaskError(.cannotWriteToFile, message: "cannot sync \(path): \(String(cString: strerror(errno)))") }
         if overwrite {
             guard rename(path, destination) == 0 else {
                 return TaskError(.cannotMoveFile, message: "cannot rename to \(destination): \(String(cString: strerror(errno)))")

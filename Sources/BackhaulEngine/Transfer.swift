@@ -8,6 +8,8 @@ import Digest
 final class Transfer {
     var task: TaskRecord
     let attempt: Int
+    /// When the attempt began (wall clock), for its entry in the task's history.
+    let startedAt: Timestamp
     let configuration: TransferConfiguration
     let limitKey: String
     var machine: any UploadStateMachine
@@ -21,6 +23,8 @@ final class Transfer {
     private(set) var received: Int64 = 0
     /// Set when the disk cannot hold the download: the task is cancelled with reason 2.
     var insufficientSpace = false
+    /// Set while the `DownloadVerifier` has the finished `.part` file (the slot stays taken).
+    var verifying = false
     /// When the `.part` file was last made durable (monotonic), and the offset then.
     var lastPartSync = monotonicSeconds()
     var lastPartSyncOffset: Int64 = 0
@@ -66,10 +70,10 @@ final class Transfer {
     private(set) var sendSpeed: Int64 = 0
 
     /// Sets the send speed limit, on the request in flight too (curl reads it as it paces).
-    func limitSendSpeed(_ bytesPerSecond: Int64) {
+    func limitSendSpeed(_ bytesPerSecond: Int64) throws {
         guard bytesPerSecond != sendSpeed else { return }
         sendSpeed = bytesPerSecond
-        try? easy.set(speedLimitOption, offset: bytesPerSecond)
+        try easy.set(speedLimitOption, offset: bytesPerSecond)
     }
 
     /// The direction the bandwidth limit paces: what an upload sends, what a download receives.
@@ -80,9 +84,10 @@ final class Transfer {
     var lastSample: (time: Double, bytes: Int64)
 
     init(task: TaskRecord, configuration: TransferConfiguration, limitKey: String, machine: any UploadStateMachine,
-         file: OpenedFile?, part: PartFile? = nil) throws {
+         file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
         self.task = task
         self.attempt = task.attempts
+        self.startedAt = startedAt
         self.configuration = configuration
         self.limitKey = limitKey
         self.machine = machine

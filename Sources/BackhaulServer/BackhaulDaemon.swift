@@ -116,6 +116,13 @@ public final class BackhaulDaemon: Sendable {
     }
 }
 
+/// The exit statuses of `backhauld` besides 0 (stopped by a signal), 1 (cannot start) and 2 (bad
+/// usage).
+public enum ExitStatus {
+    /// The state database holds a record this build cannot read (EX_DATAERR).
+    public static let corruptState: Int32 = 65
+}
+
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
 public func runBackhauld(arguments: [String]) -> Int32 {
     var environment: [String: String] = [:]
@@ -160,6 +167,14 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     let daemon: BackhaulDaemon
     do {
         daemon = try BackhaulDaemon(configuration: configuration, logger: logger)
+    } catch let error as StoreError {
+        if case .corrupt(let message) = error {
+            // A state directory this build cannot read as it is: nothing is guessed or dropped.
+            logger.critical("cannot start: the state database holds what this build cannot read", metadata: ["error": "\(message)"])
+            return ExitStatus.corruptState
+        }
+        logger.critical("cannot start", metadata: ["error": "\(error)"])
+        return 1
     } catch {
         logger.critical("cannot start", metadata: ["error": "\(error)"])
         return 1

@@ -119,5 +119,53 @@ enum Schema {
         (5, """
             ALTER TABLE tasks ADD COLUMN download TEXT;
             """),
+        // A removed session leaves its tasks readable (SPEC §4.2): `session_id` becomes '' (no
+        // session), `detached_from` keeps the id it had. Failures a client sees before the end:
+        // `last_error` and the attempt history. Task counts per session and state kept by
+        // triggers, so a session's counts and its open-task limit cost no walk over its tasks.
+        (6, """
+            ALTER TABLE tasks ADD COLUMN detached_from TEXT;
+            ALTER TABLE tasks ADD COLUMN last_error TEXT;
+            DROP INDEX tasks_idempotency;
+            CREATE UNIQUE INDEX tasks_idempotency ON tasks (session_id, idempotency_key)
+                WHERE idempotency_key IS NOT NULL AND detached_from IS NULL;
+            CREATE TABLE attempts (
+                task_seq INTEGER NOT NULL,
+                number INTEGER NOT NULL,
+                started_at REAL NOT NULL,
+                ended_at REAL NOT NULL,
+                bytes_sent INTEGER NOT NULL,
+                bytes_received INTEGER NOT NULL,
+                outcome TEXT NOT NULL,
+                http_status INTEGER,
+                error TEXT,
+                network_type TEXT,
+                PRIMARY KEY (task_seq, number)
+            ) WITHOUT ROWID;
+            CREATE TABLE session_counts (
+                session_id TEXT NOT NULL,
+                state TEXT NOT NULL,
+                count INTEGER NOT NULL,
+                PRIMARY KEY (session_id, state)
+            ) WITHOUT ROWID;
+            INSERT INTO session_counts (session_id, state, count)
+                SELECT session_id, state, COUNT(*) FROM tasks GROUP BY session_id, state;
+            CREATE TRIGGER session_counts_insert AFTER INSERT ON tasks WHEN NEW.session_id != '' BEGIN
+                INSERT INTO session_counts (session_id, state, count) VALUES (NEW.session_id, NEW.state, 1)
+                ON CONFLICT (session_id, state) DO UPDATE SET count = count + 1;
+            END;
+            CREATE TRIGGER session_counts_update AFTER UPDATE OF state, session_id ON tasks
+            WHEN OLD.state IS NOT NEW.state OR OLD.session_id IS NOT NEW.session_id BEGIN
+                UPDATE session_counts SET count = count - 1 WHERE session_id = OLD.session_id AND state = OLD.state;
+                INSERT INTO session_counts (session_id, state, count) SELECT NEW.session_id, NEW.state, 1 WHERE NEW.session_id != ''
+                ON CONFLICT (session_id, state) DO UPDATE SET count = count + 1;
+            END;
+            CREATE TRIGGER session_counts_delete AFTER DELETE ON tasks WHEN OLD.session_id != '' BEGIN
+                UPDATE session_counts SET count = count - 1 WHERE session_id = OLD.session_id AND state = OLD.state;
+            END;
+            CREATE TRIGGER attempts_of_deleted_task AFTER DELETE ON tasks BEGIN
+                DELETE FROM attempts WHERE task_seq = OLD.seq;
+            END;
+            """),
     ]
 }

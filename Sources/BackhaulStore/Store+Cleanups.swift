@@ -3,17 +3,48 @@ import JSON
 import SQLite
 
 extension Store {
-    /// Cleanup requests due now (tus termination after a cancel).
-    public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [(Int64, PlannedRequest, Int)] {
+    /// A cleanup row as read: the request it asks for, or why it cannot be read.
+    public typealias DueCleanup = (sequence: Int64, plan: Result<CleanupPlan, StoreError>, attempts: Int)
+
+    /// Cleanup requests due now (tus termination, S3 abort after a cancel). A row that cannot be
+    /// read comes back as a failure, for the engine to log and drop, not to skip forever.
+    public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup] {
         try read { db in
             try db.query("SELECT seq, request, attempts FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
-                         [now, limit + busy.count]) { row -> (Int64, PlannedRequest, Int)? in
-                guard !busy.contains(row.int(0)), let value = try? JSON.parse(row.string(1)) else { return nil }
-                var headers: [(String, String)] = []
-                for (name, header) in value["headers"]?.objectValue ?? [:] { headers.append((name, header.stringValue ?? "")) }
-                return (row.int(0), PlannedRequest(method: value["method"]?.stringValue ?? "DELETE", url: value["url"]?.stringValue ?? "",
-                                                   headers: headers, body: .empty), Int(row.int(2)))
+                         [now, limit + busy.count]) { row -> DueCleanup? in
+                guard !busy.contains(row.int(0)) else { return nil }
+                let text = row.string(1)
+                let plan = Result { () throws(StoreError) in
+                    guard let value = try? JSON.parse(text), let plan = CleanupPlan.decode(value) else {
+                        throw StoreError.corrupt("cleanup \(row.int(0)) holds \(text.prefix(200))")
+                    }
+                    return plan
+                }
+                return (row.int(0), plan, Int(row.int(2)))
             }.compactMap { $0 }.prefix(limit).map { $0 }
+        }
+    }
+
+    /// A cleanup whose listing found uploads to release: those no unfinished task holds go in as
+    /// cleanups of their own, in the transaction that ends the listing one. Returns how many.
+    @discardableResult
+    public func replaceCleanup(sequence: Int64, with found: [(uploadID: String, plan: CleanupPlan)]) throws(StoreError) -> Int {
+        let now = self.now
+        return try write(.relaxed) { db in
+            let taskID = try db.queryFirst("SELECT task_id FROM cleanups WHERE seq = ?", [sequence]) { $0.string(0) } ?? ""
+            var added = 0
+            for (uploadID, plan) in found {
+                let held = try db.queryFirst(
+                    """
+                    SELECT 1 FROM tasks WHERE state IN \(Store.unfinishedStates) AND checkpoint IS NOT NULL
+                    AND json_extract(checkpoint, '$.location') = ? LIMIT 1
+                    """, [uploadID]) { _ in true } ?? false
+                guard !held else { continue }
+                try Store.insertCleanup(db, taskID: taskID, plan, now: now)
+                added += 1
+            }
+            try db.run("DELETE FROM cleanups WHERE seq = ?", [sequence])
+            return added
         }
     }
 

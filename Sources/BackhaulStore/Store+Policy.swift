@@ -58,7 +58,10 @@ extension Store {
                 WHERE state = 'waiting' AND waiting_reason IN (SELECT value FROM json_each(?)) AND seq > ?
                 ORDER BY seq LIMIT ?
                 """, [reasons, afterSequence, limit]) { row in
-                (Store.decodeQueueEntry(row), WaitingReason(rawValue: row.string(6)) ?? .noConnectivity)
+                guard let reason = WaitingReason(rawValue: row.string(6)) else {
+                    throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(6))")
+                }
+                return (try Store.decodeQueueEntry(row), reason)
             }
         }
     }

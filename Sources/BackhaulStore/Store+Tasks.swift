@@ -17,7 +17,8 @@ public struct QueueEntry: Sendable, Equatable {
 public enum AttemptResult: Sendable {
     case completed(ResponseRecord?)
     case failed(TaskError, ResponseRecord?)
-    case retry(at: Timestamp, ResponseRecord?)
+    /// Failed with `error`; tried again at `at`.
+    case retry(at: Timestamp, TaskError, ResponseRecord?)
     case authenticationRequired(ResponseRecord?)
     /// Stopped without fault (shutdown): back to the queue, no attempt counted.
     case interrupted
@@ -25,6 +26,32 @@ public enum AttemptResult: Sendable {
     case held(WaitingReason)
     /// Ended by the service itself (a download the disk cannot hold: reason 2).
     case cancelled(CancellationReason, String)
+    /// Failed before it could start: the task's own configuration cannot be applied (a store
+    /// written by a build that allowed it).
+    case invalidConfiguration(TaskError)
+
+    /// What the attempt led to, for the task's attempt history.
+    public var outcome: AttemptRecord.Outcome {
+        switch self {
+        case .completed: return .completed
+        case .failed, .invalidConfiguration: return .failed
+        case .retry, .authenticationRequired: return .retry
+        case .interrupted, .held, .cancelled: return .stopped
+        }
+    }
+
+    /// The error of a failed attempt: it becomes the task's `last_error`.
+    public var attemptError: TaskError? {
+        switch self {
+        case .failed(let error, _), .invalidConfiguration(let error): return error
+        case .retry(_, let error, _):
+            return error
+        case .authenticationRequired:
+            return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
+        case .completed, .interrupted, .held, .cancelled:
+            return nil
+        }
+    }
 }
 
 extension Store {
@@ -32,7 +59,7 @@ extension Store {
         seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
         priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
         created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
-        cancellation, checkpoint, download
+        cancellation, checkpoint, download, detached_from, last_error
         """
 
     static func decodeTask(_ row: Row) throws -> TaskRecord {
@@ -42,19 +69,28 @@ extension Store {
         let request = RequestSpec(url: requestJSON["url"]?.stringValue ?? "", method: requestJSON["method"]?.stringValue ?? "PUT",
                                   headers: headers)
         let upload = try UploadSpec.decode(JSON.parse(row.string(10), maxDepth: 64))
+        // A task whose session was removed keeps the id it had (`detached_from`).
         var task = TaskRecord(
-            id: row.string(1), sessionID: row.string(2),
+            id: row.string(1), sessionID: row.optionalString(29) ?? row.string(2),
             file: FileInfo(path: row.string(6), size: row.int(7), modifiedAtNanoseconds: row.int(8)),
             request: request, upload: upload, createdAt: row.double(18), deadlineAt: row.double(23))
         task.sequence = row.int(0)
-        task.kind = TaskKind(rawValue: row.string(3)) ?? .upload
-        task.state = TaskState(rawValue: row.string(4)) ?? .queued
-        task.waitingReason = row.optionalString(5).flatMap(WaitingReason.init(rawValue:))
+        guard let kind = TaskKind(rawValue: row.string(3)), let state = TaskState(rawValue: row.string(4)) else {
+            throw StoreError.corrupt("task \(task.id) has kind \(row.string(3)) and state \(row.string(4))")
+        }
+        task.kind = kind
+        task.state = state
+        if let reason = row.optionalString(5) {
+            guard let parsed = WaitingReason(rawValue: reason) else {
+                throw StoreError.corrupt("task \(task.id) waits for the reason \(reason)")
+            }
+            task.waitingReason = parsed
+        }
         task.priority = row.double(11)
         task.description = row.optionalString(12)
         task.idempotencyKey = row.optionalString(13)
         task.deleteFileOnSuccess = row.int(14) != 0
-        task.configurationOverrides = (try? JSON.parse(row.string(15), maxDepth: 64))?.objectValue ?? [:]
+        task.configurationOverrides = try overrides(row.string(15), task: task.id)
         task.attempts = Int(row.int(16))
         task.bytesSent = row.int(17)
         task.startedAt = row.optionalDouble(19)
@@ -64,9 +100,29 @@ extension Store {
         task.response = try row.optionalString(24).flatMap { ResponseRecord.decode(try JSON.parse($0, maxDepth: 64)) }
         task.error = try row.optionalString(25).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) }
         task.cancellation = row.optionalInt(26).flatMap { CancellationReason(rawValue: Int($0)) }
-        task.checkpoint = row.optionalString(27).flatMap { UploadCheckpoint(try? JSON.parse($0)) }
-        task.download = row.optionalString(28).flatMap { DownloadSpec(try? JSON.parse($0)) }
+        if let text = row.optionalString(27) {
+            guard let checkpoint = UploadCheckpoint(try JSON.parse(text, maxDepth: 16)) else {
+                throw StoreError.corrupt("task \(task.id) has the checkpoint \(text)")
+            }
+            task.checkpoint = checkpoint
+        }
+        if let text = row.optionalString(28) {
+            guard let download = DownloadSpec(try JSON.parse(text, maxDepth: 16)) else {
+                throw StoreError.corrupt("task \(task.id) has the download \(text)")
+            }
+            task.download = download
+        }
+        task.lastError = try row.optionalString(30).flatMap { LastError.decode(try JSON.parse($0, maxDepth: 16)) }
         return task
+    }
+
+    /// A task's stored configuration overrides: an object ("{}" when it has none).
+    static func overrides(_ text: String, task: String) throws -> JSONObject {
+        if text == "{}" { return [:] }
+        guard let object = try JSON.parse(text, maxDepth: 64).objectValue else {
+            throw StoreError.corrupt("task \(task) has the configuration \(text)")
+        }
+        return object
     }
 
     static func requestColumn(_ request: RequestSpec) -> String { request.json(redacted: false).serialized() }
@@ -92,14 +148,14 @@ extension Store {
             """
             UPDATE tasks SET state = ?, waiting_reason = ?, request = ?, host_key = ?, priority = ?, configuration = ?,
                 attempts = ?, bytes_sent = ?, started_at = ?, finished_at = ?, next_attempt_at = ?, earliest_begin_at = ?,
-                deadline_at = ?, response = ?, error = ?, cancellation = ?
+                deadline_at = ?, response = ?, error = ?, cancellation = ?, last_error = ?
             WHERE id = ?
             """,
             [task.state.rawValue, task.waitingReason?.rawValue, requestColumn(task.request), task.request.hostKey,
              task.priority, JSON.object(task.configurationOverrides).serialized(), task.attempts, task.bytesSent,
              task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt, task.deadlineAt,
              task.response?.json.serialized(), task.error.map { TaskRecord.errorJSON($0).serialized() },
-             task.cancellation?.rawValue, task.id])
+             task.cancellation?.rawValue, task.lastError?.json.serialized(), task.id])
     }
 
     static func fetchTask(_ db: Connection, id: String) throws -> TaskRecord? {
@@ -142,30 +198,39 @@ extension Store {
         }
     }
 
-    /// A cancelled task whose protocol left something at the server (a tus upload) gets the
-    /// request that releases it, queued in the same transaction.
+    /// A cancelled task whose protocol may have left something at the server (a tus upload, an
+    /// S3 multipart upload) gets what releases it, queued in the same transaction: a crash after
+    /// the cancel still releases it after the restart.
     static func scheduleCleanup(_ db: Connection, for task: TaskRecord, now: Timestamp) throws {
-        guard task.checkpoint != nil else { return }
+        guard task.attempts > 0 || task.checkpoint != nil else { return }
         let defaults = try fetchSession(db, id: task.sessionID)?.configuration.defaultHeaders ?? []
         let machine = UploadProtocols.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
-        guard let request = machine.cancellationRequest else { return }
-        var headers = JSONObject()
-        for (name, value) in request.headers { headers[name] = .string(value) }
-        let stored: JSON = ["method": .string(request.method), "url": .string(request.url), "headers": .object(headers)]
+        guard let plan = machine.cancellation else { return }
+        try insertCleanup(db, taskID: task.id, plan, now: now)
+    }
+
+    static func insertCleanup(_ db: Connection, taskID: String, _ plan: CleanupPlan, now: Timestamp) throws {
         try db.run("INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES (?, ?, ?, ?)",
-                   [task.id, stored.serialized(), now, now])
+                   [taskID, plan.json.serialized(), now, now])
     }
 
     // MARK: Client operations
 
     /// Inserts tasks all-or-nothing; a task whose idempotency key exists returns the first task.
     /// Each result says whether it was created.
-    public func createTasks(sessionID: String, _ tasks: [TaskRecord]) throws(StoreError) -> [(TaskRecord, Bool)] {
+    /// At most `maxOpen` unfinished tasks may be in the session afterwards (else
+    /// `StoreError.tooManyTasks`), counted inside the transaction, so concurrent creates cannot
+    /// pass the limit together.
+    public func createTasks(sessionID: String, _ tasks: [TaskRecord], maxOpen: Int = .max) throws(StoreError) -> [(TaskRecord, Bool)] {
         let now = self.now
         return try write { db in
             guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
             guard session.lifecycle == .active else {
                 throw StoreError.conflict("the session is finishing and accepts no new tasks")
+            }
+            if maxOpen < .max {
+                let open = try Store.openTaskCount(db, sessionID: sessionID)
+                if open + tasks.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
             }
             var results: [(TaskRecord, Bool)] = []
             var keysInBatch: [String: TaskRecord] = [:]
@@ -183,7 +248,7 @@ extension Store {
                         continue
                     }
                     if let existing = try db.queryFirst(
-                        "SELECT \(Store.taskColumns) FROM tasks WHERE session_id = ? AND idempotency_key = ?",
+                        "SELECT \(Store.taskColumns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
                         [sessionID, key], Store.decodeTask)
                     {
                         results.append((existing, false))
@@ -331,11 +396,10 @@ extension Store {
     /// The columns `decodeQueueEntry` reads.
     static let queueColumns = "seq, id, session_id, host_key, priority, configuration"
 
-    static func decodeQueueEntry(_ row: Row) -> QueueEntry {
-        let overrides = row.string(5)
-        return QueueEntry(
+    static func decodeQueueEntry(_ row: Row) throws -> QueueEntry {
+        QueueEntry(
             sequence: row.int(0), id: row.string(1), sessionID: row.string(2), hostKey: row.string(3), priority: row.double(4),
-            configurationOverrides: overrides == "{}" ? [:] : ((try? JSON.parse(overrides, maxDepth: 64))?.objectValue ?? [:]))
+            configurationOverrides: try overrides(row.string(5), task: row.string(1)))
     }
 
     /// Tasks shown running that are not in `running` (the engine's) go back to the queue, their
@@ -374,13 +438,20 @@ extension Store {
     /// Records how attempt `attempt` ended, unless the task left that attempt meanwhile
     /// (cancelled, suspended, expired): then nothing is written and nil is returned.
     @discardableResult
-    public func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptResult) throws(StoreError) -> TaskRecord? {
+    public func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptResult,
+                              record: AttemptRecord? = nil) throws(StoreError) -> TaskRecord? {
         let now = self.now
         return try write(.relaxed) { db in
             guard let current = try Store.fetchTask(db, id: id), current.state == .running, current.attempts == attempt else {
                 return nil
             }
+            if var record {
+                record.outcome = result.outcome
+                if let error = result.attemptError { record.error = error }
+                try Store.appendAttempt(db, taskSequence: current.sequence, record)
+            }
             return try Store.save(db, changing: current, now: now) { task in
+                if let error = result.attemptError { task.lastError = LastError(error, at: now) }
                 task.bytesSent = bytesSent
                 switch result {
                 case .completed(let response):
@@ -391,7 +462,7 @@ extension Store {
                     Store.enter(.failed, task: &task, now: now)
                     task.error = error
                     if let response { task.response = response }
-                case .retry(let at, let response):
+                case .retry(let at, _, let response):
                     Store.enter(.retrying, task: &task, now: now)
                     task.nextAttemptAt = at
                     if let response { task.response = response }
@@ -406,7 +477,62 @@ extension Store {
                     task.attempts -= 1
                 case .cancelled(let reason, let message):
                     Store.cancel(&task, reason: reason, now: now, message: message)
+                case .invalidConfiguration(let error):
+                    Store.enter(.failed, task: &task, now: now)
+                    task.error = error
                 }
+            }
+        }
+    }
+
+    /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
+    /// beyond `AttemptRecord.historyLimit`.
+    static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
+        let number = (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
+            $0.int(0)
+        } ?? 0) + 1
+        try db.run(
+            """
+            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error,
+                network_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [taskSequence, number, record.startedAt, record.endedAt, record.bytesSent, record.bytesReceived, record.outcome.rawValue,
+             record.httpStatus ?? record.error?.httpStatus, record.error.map { TaskRecord.errorJSON($0).serialized() },
+             record.networkType?.rawValue])
+        if number > Int64(AttemptRecord.historyLimit) {
+            try db.run("DELETE FROM attempts WHERE task_seq = ? AND number <= ?", [taskSequence, number - Int64(AttemptRecord.historyLimit)])
+        }
+    }
+
+    /// Records an attempt the engine stopped after the task left it (a client's cancel or
+    /// suspend, a session disabled, the resource timeout): the task's state is not touched.
+    public func recordStoppedAttempt(id: String, _ record: AttemptRecord) throws(StoreError) {
+        try write(.relaxed) { db in
+            guard let sequence = try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [id], { $0.int(0) }) else { return }
+            var stopped = record
+            stopped.outcome = .stopped
+            try Store.appendAttempt(db, taskSequence: sequence, stopped)
+        }
+    }
+
+    /// A task's attempts, newest first (at most `AttemptRecord.historyLimit`); nil when there is
+    /// no such task.
+    public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {
+        try read { db in
+            guard let sequence = try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [taskID], { $0.int(0) }) else { return nil }
+            return try db.query(
+                """
+                SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
+                FROM attempts WHERE task_seq = ? ORDER BY number DESC
+                """, [sequence]) { row -> AttemptRecord in
+                guard let outcome = AttemptRecord.Outcome(rawValue: row.string(5)) else {
+                    throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
+                }
+                return AttemptRecord(
+                    number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesSent: row.int(3),
+                    bytesReceived: row.int(4), outcome: outcome, httpStatus: row.optionalInt(6).map { Int($0) },
+                    error: try row.optionalString(7).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) },
+                    networkType: row.optionalString(8).flatMap(NetworkType.init(rawValue:)))
             }
         }
     }

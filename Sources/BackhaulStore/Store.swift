@@ -12,6 +12,11 @@ public enum StoreError: Error, Sendable, Equatable {
     case storageFull
     /// A change the caller applied inside the transaction refused the record: nothing was written.
     case invalid(ValidationError)
+    /// The session already holds `open` unfinished tasks and may hold at most `limit`.
+    case tooManyTasks(open: Int, limit: Int)
+    /// A stored record cannot be read back: the database was changed outside this program, or by
+    /// a build that wrote what this one does not understand. Never replaced by a default.
+    case corrupt(String)
     case database(String)
 }
 
@@ -98,6 +103,7 @@ public final class Store: Sendable {
         }
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
         try Migrator(migrations: Schema.migrations).migrate(db)
+        try Store.verify(db)
         let last = try Store.lastEventSequence(db)
         let link = Link(db: db)
         try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] _ in counter.value &+= 1 }
@@ -118,6 +124,15 @@ public final class Store: Sendable {
         connection = Locked(link)
         self.clock = clock
         eventWatch.withLock { $0.last = last }
+    }
+
+    /// Refuses a database whose tasks are in states this build does not know (read from the
+    /// per-session counts, so it costs nothing however many tasks there are).
+    static func verify(_ db: Connection) throws {
+        for name in try db.query("SELECT DISTINCT state FROM session_counts WHERE count != 0", [], { $0.string(0) })
+        where TaskState(rawValue: name) == nil {
+            throw StoreError.corrupt("tasks are in the state \(name), which this build does not know")
+        }
     }
 
     /// A number that changes whenever a task may have become runnable: one enters the queue,

@@ -117,6 +117,11 @@ public final class DaemonProcess {
     }
 
     public var pid: Int32 { process?.processIdentifier ?? 0 }
+    /// The exit status of the last process, once it has ended (nil while it runs).
+    public var exitStatus: Int32? {
+        guard let process, !process.isRunning else { return nil }
+        return process.terminationStatus
+    }
     public var isRunning: Bool { process?.isRunning ?? false }
 
     /// Starts the daemon on a free port and waits until it listens.

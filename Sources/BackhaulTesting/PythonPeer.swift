@@ -93,12 +93,14 @@ public final class S3Server {
     public let peer: PythonPeer
     public let logFile: String
     public let credentials: JSON
+    let credentialsFile: String
 
     /// `failPart`: the Nth UploadPart (1-based) is answered 503. `corruptPart`: one byte of the
     /// Nth UploadPart body is flipped on its way in (the server checks `x-amz-checksum-sha256`).
     public init(directory: String, failPart: Int = 0, corruptPart: Int = 0) throws {
         logFile = directory + "/s3-requests.jsonl"
         let credentialsFile = directory + "/s3-credentials.json"
+        self.credentialsFile = credentialsFile
         FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(script: "s3_server.py", arguments: [
             "--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart), "--corrupt-part", String(corruptPart),
@@ -123,6 +125,34 @@ public final class S3Server {
 
     public var requests: [JSON] { PythonPeer.lines(logFile) }
 
+    /// The multipart uploads the server holds open (`ListMultipartUploads`, asked with boto3):
+    /// key and upload id of each; nil when the listing failed.
+    public func openMultipartUploads() -> [(key: String, uploadID: String)]? {
+        let script = """
+            import json, os, sys, boto3
+            os.environ.pop("AWS_CA_BUNDLE", None)
+            c = json.load(open(sys.argv[1]))
+            s3 = boto3.client("s3", endpoint_url=c["endpoint"], region_name=c["region"],
+                              aws_access_key_id=c["access_key_id"], aws_secret_access_key=c["secret_access_key"])
+            uploads = s3.list_multipart_uploads(Bucket=c["bucket"]).get("Uploads", [])
+            print(json.dumps([[u["Key"], u["UploadId"]] for u in uploads]))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, credentialsFile]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0, let list = try? JSON.parse(Array(data)).arrayValue else { return nil }
+        return list.compactMap { pair in
+            guard let key = pair.arrayValue?.first?.stringValue, let id = pair.arrayValue?.last?.stringValue else { return nil }
+            return (key, id)
+        }
+    }
+
     /// Downloads an object with the curl CLI signing for itself (an independent client).
     public func object(_ key: String) -> Data {
         let process = Process()
@@ -137,6 +167,22 @@ public final class S3Server {
         process.waitUntilExit()
         return data
     }
+}
+
+/// A TCP proxy in front of a peer that holds uploads to `rate` bytes a second
+/// (`throttle_proxy.py`): a slow uplink; stopping it drops the link.
+public final class ThrottleProxy {
+    public let peer: PythonPeer
+
+    /// `rate` 0: no limit. `holdAnswers`: each answer waits that many seconds before it goes back
+    /// (a request the server acted on, whose answer the client may never see).
+    public init(target: UInt16, rate: Int, holdAnswers: Double = 0) throws {
+        peer = try PythonPeer(script: "throttle_proxy.py", arguments: [
+            "--target", String(target), "--rate", String(rate), "--hold-answers", String(holdAnswers),
+        ])
+    }
+
+    public var port: UInt16 { peer.port }
 }
 
 /// The Prometheus client library's parser (`parse_metrics.py`): `name{label=value,…}` → value.

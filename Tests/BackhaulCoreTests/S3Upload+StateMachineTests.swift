@@ -62,7 +62,7 @@ struct S3UploadStateMachineTests {
             + "<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part></CompleteMultipartUpload>"
         #expect(complete.body == .bytes(Array(expected.utf8)))
         #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<CompleteMultipartUploadResult/>")), now: 0) == .completed)
-        #expect(machine.cancellationRequest?.method == "DELETE")
+        #expect(machine.cancellation?.request.method == "DELETE")
     }
 
     @Test("a 200 carrying an <Error> from Complete is retried, not taken as success")
@@ -163,5 +163,71 @@ struct S3UploadStateMachineTests {
         guard case .send(let unsigned) = plain.start(now: 0) else { Issue.record("expected a request"); return }
         #expect(unsigned.digestHeader == nil)
         #expect(plain.didReceive(bad, now: 0) == .failed(.http(status: 400, retryAfter: nil)))
+    }
+}
+
+@Suite("S3 cancellation")
+struct S3CancellationTests {
+    let credentials = S3Credentials(region: "eu-west-1", accessKeyID: "AKIA", secretAccessKey: "secret")
+
+    func task(url: String, size: Int64 = 12 << 20, attempts: Int) -> TaskRecord {
+        var upload = UploadSpec(protocolName: .s3)
+        upload.chunkSize = 5 << 20
+        upload.s3 = credentials
+        var task = TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
+                              request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        task.attempts = attempts
+        return task
+    }
+
+    @Test("what a cancel releases, by what the task knows", arguments: [
+        // A known upload id: abort it, signed.
+        ("http://h:9/b/k.bin", 1, "u1", "DELETE http://h:9/b/k.bin?uploadId=u1"),
+        // It never ran: nothing at the server.
+        ("http://h:9/b/k.bin", 0, nil, nil),
+        // It ran, the id was never learned: list the key's uploads (path style, keys sorted).
+        // The prefix stops before the first character SigV4 would need escaped.
+        ("http://h:9/b/dir/k%20x.bin", 1, nil, "GET http://h:9/b?prefix=dir&uploads="),
+        ("http://h:9/b/%C3%A9t%C3%A9.bin", 1, nil, "GET http://h:9/b?uploads="),
+        // Virtual-hosted style: the bucket is the host.
+        ("https://bkt.s3.eu-west-1.amazonaws.com/a/k.bin", 2, nil, "GET https://bkt.s3.eu-west-1.amazonaws.com/?prefix=a&uploads="),
+    ] as [(String, Int, String?, String?)])
+    func plans(url: String, attempts: Int, uploadID: String?, expected: String?) {
+        let checkpoint = uploadID.map { UploadCheckpoint(offset: 0, location: $0) }
+        let machine = S3Upload(task: task(url: url, attempts: attempts), headers: [], checkpoint: checkpoint)
+        let plan = machine.cancellation
+        #expect(plan.map { "\($0.request.method) \($0.request.url)" } == expected)
+        if plan != nil { #expect(plan?.request.signing == credentials) }
+    }
+
+    @Test("a single-PUT file leaves nothing to release")
+    func single() {
+        #expect(S3Upload(task: task(url: "http://h/b/k", size: 1000, attempts: 3), headers: [], checkpoint: nil).cancellation == nil)
+    }
+
+    @Test("the listing's follow-ups: every upload of exactly the key, each aborted")
+    func followUps() throws {
+        let machine = S3Upload(task: task(url: "http://h:9/b/dir/k.bin", attempts: 1), headers: [], checkpoint: nil)
+        let plan = try #require(machine.cancellation)
+        let listing = """
+            <ListMultipartUploadsResult><Bucket>b</Bucket>
+            <Upload><Key>dir/k.bin</Key><UploadId>new+1</UploadId><Initiated>2023-11-14T22:13:21.000Z</Initiated></Upload>
+            <Upload><Key>dir/k.bin.old</Key><UploadId>other</UploadId><Initiated>2023-11-14T22:13:25.000Z</Initiated></Upload>
+            <Upload><Key>dir/k.bin</Key><UploadId>second</UploadId><Initiated>2020-01-01T00:00:00.000Z</Initiated></Upload>
+            </ListMultipartUploadsResult>
+            """
+        let found = plan.followUps(listing: Array(listing.utf8))
+        #expect(found.map(\.uploadID) == ["new+1", "second"])
+        #expect(found.first.map { "\($0.plan.request.method) \($0.plan.request.url)" } == "DELETE http://h:9/b/dir/k.bin?uploadId=new%2B1")
+        #expect(found.first?.plan.request.signing == credentials && found.first?.plan.abortListedUploads == nil)
+    }
+
+    @Test("the stored form reads back, credentials and listing included")
+    func storedForm() throws {
+        let machine = S3Upload(task: task(url: "http://h:9/b/k.bin", attempts: 1), headers: [("x-amz-content-sha256", "UNSIGNED-PAYLOAD")],
+                               checkpoint: nil)
+        let plan = try #require(machine.cancellation)
+        #expect(CleanupPlan.decode(plan.json) == plan)
+        #expect(CleanupPlan.decode(["method": "DELETE", "url": "http://h/x", "headers": ["a": 1]]) == nil)
     }
 }

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+@testable import BackhaulStore
 import Glibc
 import JSON
 import SQLite
@@ -177,7 +177,7 @@ struct StoreTests {
         _ = try store.startAttempt(id: "a")
         _ = try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil))
         _ = try store.startAttempt(id: "b")
-        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, nil))
+        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
         #expect(store.queueVersion == created)
         clock.advance(10)
         _ = try store.fireTimers(now: clock.now())
@@ -203,7 +203,7 @@ struct StoreTests {
         scheduled.earliestBeginAt = clock.now() + 10
         _ = try store.createTasks(sessionID: "s", [makeTask("retry"), scheduled, makeTask("expiring", deadline: clock.now() + 20)])
         _ = try store.startAttempt(id: "retry")
-        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, nil))
+        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
         #expect(try store.nextTimer() == clock.now() + 5)
         clock.advance(6)
         #expect(try store.fireTimers(now: clock.now()).isEmpty)
@@ -241,5 +241,96 @@ struct StoreTests {
         let second = try Store(path: path)
         #expect(try second.task(id: "a")?.state == .queued)
         #expect(second.isWritable())
+    }
+}
+
+@Suite("Store cleanups")
+struct StoreCleanupTests {
+    let clock = ManualClock()
+    let store: Store
+
+    init() throws {
+        store = try Store(path: ":memory:", clock: clock)
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+    }
+
+    func s3Task(_ id: String) -> TaskRecord {
+        var task = makeTask(id)
+        task.file.size = 12 << 20
+        task.request = RequestSpec(url: "http://127.0.0.1:9/bucket/dir/\(id).bin", method: "PUT")
+        task.upload = UploadSpec(protocolName: .s3)
+        task.upload.chunkSize = 5 << 20
+        task.upload.s3 = S3Credentials(region: "us-east-1", accessKeyID: "AKIA", secretAccessKey: "secret")
+        return task
+    }
+
+    @Test("cancelling an S3 task that ran queues its release in the same transaction, signed; one that never ran queues none")
+    func s3CancelQueuesRelease() throws {
+        _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("never")])
+        _ = try store.startAttempt(id: "ran")
+        _ = try store.apply(.cancel, to: "ran")
+        _ = try store.apply(.cancel, to: "never")
+        let due = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
+        #expect(due.count == 1)
+        let plan = try #require(try due.first?.plan.get())
+        #expect(plan.request.method == "GET" && plan.request.url == "http://127.0.0.1:9/bucket?prefix=dir&uploads=")
+        #expect(plan.request.signing?.secretAccessKey == "secret")
+        #expect(plan.abortListedUploads == "dir/ran.bin")
+    }
+
+    @Test("a cleanup row that cannot be read comes back as a failure, not skipped")
+    func unreadableCleanup() throws {
+        _ = try store.createTasks(sessionID: "s", [s3Task("ran")])
+        _ = try store.startAttempt(id: "ran")
+        _ = try store.apply(.cancel, to: "ran")
+        try store.write { db in try db.run("UPDATE cleanups SET request = 'not json'") }
+        let due = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
+        #expect(due.count == 1)
+        #expect(throws: StoreError.self) { try due.first?.plan.get() }
+    }
+
+    @Test("a listed upload another unfinished task holds is not aborted")
+    func listedUploadHeldByAnotherTask() throws {
+        _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("other")])
+        _ = try store.startAttempt(id: "other")
+        try store.saveCheckpoint(id: "other", attempt: 1, UploadCheckpoint(offset: 0, location: "held-id"))
+        _ = try store.startAttempt(id: "ran")
+        _ = try store.apply(.cancel, to: "ran")
+        let due = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
+        let plan = try #require(try due.first?.plan.get())
+        let abort = { (id: String) in (uploadID: id, plan: CleanupPlan(request: PlannedRequest(method: "DELETE", url: "http://x/\(id)",
+                                                                                             headers: [], body: .empty))) }
+        #expect(try store.replaceCleanup(sequence: due[0].sequence, with: [abort("held-id"), abort("orphan")]) == 1)
+        let next = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
+        #expect(try next.map { try $0.plan.get().request.url } == ["http://x/orphan"])
+        _ = plan
+    }
+}
+
+
+@Suite("Store refuses what it cannot read")
+struct StoreCorruptionTests {
+    @Test("a task row with an unknown state or kind is an error, never a default")
+    func unknownStateOrKind() throws {
+        let store = try Store(path: ":memory:")
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        try store.write { db in try db.run("UPDATE tasks SET state = 'paused' WHERE id = 'a'") }
+        try store.write { db in try db.run("UPDATE tasks SET kind = 'sync' WHERE id = 'b'") }
+        #expect(throws: StoreError.corrupt("task a has kind upload and state paused")) { try store.task(id: "a") }
+        #expect(throws: StoreError.corrupt("task b has kind sync and state queued")) { try store.task(id: "b") }
+    }
+
+    @Test("opening a database with tasks in an unknown state is refused")
+    func unknownStateAtOpen() throws {
+        let path = "/tmp/backhaul-store-\(getpid())-\(Int.random(in: 0..<1_000_000)).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        do {
+            let store = try Store(path: path)
+            _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+            _ = try store.createTasks(sessionID: "s", [makeTask("a")])
+            try store.write { db in try db.run("UPDATE tasks SET state = 'paused'") }
+        }
+        #expect(throws: StoreError.self) { _ = try Store(path: path) }
     }
 }

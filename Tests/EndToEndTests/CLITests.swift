@@ -23,6 +23,22 @@ extension EndToEndTests {
         return (process.terminationStatus, out, err)
     }
 
+    /// SPEC §4.2 in the CLI: `ls` marks a task whose latest attempt failed, `show` prints the
+    /// error and the attempt history.
+    @Test("cli: ls marks a retrying task with its last error; show prints it and the attempts")
+    func commandLineFailures() throws {
+        let fixture = try Fixture()
+        try fixture.session("cli", ["retry": ["initial_backoff": 30, "max_backoff": 30]])
+        let file = fixture.makeFile("clip.bin", size: 1000)
+        let id = try fixture.enqueue(file, session: "cli", extra: ["request": ["url": .string("http://127.0.0.1:\(try freePort())/x")]])
+        _ = try fixture.daemon.waitForTask(id, state: "retrying")
+        let listed = try cli(fixture, ["ls", "--session", "cli"])
+        #expect(listed.output.contains("retrying ! cannot_connect_to_host"), "\(listed.output)")
+        let shown = try cli(fixture, ["show", id])
+        #expect(shown.output.contains("last error: -1004 cannot_connect_to_host"), "\(shown.output)")
+        #expect(shown.output.contains("attempts, newest first:") && shown.output.contains("retry"), "\(shown.output)")
+    }
+
     @Test("cli: upload --wait, ls, show, sessions, network and webhooks, with tables and --json; exit codes scripts rely on")
     func commandLine() throws {
         let fixture = try Fixture()
@@ -39,7 +55,8 @@ extension EndToEndTests {
         #expect(listed.status == 0 && listed.output.hasPrefix("ID") && listed.output.contains("completed") && listed.output.contains("100%"))
         let id = tasks[0]["id"]?.stringValue ?? ""
         let shown = try cli(fixture, ["show", id])
-        #expect(shown.output.contains("state:    completed") && shown.output.contains("response: HTTP 201"), "\(shown.output)")
+        #expect(shown.output.contains("state:      completed") && shown.output.contains("response:   HTTP 201"), "\(shown.output)")
+        #expect(shown.output.contains("attempts, newest first:") && shown.output.contains("completed"), "\(shown.output)")
         #expect(try cli(fixture, ["sessions"]).output.contains("cli"))
 
         // The network: override, then back to detection.

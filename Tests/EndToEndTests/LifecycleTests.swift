@@ -80,7 +80,7 @@ extension EndToEndTests {
         let queued = try fixture.enqueue(file, session: "cancelling", extra: ["earliest_begin_at": "2099-01-01T00:00:00Z"])
         #expect(try fixture.daemon.call("DELETE", "/v1/sessions/cancelling?mode=cancel").0 == 204)
         #expect(try fixture.daemon.call("GET", "/v1/sessions/cancelling").0 == 404)
-        #expect(try fixture.daemon.call("GET", "/v1/tasks/\(queued)").0 == 404)
+        #expect(try fixture.daemon.call("GET", "/v1/tasks/\(queued)").1["state"]?.stringValue == "cancelled")
         #expect(eventually(timeout: 5) { fixture.sink.requests.last?.endedAt != nil })
     }
 

@@ -86,6 +86,75 @@ extension EndToEndTests {
         fixture.expectLog(aborted, "requests: \(s3.requests.map { $0.serialized() })")
     }
 
+    /// Issue 15.1: through a slow link the cancel lands while a part is in flight; the abort
+    /// went out unsigned (the cleanup kept no credentials), S3 refused it, and the parts stayed
+    /// billed. Checked where it matters: ListMultipartUploads is empty.
+    @Test("s3: a cancel landing mid-part through a 3 MB/s link aborts the multipart upload (ListMultipartUploads empty)")
+    func s3CancelMidPartAborts() throws {
+        let fixture = try Fixture()
+        let s3 = try S3Server(directory: fixture.scratch.path)
+        let link = try ThrottleProxy(target: s3.peer.port, rate: 3_000_000)
+        try fixture.session()
+        let file = fixture.makeFile("big.bin", size: 40 * 1024 * 1024)
+        let url = "http://127.0.0.1:\(link.port)/\(s3.bucket)/slow.bin"
+        let id = try fixture.enqueue(file, extra: [
+            "request": ["url": .string(url), "method": "PUT"], "upload": ["protocol": "s3", "chunk_size": .int(5 << 20)],
+            "s3": s3.taskCredentials,
+        ])
+        try #require(eventually(timeout: 30) { (try? fixture.daemon.task(id))?["progress"]?["bytes_sent"]?.intValue ?? 0 > 6_000_000 })
+        try #require(s3.openMultipartUploads()?.count == 1, "the upload is open while it runs")
+        #expect(try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel").1["state"]?.stringValue == "cancelled")
+        let aborted = eventually(timeout: 20) { s3.openMultipartUploads()?.isEmpty == true }
+        fixture.expectLog(aborted, "still open: \(s3.openMultipartUploads() ?? [])")
+    }
+
+    /// Issue 15.1: the abort is queued in the cancelling transaction, so a SIGKILL before it could
+    /// be sent (the link was down) still releases the upload after the restart.
+    @Test("s3: the abort of a cancelled upload survives a SIGKILL")
+    func s3AbortSurvivesCrash() throws {
+        let fixture = try Fixture()
+        let s3 = try S3Server(directory: fixture.scratch.path)
+        let link = try ThrottleProxy(target: s3.peer.port, rate: 3_000_000)
+        try fixture.session()
+        let file = fixture.makeFile("big.bin", size: 20 * 1024 * 1024)
+        let id = try fixture.enqueue(file, extra: [
+            "request": ["url": .string("http://127.0.0.1:\(link.port)/\(s3.bucket)/crash.bin"), "method": "PUT"],
+            "upload": ["protocol": "s3", "chunk_size": .int(5 << 20)], "s3": s3.taskCredentials,
+        ])
+        try #require(eventually(timeout: 30) { (try? fixture.daemon.task(id))?["progress"]?["bytes_sent"]?.intValue ?? 0 > 1_000_000 })
+        link.peer.stop()
+        #expect(try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel").1["state"]?.stringValue == "cancelled")
+        fixture.daemon.kill9()
+        #expect(s3.openMultipartUploads()?.count == 1)
+        try link.peer.start()
+        try fixture.daemon.start()
+        fixture.expectLog(eventually(timeout: 30) { s3.openMultipartUploads()?.isEmpty == true },
+                          "after the restart still open: \(s3.openMultipartUploads() ?? [])")
+    }
+
+    /// Issue 15.1: a cancel while `CreateMultipartUpload` is answered (the proxy holds the answer
+    /// back) never learns the upload's id; the key's uploads are listed and that one aborted.
+    @Test("s3: a cancel while the upload is being created still releases it")
+    func s3CancelDuringCreation() throws {
+        let fixture = try Fixture()
+        let s3 = try S3Server(directory: fixture.scratch.path)
+        let link = try ThrottleProxy(target: s3.peer.port, rate: 0, holdAnswers: 4)
+        try fixture.session()
+        let file = fixture.makeFile("big.bin", size: 12 * 1024 * 1024)
+        let id = try fixture.enqueue(file, extra: [
+            "request": ["url": .string("http://127.0.0.1:\(link.port)/\(s3.bucket)/dir/creating.bin"), "method": "PUT"],
+            "upload": ["protocol": "s3", "chunk_size": .int(5 << 20)], "s3": s3.taskCredentials,
+        ])
+        try #require(eventually(timeout: 20) {
+            s3.requests.contains { $0["method"]?.stringValue == "POST" && $0["query"]?.stringValue == "uploads=" }
+        }, "the creation reached S3")
+        #expect(try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel").1["state"]?.stringValue == "cancelled")
+        #expect(try fixture.daemon.task(id)["upload"] != nil)
+        fixture.expectLog(eventually(timeout: 30) { s3.openMultipartUploads()?.isEmpty == true },
+                          "open: \(s3.openMultipartUploads() ?? []) requests: \(s3.requests.filter { ($0["query"]?.stringValue ?? "") != "uploads" }.map { $0.serialized() })")
+        #expect(s3.requests.contains { $0["method"]?.stringValue == "GET" && $0["query"]?.stringValue == "prefix=dir&uploads=" })
+    }
+
     @Test("s3: more than 10,000 parts fails -1103 before anything is sent")
     func s3TooManyParts() throws {
         let fixture = try Fixture()
