@@ -15,8 +15,9 @@ public final class PythonPeer {
             .appendingPathComponent("Tests/peers/\(name)").path
     }
 
-    public init(script name: String, arguments: [String], start: Bool = true) throws {
-        port = try freePort()
+    /// `port`: a fixed port (a state fixture's peers); nil picks a free one.
+    public init(script name: String, arguments: [String], port: UInt16? = nil, start: Bool = true) throws {
+        self.port = try port ?? freePort()
         script = Self.script(name)
         self.arguments = arguments
         if start { try self.start() }
@@ -67,14 +68,16 @@ public final class TusServer {
     /// `failPatch`: the Nth PATCH (1-based) is answered 503 and not stored. `checksum`: the server
     /// offers the checksum extension and answers 460 to a PATCH that does not match it.
     /// `corruptPatch`: one byte of the Nth PATCH body is flipped on its way in.
-    public init(directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0) throws {
+    /// `port`: a fixed port (a state fixture's peers); nil picks a free one.
+    public init(directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0,
+                port: UInt16? = nil) throws {
         files = directory + "/tus-files"
         logFile = directory + "/tus-requests.jsonl"
         try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(script: "tus_server.py", arguments: [
             "--files", files, "--log", logFile, "--fail-patch", String(failPatch), "--corrupt-patch", String(corruptPatch),
-        ] + (checksum ? ["--checksum"] : []))
+        ] + (checksum ? ["--checksum"] : []), port: port)
     }
 
     public var creationURL: String { "http://127.0.0.1:\(peer.port)/files" }
@@ -245,7 +248,7 @@ public final class DownloadServer {
         }
     }
 
-    public init(directory: String, faults: Faults = Faults()) throws {
+    public init(directory: String, faults: Faults = Faults(), port: UInt16? = nil) throws {
         root = directory + "/served"
         logFile = directory + "/download-requests.jsonl"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -256,7 +259,7 @@ public final class DownloadServer {
         if faults.ignoreIfRange { arguments.append("--ignore-if-range") }
         if faults.noLength { arguments.append("--no-length") }
         if let (name, path) = faults.replaceOnDrop { arguments += ["--replace-on-drop", "\(name)=\(path)"] }
-        peer = try PythonPeer(script: "download_server.py", arguments: arguments)
+        peer = try PythonPeer(script: "download_server.py", arguments: arguments, port: port)
     }
 
     public func url(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/\(name)" }

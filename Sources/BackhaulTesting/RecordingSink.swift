@@ -66,11 +66,13 @@ public final class RecordingSink: Sendable {
     public var port: UInt16 { server.port }
     public func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
 
-    public init(directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}")) throws {
+    /// `port`: a fixed port (a state fixture's sink); 0 picks a free one.
+    public init(directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}"),
+                port: UInt16 = 0) throws {
         self.directory = directory
         self.fallback = Locked(fallback)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        server = try Daemon(host: "127.0.0.1", port: 0, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
+        server = try Daemon(host: "127.0.0.1", port: port, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
                             handler: Handler(sink: self))
     }
 

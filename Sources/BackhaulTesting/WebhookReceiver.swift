@@ -9,14 +9,15 @@ public final class WebhookReceiver {
     public let logFile: String
     private let peer: PythonPeer
 
-    public init(directory: String, secrets: [String], failFirst: Int = 0, status: Int = 204, start: Bool = true) throws {
+    public init(directory: String, secrets: [String], failFirst: Int = 0, status: Int = 204, port: UInt16? = nil,
+                start: Bool = true) throws {
         logFile = directory + "/webhooks-\(UUID().uuidString).jsonl"
         FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(
             script: "webhook_receiver.py",
             arguments: ["--log", logFile, "--fail-first", String(failFirst), "--status", String(status)]
                 + secrets.flatMap { ["--secret", $0] },
-            start: start)
+            port: port, start: start)
     }
 
     public var port: UInt16 { peer.port }
