@@ -132,15 +132,17 @@ extension Store {
             """
             INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
                 upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
-                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download,
+                error, cancellation)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
              task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
              task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
              task.deleteFileOnSuccess, JSON.object(task.configurationOverrides).serialized(), task.attempts,
              task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
-             task.deadlineAt, task.download.map { $0.json.serialized() }])
+             task.deadlineAt, task.download.map { $0.json.serialized() }, task.error.map { TaskRecord.errorJSON($0).serialized() },
+             task.cancellation?.rawValue])
     }
 
     static func update(_ db: Connection, _ task: TaskRecord) throws {

@@ -334,3 +334,21 @@ struct StoreCorruptionTests {
         #expect(throws: StoreError.self) { _ = try Store(path: path) }
     }
 }
+
+@Suite("Store quota")
+struct StoreQuotaTests {
+    /// Found by the v1 state fixture: a task created cancelled by the quota was answered with
+    /// reason 2 and error -999, but its row kept neither, so reading it back showed nulls.
+    @Test("a task created cancelled by the session's quota reads back with its reason and error")
+    func quotaCancellationIsStored() throws {
+        let store = try Store(path: ":memory:")
+        var configuration = TransferConfiguration()
+        configuration.quotaBytes = 15
+        _ = try store.putSession(id: "s", configuration: configuration)
+        let created = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        #expect(created[1].0.cancellation == .insufficientSystemResources)
+        let stored = try #require(try store.task(id: "b"))
+        #expect(stored.state == .cancelled && stored.cancellation == .insufficientSystemResources)
+        #expect(stored.error?.code == -999 && stored.finishedAt != nil)
+    }
+}
