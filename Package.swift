@@ -28,37 +28,47 @@ let package = Package(
 
         // Domain-free Swift wrappers: the only places that see C pointers.
         .target(name: "Curl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
-        .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: swiftSettings),
+        .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "Threads"], swiftSettings: swiftSettings),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
-        .target(name: "JSON", dependencies: ["CJSONC"], swiftSettings: swiftSettings),
+        /// The JSON value type: pure Swift, what the domain holds.
+        .target(name: "JSON", swiftSettings: swiftSettings),
+        /// Parsing and printing JSON through json-c.
+        .target(name: "JSONCodec", dependencies: ["JSON", "CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        /// pthread locks and threads.
+        .target(name: "Threads", swiftSettings: swiftSettings),
 
-        // Backhaul's domain, inward to outward.
+        // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
         .target(name: "BackhaulCore", dependencies: ["JSON"], swiftSettings: swiftSettings),
+        /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
+        .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulStore",
-            dependencies: ["BackhaulCore", "SQLite", "JSON"],
+            dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
-            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", "JSON", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSONCodec", "Threads",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulWebhooks",
-            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", "Threads", .product(name: "Logging", package: "swift-log")],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "Digest", "JSON", "MicroHTTP",
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulFiles", "Digest", "JSONCodec", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "MicroHTTP", "JSON",
-                .product(name: "Logging", package: "swift-log"),
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles", "MicroHTTP",
+                "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
@@ -66,30 +76,30 @@ let package = Package(
         // The command-line client: the API over HTTP, human tables or JSON.
         .target(
             name: "BackhaulCLI",
-            dependencies: ["BackhaulCore", "Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["BackhaulCore", "Curl", "JSONCodec", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
 
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore", "Digest"],
+            dependencies: ["MicroHTTP", "Curl", "JSONCodec", "BackhaulCore", "Digest", "Threads"],
             swiftSettings: swiftSettings),
 
         .testTarget(
-            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulWebhooks", "Digest", "JSON"],
+            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSONCodec"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite"],
+            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
-            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "JSON"],
+            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "BackhaulCLI", "backhauld", "backhaul"],
+            dependencies: ["BackhaulTesting", "JSONCodec", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul"],
             swiftSettings: swiftSettings),
     ]
 )

@@ -1,7 +1,8 @@
 import BackhaulCore
+import BackhaulFiles
 import BackhaulEngine
 import BackhaulStore
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 

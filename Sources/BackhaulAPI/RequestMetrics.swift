@@ -1,4 +1,5 @@
 import BackhaulCore
+import Threads
 
 /// API requests by route pattern, method and status, with latency histograms per route, for
 /// `/metrics`. Labels come from closed sets: the route table's patterns (or `unmatched`), the

@@ -2,7 +2,7 @@ import ArgumentParser
 import BackhaulCore
 import FoundationEssentials
 import Glibc
-import JSON
+import JSONCodec
 
 /// `backhaul`: the command-line client of backhauld.
 public struct Backhaul: ParsableCommand {

@@ -1,4 +1,6 @@
 import BackhaulCore
+import BackhaulFiles
+import Threads
 import Glibc
 
 /// Makes finished downloads durable and checks them off the engine thread: `fdatasync` of the

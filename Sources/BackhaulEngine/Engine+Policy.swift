@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulFiles
 import BackhaulStore
 import JSON
 

@@ -1,4 +1,6 @@
 import BackhaulCore
+import BackhaulFiles
+import Threads
 import BackhaulStore
 import CCurl
 import Curl

@@ -1,4 +1,5 @@
 import BackhaulAPI
+import BackhaulFiles
 import BackhaulCore
 import BackhaulEngine
 import BackhaulStore

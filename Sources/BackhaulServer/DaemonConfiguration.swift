@@ -1,7 +1,8 @@
 import BackhaulAPI
+import BackhaulFiles
 import BackhaulCore
 import Glibc
-import JSON
+import JSONCodec
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
 /// then command-line flags, each overriding the one before.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// A queued task as the scheduler sees it.

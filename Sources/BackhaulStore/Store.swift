@@ -1,6 +1,7 @@
 import BackhaulCore
+import Threads
 import Glibc
-import JSON
+import JSONCodec
 import SQLite
 
 /// What the store refuses, in the API's terms.

@@ -1,4 +1,5 @@
 import BackhaulCore
+import Threads
 import BackhaulStore
 import CCurl
 import Curl

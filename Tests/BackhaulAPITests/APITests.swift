@@ -1,8 +1,9 @@
 import BackhaulAPI
+import BackhaulFiles
 import BackhaulCore
 import BackhaulStore
 import Foundation
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 import Testing

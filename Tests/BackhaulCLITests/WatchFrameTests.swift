@@ -1,5 +1,5 @@
 import BackhaulCLI
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("watch: progress carried on between events")

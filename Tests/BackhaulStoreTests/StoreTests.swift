@@ -1,4 +1,5 @@
 import BackhaulCore
+import Threads
 @testable import BackhaulStore
 import Glibc
 import JSON

@@ -2,7 +2,7 @@ import BackhaulCLI
 import BackhaulTesting
 import Curl
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 extension EndToEndTests {

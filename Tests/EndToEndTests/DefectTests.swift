@@ -1,10 +1,11 @@
 import BackhaulTesting
+import Threads
 import Curl
 import Foundation
 import BackhaulCore
 import Digest
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// Defects found by review and by a new user's tries (issue 15): each test failed before its fix.

@@ -3,20 +3,20 @@ import Digest
 import Glibc
 
 /// A download's `.part` file, written through its descriptor only, then verified and renamed
-/// into place. Lives on the engine thread, but for its verification, which the engine hands to
-/// the `DownloadVerifier` (sync and read-back only) while it waits.
-final class PartFile {
-    let path: String
+/// into place. Used from one thread at a time: the engine's, which hands it to its download
+/// verifier (sync and read-back only) while it waits.
+public final class PartFile {
+    public let path: String
     private let descriptor: Int32
     private var position: Int64 = 0
     /// `errno` of the last write that failed.
-    private(set) var lastError: Int32 = 0
+    public private(set) var lastError: Int32 = 0
 
     /// The last write failed because the file system (or the quota) is full.
-    var isOutOfSpace: Bool { lastError == ENOSPC || lastError == EDQUOT }
+    public var isOutOfSpace: Bool { lastError == ENOSPC || lastError == EDQUOT }
 
     /// Opens (creating) the `.part` file; a symbolic link there is refused, not followed.
-    static func open(_ path: String) -> Result<PartFile, TaskError> {
+    public static func open(_ path: String) -> Result<PartFile, TaskError> {
         let descriptor = Glibc.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else {
             let reason = String(cString: strerror(errno))
@@ -34,7 +34,7 @@ final class PartFile {
 
     /// Cuts the file to `offset` (dropping bytes written after the last durable checkpoint) and
     /// continues writing there.
-    func truncate(at offset: Int64) -> Bool {
+    public func truncate(at offset: Int64) -> Bool {
         guard ftruncate(descriptor, off_t(offset)) == 0 else {
             lastError = errno
             return false
@@ -43,7 +43,7 @@ final class PartFile {
         return true
     }
 
-    func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    public func write(_ bytes: UnsafeRawBufferPointer) -> Bool {
         var done = 0
         while done < bytes.count {
             let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(position))
@@ -58,22 +58,22 @@ final class PartFile {
         return true
     }
 
-    func sync() -> Bool { fdatasync(descriptor) == 0 }
+    public func sync() -> Bool { fdatasync(descriptor) == 0 }
 
-    var size: Int64 {
+    public var size: Int64 {
         var info = stat()
         return fstat(descriptor, &info) == 0 ? Int64(info.st_size) : -1
     }
 
     /// Whether the file system has `bytes` more free for an unprivileged writer.
-    func hasRoom(for bytes: Int64) -> Bool {
+    public func hasRoom(for bytes: Int64) -> Bool {
         var info = statvfs()
         guard fstatvfs(descriptor, &info) == 0 else { return true }
         return Int64(info.f_bavail) * Int64(info.f_frsize) >= bytes
     }
 
     /// The SHA-256 of the whole file, lower-case hex.
-    func sha256() -> String? {
+    public func sha256() -> String? {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         let hasher = SHA256Hasher()
@@ -94,7 +94,7 @@ final class PartFile {
     /// Moves the finished (and synced) file to `destination` in one step: `rename` when it may
     /// replace a file there, else `link` + `unlink` (which fails rather than replace). The
     /// directory is synced so the new name survives a power cut.
-    func place(at destination: String, overwrite: Bool) -> TaskError? {
+    public func place(at destination: String, overwrite: Bool) -> TaskError? {
         if overwrite {
             guard rename(path, destination) == 0 else {
                 return TaskError(.cannotMoveFile, message: "cannot rename to \(destination): \(String(cString: strerror(errno)))")

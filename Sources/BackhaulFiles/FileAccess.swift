@@ -1,3 +1,4 @@
+import BackhaulCore
 import Glibc
 
 /// Why a path cannot be uploaded (SPEC §2.2 `file`).
