@@ -27,7 +27,7 @@ let package = Package(
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
 
         // Domain-free Swift wrappers: the only places that see C pointers.
-        .target(name: "Curl", dependencies: ["CCurl"], swiftSettings: swiftSettings),
+        .target(name: "Curl", dependencies: ["CCurl", "Threads"], swiftSettings: swiftSettings),
         .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "Threads"], swiftSettings: swiftSettings),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
         /// The JSON value type: pure Swift, what the domain holds.
@@ -60,7 +60,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulFiles", "Digest", "JSONCodec", "MicroHTTP", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Digest", "JSONCodec", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),

@@ -484,6 +484,84 @@ def big_download(args, work, data, source, sink_dir, nginx_port):
     return cases
 
 
+def callgrind_total(path):
+    """The instruction count (Ir) a callgrind output file reports."""
+    with open(path) as out:
+        for line in out:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no total in {path}")
+
+
+def profile_tasks(args, work, data, nginx_port):
+    """Instructions per small task, counted by callgrind (the same count whatever else the machine
+    does): backhauld uploading N files of 64 KiB to nginx, minus an idle run of the same daemon,
+    divided by N; beside one curl process uploading the same files (its start-up included)."""
+    source = f"{data}/profile"
+    os.makedirs(source, exist_ok=True)
+    for index in range(args.profile_tasks):
+        with open(f"{source}/{index}.bin", "wb") as out:
+            out.write(os.urandom(64 * 1024))
+    valgrind = ["valgrind", "--tool=callgrind", "--dump-instr=no", "--collect-jumps=no"]
+
+    def run_daemon(name, tasks):
+        out = f"{work}/callgrind-{name}.out"
+        state = f"{work}/state-profile-{name}"
+        log = open(state + ".log", "a")
+        process = subprocess.Popen(valgrind + [f"--callgrind-out-file={out}", args.binary, "--listen", "127.0.0.1:0",
+                                               "--state-dir", state, "--allow-root", data], stderr=log, stdout=log)
+        port = None
+        deadline = time.time() + 120
+        while time.time() < deadline and port is None:
+            with open(state + ".log") as lines:
+                for line in lines:
+                    if '"msg":"listening"' in line:
+                        port = int(json.loads(line)["http.port"])
+            time.sleep(0.1)
+        if port is None:
+            raise RuntimeError("backhauld under valgrind did not start")
+        api(port, "PUT", "/v1/sessions/profile", {"configuration": {"max_connections_per_host": 16}})
+        started = time.time()
+        if tasks:
+            batch = [{"file": f"{source}/{index}.bin", "request": {"url": f"http://127.0.0.1:{nginx_port}/profile-{name}/{index}.bin"}}
+                     for index in range(tasks)]
+            status, created = api(port, "POST", "/v1/sessions/profile/tasks", {"tasks": batch})
+            assert status == 201, created
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                _, session = api(port, "GET", "/v1/sessions/profile")
+                if session["task_counts"]["completed"] + session["task_counts"]["failed"] == tasks:
+                    break
+                time.sleep(0.2)
+            assert session["task_counts"]["completed"] == tasks, session
+        else:
+            time.sleep(args.profile_idle_seconds)
+        elapsed = time.time() - started
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+        return callgrind_total(out), elapsed
+
+    busy, busy_seconds = run_daemon("busy", args.profile_tasks)
+    args.profile_idle_seconds = busy_seconds
+    idle, _ = run_daemon("idle", 0)
+    config = f"{work}/profile-curl.cfg"
+    with open(config, "w") as out:
+        for index in range(args.profile_tasks):
+            out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{nginx_port}/profile-curl/{index}.bin"\n'
+                      f'output = "/dev/null"\n')
+    curl_out = f"{work}/callgrind-curl.out"
+    subprocess.run(valgrind + [f"--callgrind-out-file={curl_out}", "curl", "-sSf", "-K", config], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    curl = callgrind_total(curl_out)
+    if args.keep_profiles:
+        os.makedirs(args.keep_profiles, exist_ok=True)
+        for name in ("busy", "idle", "curl"):
+            shutil.copy(f"{work}/callgrind-{name}.out", f"{args.keep_profiles}/callgrind-{name}.out")
+    return {"tasks": args.profile_tasks, "busy_instructions": busy, "idle_instructions": idle,
+            "backhauld_per_task": (busy - idle) / args.profile_tasks, "curl_per_task": curl / args.profile_tasks,
+            "busy_seconds": busy_seconds}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size-mib", type=int, default=1024)
@@ -492,7 +570,9 @@ def main():
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--scale-tasks", type=int, default=100_000)
     parser.add_argument("--load-seconds", type=int, default=10)
-    parser.add_argument("--only", default="big,download,webhooks,many,api", help="comma-separated sections to run")
+    parser.add_argument("--profile-tasks", type=int, default=300)
+    parser.add_argument("--keep-profiles", default=None, help="copy the callgrind outputs into this directory")
+    parser.add_argument("--only", default="big,download,webhooks,many,api,profile", help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
@@ -527,6 +607,8 @@ def main():
             results["many_files"] = many_files(args, work, data)
         if "api" in sections:
             results.update(api_and_scale(args, work, data))
+        if "profile" in sections:
+            results["profile"] = profile_tasks(args, work, data, nginx_port)
     finally:
         nginx.send_signal(signal.SIGQUIT)
         nginx.wait(timeout=10)
@@ -543,6 +625,11 @@ def main():
         print_many(args, results)
     if "scale" in results:
         print_api(args, results)
+    if "profile" in results:
+        profile = results["profile"]
+        print(f"\ninstructions per 64 KiB task to nginx (callgrind, {profile['tasks']} tasks minus an idle run): "
+              f"backhauld {profile['backhauld_per_task']:,.0f}, one curl process {profile['curl_per_task']:,.0f} "
+              f"(target ≤ 500,000)")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as out:
         json.dump(results, out, indent=2)

@@ -1,5 +1,4 @@
 import BackhaulCore
-import BackhaulEngine
 import BackhaulStore
 import MicroHTTP
 
@@ -21,9 +20,8 @@ extension API {
         for state in DeliveryRecord.State.allCases {
             text.sample("backhaul_webhook_deliveries", ["state": state.rawValue], Double(deliveries[state] ?? 0))
         }
-        if let engine {
-            let figures = engine.metrics
-            let network = engine.network
+        if let status, let network = try? networkInForce(refresh: false) {
+            let figures = status.metrics
             text.family("backhaul_transfers_running", "gauge", "Transfers in flight.")
             text.sample("backhaul_transfers_running", [:], Double(figures.running))
             text.family("backhaul_network_info", "gauge", "The network the policy sees (1 for the one in force).")
@@ -59,6 +57,23 @@ extension API {
                 }
             }
         }
+        let maintenance = store.maintenanceFigures
+        text.family("backhaul_tasks_pruned_total", "counter", "Finished tasks removed after their retention.")
+        text.sample("backhaul_tasks_pruned_total", [:], Double(maintenance.tasksPruned))
+        text.family("backhaul_events_pruned_total", "counter", "Events removed with their tasks or after the event log's retention.")
+        text.sample("backhaul_events_pruned_total", [:], Double(maintenance.eventsPruned))
+        if let oldest = try? store.oldestFinishedTask(now: clock.now()) {
+            text.family("backhaul_oldest_finished_task_seconds", "gauge", "How long ago the oldest finished task still kept finished.")
+            text.sample("backhaul_oldest_finished_task_seconds", [:], oldest.rounded())
+        }
+        text.family("backhaul_wal_frames", "gauge", "Frames in the SQLite write-ahead log after the last commit.")
+        text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
+        text.family("backhaul_wal_checkpoints_total", "counter", "WAL checkpoints run by the writer, by mode (busy: readers held part of it).")
+        text.sample("backhaul_wal_checkpoints_total", ["mode": "passive"], Double(maintenance.passiveCheckpoints))
+        text.sample("backhaul_wal_checkpoints_total", ["mode": "truncate"], Double(maintenance.truncateCheckpoints))
+        text.sample("backhaul_wal_checkpoints_total", ["mode": "busy"], Double(maintenance.checkpointsBusy))
+        text.family("backhaul_pages_vacuumed_total", "counter", "Free pages returned to the file system (incremental vacuum).")
+        text.sample("backhaul_pages_vacuumed_total", [:], Double(maintenance.pagesVacuumed))
         requestMetrics?.write(to: &text)
         return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
                             body: Array(text.output.utf8))

@@ -1,5 +1,4 @@
 import BackhaulCore
-import BackhaulEngine
 import BackhaulStore
 import JSON
 import MicroHTTP
@@ -7,45 +6,55 @@ import MicroHTTP
 /// `/v1/network` and `/v1/policy` (SPEC §2.5): what the policy layer sees, and how a host agent
 /// or an operator changes it.
 extension API {
-    func policyEngine() throws(Problem) -> Engine {
-        guard let engine else { throw Problem(.unavailable, "the transfer engine is not running") }
-        return engine
+    func serviceSettings() throws(Problem) -> ServiceSettings {
+        guard let settings else { throw Problem(.unavailable, "the service settings are not available") }
+        return settings
     }
 
-    /// The network in force; the routing table is read again first (detection on demand).
+    /// The network in force: the override a host agent set, else what is detected (the routing
+    /// table is read again first: detection on demand).
+    func networkInForce(refresh: Bool) throws(Problem) -> NetworkState {
+        let settings = try serviceSettings()
+        if let override = settings.networkOverride { return override }
+        guard let status else { throw Problem(.unavailable, "the transfer engine is not running") }
+        return status.detectedNetwork(refresh: refresh)
+    }
+
     @Sendable func getNetwork(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        API.json(200, try policyEngine().refreshNetwork().json)
+        API.json(200, try networkInForce(refresh: true).json)
     }
 
     /// A host agent that knows better (a modem manager, a fleet agent) sets the network.
     @Sendable func putNetwork(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        let engine = try policyEngine()
+        let settings = try serviceSettings()
         let value = try body(request)
-        let state = try validated { try NetworkState.decodeOverride(value, classifier: engine.classifier) }
-        return API.json(200, try stored { () throws(StoreError) in try engine.setNetworkOverride(state) }.json)
+        let state = try validated { try NetworkState.decodeOverride(value, classifier: settings.classifier) }
+        try stored { () throws(StoreError) in try settings.setNetworkOverride(state) }
+        return API.json(200, try networkInForce(refresh: false).json)
     }
 
     /// Back to detection.
     @Sendable func deleteNetwork(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        let engine = try policyEngine()
-        return API.json(200, try stored { () throws(StoreError) in try engine.setNetworkOverride(nil) }.json)
+        let settings = try serviceSettings()
+        try stored { () throws(StoreError) in try settings.setNetworkOverride(nil) }
+        return API.json(200, try networkInForce(refresh: true).json)
     }
 
     @Sendable func getPolicy(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        API.json(200, try policyEngine().policy.json)
+        API.json(200, try serviceSettings().policy.json)
     }
 
     /// Members given replace the policy's; members left out keep their values.
     @Sendable func putPolicy(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        let engine = try policyEngine()
+        let settings = try serviceSettings()
         let value = try body(request)
-        let policy = try validated { try engine.policy.applying(value, path: "") }
-        return API.json(200, try stored { () throws(StoreError) in try engine.setPolicy(policy) }.json)
+        let policy = try validated { try settings.policy.applying(value, path: "") }
+        return API.json(200, try stored { () throws(StoreError) in try settings.setPolicy(policy) }.json)
     }
 
     /// Back to the config file's policy.
     @Sendable func deletePolicy(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        let engine = try policyEngine()
-        return API.json(200, try stored { () throws(StoreError) in try engine.setPolicy(nil) }.json)
+        let settings = try serviceSettings()
+        return API.json(200, try stored { () throws(StoreError) in try settings.setPolicy(nil) }.json)
     }
 }

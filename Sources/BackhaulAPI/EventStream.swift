@@ -72,6 +72,6 @@ final class EventStream: ResponseStream, @unchecked Sendable {
     }
 
     static func format(_ event: EventRecord) -> [UInt8] {
-        Array("id: \(event.sequence)\nevent: \(event.type)\ndata: \(event.payload.serialized())\n\n".utf8)
+        Array("id: \(event.sequence)\nevent: \(event.type)\ndata: \(event.payloadText)\n\n".utf8)
     }
 }

@@ -28,10 +28,16 @@ public enum TaskCommand: String, Sendable {
     case cancel, suspend, resume
 }
 
-/// Why a client command does not apply to a task in its state.
+/// Why a transition (a client command, an engine report, a timer) does not apply to a task in
+/// its state: `input` names it in words ("cancel", "end an attempt").
 public struct TransitionRefused: Error, Sendable, Equatable {
     public var state: TaskState
-    public var command: TaskCommand
+    public var input: String
+
+    public init(state: TaskState, input: String) {
+        self.state = state
+        self.input = input
+    }
 }
 
 extension TaskState {
@@ -40,7 +46,7 @@ extension TaskState {
     public func applying(_ command: TaskCommand) -> Result<TaskState, TransitionRefused> {
         switch (command, self) {
         case (_, .completed), (_, .failed), (_, .cancelled):
-            return .failure(TransitionRefused(state: self, command: command))
+            return .failure(TransitionRefused(state: self, input: command.rawValue))
         case (.cancel, _):
             return .success(.cancelled)
         case (.suspend, .suspended):
@@ -50,7 +56,7 @@ extension TaskState {
         case (.resume, .suspended):
             return .success(.queued)
         case (.resume, _):
-            return .failure(TransitionRefused(state: self, command: command))
+            return .failure(TransitionRefused(state: self, input: command.rawValue))
         }
     }
 }

@@ -1,5 +1,6 @@
 import BackhaulCore
 import BackhaulStore
+import Curl
 
 /// The engine loop's side of the policy: deciding for running and held tasks, counting budgets,
 /// sharing the bandwidth limit.
@@ -26,11 +27,11 @@ extension EngineLoop {
     /// Decides again for every running task and every task the policy holds: running ones no
     /// longer allowed stop and wait (resumable ones keep their checkpoint), held ones now allowed
     /// go back to the queue. Then the next clock edge is noted.
-    func reevaluatePolicy() {
+    func reevaluatePolicy(_ driver: CurlDriver) {
+        policyReviewNeeded = false
         network = engine.network
-        policy = engine.policy
+        policy = engine.settings.policy
         budgetExceeded = false
-        sessionConfigurations.removeAll(keepingCapacity: true)
         let context = policyContext()
         for transfer in Array(active.values) {
             let decision = Policy.decide(transfer.configuration, in: context)
@@ -50,27 +51,30 @@ extension EngineLoop {
         var after: Int64 = 0
         let started = monotonicSeconds()
         while monotonicSeconds() - started < 5 {
-            let page: [(QueueEntry, WaitingReason)]
+            let page: [HeldTask]
             do {
                 page = try store.policyHeldTasks(afterSequence: after, limit: 500)
             } catch {
                 fault(.storeRead, "cannot read the tasks the policy holds; deciding again next turn", ["error": "\(error)"])
-                engine.wake(policy: true)
+                policyReviewNeeded = true
                 break
             }
             guard let last = page.last else { break }
-            after = last.0.sequence
-            for (entry, reason) in page {
-                guard let merged = configuration(sessionID: entry.sessionID, overrides: entry.configurationOverrides) else { continue }
-                guard case .success(let configuration) = merged else {
-                    if case .failure(let error) = merged { failForConfiguration(entry.id, error) }
+            after = last.sequence
+            for held in page {
+                guard let session = sessionConfigurations[held.sessionID] else { continue }
+                let configuration: TransferConfiguration
+                do {
+                    configuration = held.configurationOverrides.isEmpty ? session : try session.applying(.object(held.configurationOverrides))
+                } catch {
+                    fault(.invalidConfiguration, "a task's configuration cannot be applied; the task fails", ["task.id": "\(held.id)", "error": "\(error)"])
+                    store.applyPolicy(sequence: held.sequence, .fail(TaskError(.unknown,
+                        message: "the task's configuration cannot be applied over its session's: \(error)")))
                     continue
                 }
                 let decision = Policy.decide(configuration, in: context)
-                guard decision != .wait(reason) else { continue }
-                do { try store.applyPolicy(id: entry.id, decision) } catch {
-                    logger.error("cannot apply the policy", metadata: ["task.id": "\(entry.id)", "error": "\(error)"])
-                }
+                guard decision != .wait(held.reason) else { continue }
+                store.applyPolicy(sequence: held.sequence, decision)
             }
         }
         let local = LocalTime.components(of: context.now)
@@ -103,12 +107,8 @@ extension EngineLoop {
         let now = monotonicSeconds()
         guard !budgetPending.isEmpty, force || now - lastBudgetFlush >= 1, !budgetDay.isEmpty else { return }
         lastBudgetFlush = now
-        do {
-            try store.addBudgetUsage(day: budgetDay, budgetPending)
-            budgetPending.removeAll()
-        } catch {
-            logger.warning("cannot record budget use", metadata: ["error": "\(error)"])
-        }
+        store.addBudgetUsage(day: budgetDay, budgetPending)
+        budgetPending.removeAll()
     }
 
     /// Shares the bandwidth limit in force equally among running transfers
@@ -118,9 +118,8 @@ extension EngineLoop {
         let local = LocalTime.components(of: clock.now())
         let limit = policy.bandwidth(minuteOfDay: local.minute, network: network.type)
         let share = limit.map { max(1024, $0 / Int64(max(1, active.count))) } ?? 0
-        sendSpeedShare = share
         for transfer in active.values {
-            do { try transfer.limitSendSpeed(share) } catch {
+            do { try transfer.limitSpeed(share) } catch {
                 fault(.curl, "cannot apply the bandwidth limit to a transfer", ["task.id": "\(transfer.task.id)", "error": "\(error)"])
             }
         }

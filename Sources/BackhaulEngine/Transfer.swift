@@ -1,6 +1,5 @@
 import BackhaulCore
 import BackhaulFiles
-import CCurl
 import Curl
 import Digest
 
@@ -12,7 +11,7 @@ final class Transfer {
     /// When the attempt began (wall clock), for its entry in the task's history.
     let startedAt: Timestamp
     let configuration: TransferConfiguration
-    let limitKey: String
+    let limitKey: Scheduler.Key
     var machine: any UploadStateMachine
     /// The file an upload reads (nil for a download).
     let file: OpenedFile?
@@ -70,21 +69,19 @@ final class Transfer {
     /// This transfer's share of the bandwidth limit (bytes/s, 0: none).
     private(set) var sendSpeed: Int64 = 0
 
-    /// Sets the send speed limit, on the request in flight too (curl reads it as it paces).
-    func limitSendSpeed(_ bytesPerSecond: Int64) throws {
+    /// Sets the speed limit, on the request in flight too (curl reads it as it paces): what an
+    /// upload sends, what a download receives.
+    func limitSpeed(_ bytesPerSecond: Int64) throws {
         guard bytesPerSecond != sendSpeed else { return }
         sendSpeed = bytesPerSecond
-        try easy.set(speedLimitOption, offset: bytesPerSecond)
+        if part == nil { try easy.setSendSpeedLimit(bytesPerSecond) } else { try easy.setReceiveSpeedLimit(bytesPerSecond) }
     }
-
-    /// The direction the bandwidth limit paces: what an upload sends, what a download receives.
-    private var speedLimitOption: CURLoption { part == nil ? CURLOPT_MAX_SEND_SPEED_LARGE : CURLOPT_MAX_RECV_SPEED_LARGE }
 
     // Rate estimate (bytes/s), updated by the engine loop.
     var rate: Double = 0
     var lastSample: (time: Double, bytes: Int64)
 
-    init(task: TaskRecord, configuration: TransferConfiguration, limitKey: String, machine: any UploadStateMachine,
+    init(task: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key, machine: any UploadStateMachine,
          file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
         self.task = task
         self.attempt = task.attempts
@@ -272,7 +269,7 @@ final class Transfer {
         response.status == 0 ? nil : ResponseRecord(status: response.status, headers: response.headers, body: response.body)
     }
 
-    /// Configures the handle for the next request the protocol asked for.
+    /// Configures a fresh handle for the next request the protocol asked for.
     func prepare(_ request: PlannedRequest, options: EngineOptions) throws {
         bytesBeforeRequest = machine.bytesAcknowledged
         requestBytesSent = 0
@@ -285,26 +282,22 @@ final class Transfer {
                 return !destinationRefused
             }
         }
-        try easy.set(CURLOPT_URL, request.url)
-        try easy.set(CURLOPT_NOSIGNAL, 1)
-        try easy.set(CURLOPT_PROTOCOLS_STR, "http,https")
-        try easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        try easy.set(CURLOPT_TCP_KEEPALIVE, 1)
-        try easy.set(CURLOPT_USERAGENT, options.userAgent)
-        try easy.set(CURLOPT_UPLOAD_BUFFERSIZE, options.uploadBufferSize)
-        // Downloads: larger pieces from curl mean fewer write calls into the `.part` file.
-        if part != nil { try easy.set(CURLOPT_BUFFERSIZE, 512 << 10) }
-        if sendSpeed > 0 { try easy.set(speedLimitOption, offset: sendSpeed) }
         disposition = nil
         received = 0
         lastActivity = monotonicSeconds()
         lastCounters = (0, 0)
-        try easy.set(CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.timeoutIntervalForRequest * 1000))
-        if let bundle = options.caBundle { try easy.set(CURLOPT_CAINFO, bundle) }
+        var curl = RequestOptions(url: request.url, method: RequestOptions.Method(request.method))
+        curl.tcpKeepAlive = true
+        curl.userAgent = options.userAgent
+        curl.uploadBufferSize = options.uploadBufferSize
+        // Downloads: larger pieces from curl mean fewer write calls into the `.part` file.
+        if part != nil { curl.receiveBufferSize = 512 << 10 }
+        if sendSpeed > 0 { if part == nil { curl.maxSendSpeed = sendSpeed } else { curl.maxReceiveSpeed = sendSpeed } }
+        curl.connectTimeoutMilliseconds = Int(configuration.timeoutIntervalForRequest * 1000)
+        curl.caBundle = options.caBundle
         if let signing = request.signing {
-            // libcurl computes the SigV4 signature (CURLOPT_AWS_SIGV4) over the headers it sends.
-            try easy.set(CURLOPT_AWS_SIGV4, "aws:amz:\(signing.region):s3")
-            try easy.set(CURLOPT_USERPWD, "\(signing.accessKeyID):\(signing.secretAccessKey)")
+            // libcurl computes the SigV4 signature over the headers it sends.
+            curl.awsSigV4 = .init(region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
         }
         attachFileBody()
         digest = nil
@@ -312,26 +305,17 @@ final class Transfer {
         var lines = request.headers.map { "\($0.0): \($0.1)" }
         switch request.body {
         case .empty:
-            bodyStart = 0
-            bodyOffset = 0
-            bodyEnd = 0
-            switch request.method {
-            case "GET": try easy.set(CURLOPT_HTTPGET, 1)
-            case "HEAD": try easy.set(CURLOPT_NOBODY, 1)
-            default: try easy.set(CURLOPT_CUSTOMREQUEST, request.method)
-            }
+            (bodyStart, bodyOffset, bodyEnd) = (0, 0, 0)
         case .file(let offset, let length):
-            bodyStart = offset
-            bodyOffset = offset
-            bodyEnd = offset + length
-            try easy.set(CURLOPT_UPLOAD, 1)
+            (bodyStart, bodyOffset, bodyEnd) = (offset, offset, offset + length)
             if request.digestTrailers.isEmpty {
-                try easy.set(CURLOPT_INFILESIZE_LARGE, offset: length)
+                curl.body = .stream(length: length)
             } else {
                 // The digest is known only after the last byte is read: it goes in trailers, so
                 // the body goes with chunked transfer encoding.
                 let names = request.digestTrailers
                 digest = SHA256Hasher()
+                curl.body = .stream(length: nil)
                 lines += ["Transfer-Encoding: chunked", "Trailer: \(names.joined(separator: ", "))"]
                 easy.trailers = { [unowned self] in
                     guard let value = digest?.finish() else { return [] }
@@ -339,23 +323,16 @@ final class Transfer {
                     return names.map { "\($0): sha-256=:\(Base64.encode(value)):" }
                 }
             }
-            if request.method != "PUT" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
             if !lines.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
                 lines.append("Content-Type: application/octet-stream")
             }
         case .bytes(let bytes):
-            bodyStart = 0
-            bodyOffset = 0
-            bodyEnd = 0
+            (bodyStart, bodyOffset, bodyEnd) = (0, 0, 0)
             memory.replace(with: bytes)
             memory.attach(to: easy)
-            try easy.set(CURLOPT_UPLOAD, 1)
-            try easy.set(CURLOPT_INFILESIZE_LARGE, offset: Int64(bytes.count))
-            if request.method != "PUT" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+            curl.body = .stream(length: Int64(bytes.count))
         case .multipart(let plan):
-            bodyStart = 0
-            bodyOffset = 0
-            bodyEnd = plan.fileLength
+            (bodyStart, bodyOffset, bodyEnd) = (0, 0, plan.fileLength)
             var trailing: (name: String, length: Int)?
             if let field = plan.digestField {
                 // The file's SHA-256 follows it as a text field, known once the file part is read.
@@ -370,8 +347,9 @@ final class Transfer {
             try easy.setMultipartBody(fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,
                                       filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength,
                                       trailingField: trailing)
-            if request.method != "POST" { try easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
+            curl.body = .multipart
         }
-        try easy.setHeaders(lines)
+        curl.headers = lines
+        try easy.configure(curl)
     }
 }

@@ -4,6 +4,7 @@ import BackhaulCore
 import BackhaulEngine
 import BackhaulStore
 import BackhaulWebhooks
+import Curl
 import Glibc
 import JSON
 import Logging
@@ -14,8 +15,11 @@ public final class BackhaulDaemon: Sendable {
     public let configuration: DaemonConfiguration
     let logger: Logger
     let store: Store
+    let settings: ServiceSettings
+    let worker: CurlWorker
     let engine: Engine
     let dispatcher: WebhookDispatcher
+    let housekeeper: Housekeeper
     let feed = EventFeed()
     let http: Daemon
     let lockDescriptor: Int32
@@ -39,28 +43,31 @@ public final class BackhaulDaemon: Sendable {
             throw StartupError(description: "the state directory \(directory) is in use by another backhauld")
         }
         store = try Store(path: directory + "/backhaul.db")
+        settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
+        let errorLogger = logger
+        worker = try CurlWorker { message in errorLogger.error("the curl worker failed", metadata: ["error": "\(message)"]) }
         var engineOptions = EngineOptions()
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
         engineOptions.caBundle = configuration.caBundle
         engineOptions.progressInterval = configuration.progressInterval
         engineOptions.routeFile = configuration.routeFile
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
-        engineOptions.classifier = configuration.classifier
-        engineOptions.policy = configuration.policy
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
-        engine = try Engine(store: store, logger: logger, options: engineOptions)
+        engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
         var dispatcherOptions = DispatcherOptions()
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
         dispatcherOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
-        dispatcher = try WebhookDispatcher(store: store, logger: logger, options: dispatcherOptions)
-        let (feed, dispatcher) = (self.feed, self.dispatcher)
-        store.observeEvents {
-            feed.notify()
-            dispatcher.wake()
+        dispatcher = WebhookDispatcher(store: store, worker: worker, logger: logger, options: dispatcherOptions)
+        let feed = self.feed
+        store.observe { changes in if changes.eventsAppended { feed.notify() } }
+        housekeeper = Housekeeper(store: store, finishedTaskRetention: configuration.finishedTaskRetention) { message in
+            errorLogger.error("housekeeping failed", metadata: ["error": "\(message)"])
         }
         try engine.start()
         dispatcher.start()
+        worker.start()
+        housekeeper.start()
 
         var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
         apiOptions.info = configuration.infoJSON
@@ -68,8 +75,8 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.destinations = configuration.destinations
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
         let requestMetrics = RequestMetrics()
-        let router = API(store: store, engine: engine, eventFeed: feed, requestMetrics: requestMetrics, options: apiOptions,
-                         logger: logger).router
+        let router = API(store: store, status: engine, settings: settings, eventFeed: feed, requestMetrics: requestMetrics,
+                         options: apiOptions, logger: logger).router
         let accessLogger = logger
         let handler = BufferingHandler(
             maxBodyBytes: configuration.maxBodyBytes,
@@ -93,6 +100,9 @@ public final class BackhaulDaemon: Sendable {
         } catch {
             engine.shutdown(grace: 0)
             dispatcher.shutdown()
+            worker.stop()
+            housekeeper.stop()
+            store.close()
             throw StartupError(description: error.description)
         }
         logger.info("listening", metadata: [
@@ -111,7 +121,10 @@ public final class BackhaulDaemon: Sendable {
         feed.close()
         engine.shutdown(grace: configuration.shutdownGraceSeconds)
         dispatcher.shutdown()
+        worker.stop()
+        housekeeper.stop()
         http.stop()
+        store.close()
         close(lockDescriptor)
         logger.info("stopped")
     }
@@ -122,6 +135,8 @@ public final class BackhaulDaemon: Sendable {
 public enum ExitStatus {
     /// The state database holds a record this build cannot read (EX_DATAERR).
     public static let corruptState: Int32 = 65
+    /// The state directory was written by a newer backhauld (its schema is newer than this build's).
+    public static let newerState: Int32 = 66
 }
 
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
@@ -173,6 +188,13 @@ public func runBackhauld(arguments: [String]) -> Int32 {
             // A state directory this build cannot read as it is: nothing is guessed or dropped.
             logger.critical("cannot start: the state database holds what this build cannot read", metadata: ["error": "\(message)"])
             return ExitStatus.corruptState
+        }
+        if case .newerSchema(let found, let supported) = error {
+            logger.critical("cannot start: the state directory was written by a newer backhauld", metadata: [
+                "state.schema_version": "\(found)", "supported_schema_version": "\(supported)",
+                "error": "this build reads schema versions up to \(supported); run the newer backhauld, or restore a backup",
+            ])
+            return ExitStatus.newerState
         }
         logger.critical("cannot start", metadata: ["error": "\(error)"])
         return 1

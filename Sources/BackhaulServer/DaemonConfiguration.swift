@@ -7,6 +7,8 @@ import JSONCodec
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
 /// then command-line flags, each overriding the one before.
 public struct DaemonConfiguration: Sendable {
+    /// How long finished tasks are kept (SPEC §4.4); set by the settings table.
+    public var finishedTaskRetention: Double = 7 * 86_400
     public var listenHost = "127.0.0.1"
     public var listenPort: UInt16 = 8427
     public var stateDirectory = "./backhaul-state"

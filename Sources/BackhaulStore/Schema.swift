@@ -2,8 +2,8 @@ import SQLite
 
 /// The schema, as numbered migrations. Never edit a shipped migration: add the next one.
 enum Schema {
-    static let migrations: [(version: Int, sql: String)] = [
-        (1, """
+    static let migrations: [Migration] = [
+        Migration(1, """
             CREATE TABLE sessions (
                 id TEXT PRIMARY KEY,
                 configuration TEXT NOT NULL,
@@ -60,7 +60,7 @@ enum Schema {
             );
             CREATE INDEX events_by_session ON events (session_id, seq);
             """),
-        (2, """
+        Migration(2, """
             CREATE TABLE webhooks (
                 id TEXT PRIMARY KEY,
                 session_id TEXT NOT NULL,
@@ -92,7 +92,7 @@ enum Schema {
             CREATE INDEX deliveries_by_webhook ON deliveries (webhook_id, seq);
             CREATE INDEX events_by_time ON events (created_at);
             """),
-        (3, """
+        Migration(3, """
             CREATE TABLE cleanups (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
                 task_id TEXT NOT NULL,
@@ -103,7 +103,7 @@ enum Schema {
             );
             CREATE INDEX cleanups_due ON cleanups (next_attempt_at);
             """),
-        (4, """
+        Migration(4, """
             CREATE TABLE settings (
                 key TEXT PRIMARY KEY,
                 value TEXT NOT NULL
@@ -116,14 +116,14 @@ enum Schema {
             );
             CREATE INDEX tasks_waiting ON tasks (state, waiting_reason, seq);
             """),
-        (5, """
+        Migration(5, """
             ALTER TABLE tasks ADD COLUMN download TEXT;
             """),
         // A removed session leaves its tasks readable (SPEC §4.2): `session_id` becomes '' (no
         // session), `detached_from` keeps the id it had. Failures a client sees before the end:
         // `last_error` and the attempt history. Task counts per session and state kept by
         // triggers, so a session's counts and its open-task limit cost no walk over its tasks.
-        (6, """
+        Migration(6, """
             ALTER TABLE tasks ADD COLUMN detached_from TEXT;
             ALTER TABLE tasks ADD COLUMN last_error TEXT;
             DROP INDEX tasks_idempotency;
@@ -167,5 +167,13 @@ enum Schema {
                 DELETE FROM attempts WHERE task_seq = OLD.seq;
             END;
             """),
+        // Months of uptime (SPEC §4.4): finished tasks found by age for retention, and their
+        // events and deliveries by task; freed pages returned to the file system.
+        Migration(7, """
+            CREATE INDEX tasks_finished ON tasks (finished_at) WHERE state IN ('completed', 'failed', 'cancelled');
+            CREATE INDEX events_by_task ON events (task_id) WHERE task_id IS NOT NULL;
+            CREATE INDEX deliveries_by_event ON deliveries (event_seq);
+            """),
+        Migration(8, "PRAGMA auto_vacuum = INCREMENTAL; VACUUM", transactional: false),
     ]
 }

@@ -30,7 +30,7 @@ extension Store {
     @discardableResult
     public func replaceCleanup(sequence: Int64, with found: [(uploadID: String, plan: CleanupPlan)]) throws(StoreError) -> Int {
         let now = self.now
-        return try write(.relaxed) { db in
+        return try write(.relaxed) { [self] db in
             let taskID = try db.queryFirst("SELECT task_id FROM cleanups WHERE seq = ?", [sequence]) { $0.string(0) } ?? ""
             var added = 0
             for (uploadID, plan) in found {
@@ -40,7 +40,7 @@ extension Store {
                     AND json_extract(checkpoint, '$.location') = ? LIMIT 1
                     """, [uploadID]) { _ in true } ?? false
                 guard !held else { continue }
-                try Store.insertCleanup(db, taskID: taskID, plan, now: now)
+                try insertCleanup(db, taskID: taskID, plan, now: now)
                 added += 1
             }
             try db.run("DELETE FROM cleanups WHERE seq = ?", [sequence])

@@ -2,6 +2,7 @@ import BackhaulCore
 import JSONCodec
 import SQLite
 
+/// Sessions (SPEC §2.1): records, their task counts (kept by the schema's triggers), changes.
 extension Store {
     /// The unfinished states as an SQL list, for index seeks.
     static let unfinishedStates = "(" + TaskState.unfinished.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
@@ -10,13 +11,25 @@ extension Store {
         try db.queryFirst("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
     }
 
+    /// A session row. Its configuration was validated when it was written; read back it is
+    /// applied over the defaults like any stored configuration, and refused as corrupt if that
+    /// fails (never replaced by the defaults).
     static func decodeSession(_ row: Row) throws -> SessionRecord {
-        let configuration = try TransferConfiguration().applying(JSON.parse(row.string(1), maxDepth: 64))
-        return SessionRecord(id: row.string(0), configuration: configuration, enabled: row.int(2) != 0,
-                             lifecycle: SessionRecord.Lifecycle(rawValue: row.string(3)) ?? .active, createdAt: row.double(4))
+        let id = row.string(0)
+        let configuration: TransferConfiguration
+        do {
+            configuration = try TransferConfiguration().applying(JSON.parse(row.string(1), maxDepth: 64))
+        } catch {
+            throw StoreError.corrupt("session \(id) has a configuration this build cannot read (\(error))")
+        }
+        guard let lifecycle = SessionRecord.Lifecycle(rawValue: row.string(3)) else {
+            throw StoreError.corrupt("session \(id) is \(row.string(3))")
+        }
+        return SessionRecord(id: id, configuration: configuration, enabled: row.int(2) != 0, lifecycle: lifecycle,
+                             createdAt: row.double(4))
     }
 
-    static func saveSession(_ db: Connection, _ session: SessionRecord) throws {
+    func saveSession(_ db: Connection, _ session: SessionRecord) throws {
         try db.run(
             """
             INSERT INTO sessions (id, configuration, enabled, lifecycle, created_at) VALUES (?, ?, ?, ?, ?)
@@ -24,6 +37,7 @@ extension Store {
                 lifecycle = excluded.lifecycle
             """,
             [session.id, session.configuration.json.serialized(), session.enabled, session.lifecycle.rawValue, session.createdAt])
+        log.update { $0.sessions.insert(session.id) }
     }
 
     /// The session's tasks by state, from the counts the schema's triggers keep.
@@ -47,41 +61,26 @@ extension Store {
             [sessionID]) { $0.int(0) } ?? 0)
     }
 
-    /// After a task of the session finished: `session.drained` when nothing is left to do, and
-    /// a finishing session's record goes.
-    static func sessionTaskReachedFinalState(_ db: Connection, sessionID: String, now: Timestamp) throws {
-        // Existence, by index seeks on (session_id, state): not a walk over the session's tasks.
-        let anyUnfinished = try db.queryFirst(
-            "SELECT 1 FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) LIMIT 1", [sessionID]) { _ in true }
-        guard anyUnfinished == nil else { return }
-        var summary = JSONObject()
-        for (state, count) in try counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
-        try appendEvent(db, type: "session.drained", sessionID: sessionID, task: nil,
-                        data: ["session_id": .string(sessionID), "task_counts": .object(summary)], now: now)
-        if let session = try fetchSession(db, id: sessionID), session.lifecycle == .finishing {
-            try removeSession(db, id: sessionID)
-        }
-    }
-
     /// Removes the session's record. Its tasks (all final by now) stay readable by id for their
     /// retention (SPEC §4.2), detached: they belong to no session (`session_id` ''), remember the
     /// one they had, and leave the id and their idempotency keys free for a new session.
-    static func removeSession(_ db: Connection, id: String) throws {
+    func removeSession(_ db: Connection, id: String) throws {
         try db.run("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = ?", [id])
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])
+        log.update { $0.sessions.insert(id) }
     }
 
     /// PUT: creates the session (true) or returns the existing one if its configuration is equal (false).
     public func putSession(id: String, configuration: TransferConfiguration) throws(StoreError) -> (SessionRecord, Bool) {
         let now = self.now
-        return try write { db in
+        return try write { [self] db in
             if let existing = try Store.fetchSession(db, id: id) {
                 guard existing.configuration == configuration else { throw StoreError.sessionExists }
                 return (existing, false)
             }
             let session = SessionRecord(id: id, configuration: configuration, createdAt: now)
-            try Store.saveSession(db, session)
+            try saveSession(db, session)
             return (session, true)
         }
     }
@@ -101,6 +100,17 @@ extension Store {
         }
     }
 
+    /// Every session's configuration (the engine keeps them to decide for tasks).
+    public func sessionConfigurations() throws(StoreError) -> [String: TransferConfiguration] {
+        try read { db in
+            var result: [String: TransferConfiguration] = [:]
+            for session in try db.query("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions", [], Store.decodeSession) {
+                result[session.id] = session.configuration
+            }
+            return result
+        }
+    }
+
     /// PATCH: `change` gets the stored session and returns the new configuration and/or enabled
     /// flag, inside the write transaction, so two concurrent PATCHes cannot lose each other's
     /// members. A configuration that an unfinished task's own overrides cannot be applied over is
@@ -109,10 +119,10 @@ extension Store {
     /// reason 1 when `cancelPending`.
     public func updateSession(
         id: String, cancelPending: Bool,
-        _ change: @Sendable (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?)
+        _ change: @escaping @Sendable (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?)
     ) throws(StoreError) -> (SessionRecord, [TaskState: Int]) {
         let now = self.now
-        return try write { db in
+        return try write { [self] db in
             guard var session = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
             let (configuration, enabled) = try change(session)
             if let configuration, configuration != session.configuration {
@@ -121,22 +131,16 @@ extension Store {
             }
             let enabling = enabled.map { $0 != session.enabled } ?? false
             if let enabled { session.enabled = enabled }
-            try Store.saveSession(db, session)
+            try saveSession(db, session)
             if enabling || cancelPending {
                 let unfinished = try db.query(
-                    "SELECT id FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
-                    [id]) { $0.string(0) }
-                for taskID in unfinished {
-                    _ = try Store.mutate(db, id: taskID, now: now) { task in
-                        if cancelPending {
-                            Store.cancel(&task, reason: .backgroundUpdatesDisabled, now: now,
-                                         message: "cancelled: transfers were disabled for the session")
-                        } else if !session.enabled, [.queued, .running, .retrying].contains(task.state) {
-                            Store.enter(.waiting, task: &task, now: now, waitingReason: .sessionDisabled)
-                        } else if session.enabled, task.state == .waiting, task.waitingReason == .sessionDisabled {
-                            Store.enter(.queued, task: &task, now: now)
-                        }
-                    }
+                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
+                    [id], TaskRows.decode)
+                for task in unfinished {
+                    let input: TaskInput = cancelPending
+                        ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
+                        : .sessionEnabled(session.enabled)
+                    if case .success(let next) = task.applying(input, now: now) { try save(db, from: task, to: next, now: now) }
                 }
             }
             guard let updated = try Store.fetchSession(db, id: id) else { return (session, [:]) }
@@ -156,7 +160,7 @@ extension Store {
         var reason = ""
         for (taskID, overrides) in rows {
             do {
-                _ = try configuration.applying(try JSON.parse(overrides, maxDepth: 64))
+                _ = try configuration.applying(.object(try TaskRows.overrides(overrides, task: taskID)))
             } catch let error as ValidationError {
                 if refused.isEmpty { reason = error.description }
                 refused.append(taskID)
@@ -173,22 +177,22 @@ extension Store {
     /// Returns true when the record is already gone.
     public func deleteSession(id: String, cancel: Bool) throws(StoreError) -> Bool {
         let now = self.now
-        return try write { db in
+        return try write { [self] db in
             guard var session = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
             session.lifecycle = .finishing
-            try Store.saveSession(db, session)
+            try saveSession(db, session)
             let unfinished = try db.query(
-                "SELECT id FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
-                [id]) { $0.string(0) }
+                "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
+                [id], TaskRows.decode)
             if cancel {
-                for taskID in unfinished {
-                    _ = try Store.mutate(db, id: taskID, now: now) { task in
-                        Store.cancel(&task, reason: .userCancelled, now: now, message: "cancelled: the session was deleted")
-                    }
+                for task in unfinished {
+                    try transition(db, task, .serviceCancelled(.userCancelled, "cancelled: the session was deleted"), now: now)
                 }
             }
+            // The last task's end may already have removed it (a finishing session goes when empty).
+            guard try Store.fetchSession(db, id: id) != nil else { return true }
             if cancel || unfinished.isEmpty {
-                try Store.removeSession(db, id: id)
+                try removeSession(db, id: id)
                 return true
             }
             return false

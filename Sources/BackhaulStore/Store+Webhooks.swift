@@ -81,7 +81,7 @@ extension Store {
     }
 
     /// Applies `change` to a subscription; re-enabling clears the reason it was disabled.
-    public func updateWebhook(id: String, _ change: @Sendable (inout WebhookRecord) throws -> Void) throws -> WebhookRecord {
+    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws -> WebhookRecord {
         let now = self.now
         return try write { db in
             guard var webhook = try Store.fetchWebhook(db, id: id) else { throw StoreError.notFound }
@@ -157,11 +157,12 @@ extension Store {
             ) { row -> PendingDelivery in
                 var secrets = [row.string(3)]
                 if let previous = row.optionalString(4), let expires = row.optionalDouble(5), expires > now { secrets.append(previous) }
-                // The body is built once from the stored event: the same bytes on every redelivery.
-                let payload: JSON = ["type": .string(row.string(7)), "timestamp": .string(RFC3339.format(row.double(8))),
-                                     "data": (try? JSON.parse(row.string(9), maxDepth: 64)) ?? .null]
+                // The body is built around the stored event data, never parsed again: the same bytes
+                // on every redelivery.
+                let event = EventRecord(sequence: 0, id: row.string(6), type: row.string(7), sessionID: "", taskID: nil,
+                                        createdAt: row.double(8), dataText: row.string(9))
                 return PendingDelivery(sequence: row.int(0), webhookID: row.string(1), url: row.string(2), secrets: secrets,
-                                       eventID: row.string(6), payload: payload.serializedBytes(), attempts: Int(row.int(10)))
+                                       eventID: row.string(6), payload: Array(event.payloadText.utf8), attempts: Int(row.int(10)))
             }
             return Array(rows.filter { !inFlight.contains($0.sequence) }.prefix(limit))
         }
@@ -181,11 +182,10 @@ extension Store {
     }
 
     /// Writes one attempt's result. `gone` disables the subscription and abandons the rest.
-    public func recordDeliveryAttempt(sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision)
-        throws(StoreError)
-    {
+    public func recordDeliveryAttempt(sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
+                                      done: @escaping @Sendable (StoreError?) -> Void) {
         let now = self.now
-        try write(.relaxed) { db in
+        submit({ db in
             guard let (webhookID, historyText) = try db.queryFirst(
                 "SELECT webhook_id, history FROM deliveries WHERE seq = ? AND state = 'pending'", [sequence],
                 { ($0.string(0), $0.string(1)) })
@@ -212,26 +212,9 @@ extension Store {
                            ["the receiver answered 410 Gone", webhookID])
                 try Store.abandonDeliveries(db, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
             }
-        }
-    }
-
-    /// Drops what is older than `retention` and no longer needed: events no pending delivery
-    /// refers to, finished deliveries, and subscriptions of removed sessions with nothing pending.
-    public func prune(olderThan retention: Double) throws(StoreError) {
-        let cutoff = now - retention
-        try write(.relaxed) { db in
-            try db.run("DELETE FROM deliveries WHERE state != 'pending' AND created_at < ?", [cutoff])
-            try db.run(
-                """
-                DELETE FROM events WHERE created_at < ?
-                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq AND d.state = 'pending')
-                """, [cutoff])
-            try db.run(
-                """
-                DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = webhooks.session_id)
-                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.webhook_id = webhooks.id AND d.state = 'pending')
-                """)
-        }
+        }, done: { result in
+            if case .failure(let error) = result { done(error) } else { done(nil) }
+        })
     }
 
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.

@@ -1,8 +1,8 @@
 import BackhaulCore
-import Threads
 import Glibc
 import JSONCodec
 import SQLite
+import Threads
 
 /// What the store refuses, in the API's terms.
 public enum StoreError: Error, Sendable, Equatable {
@@ -18,114 +18,116 @@ public enum StoreError: Error, Sendable, Equatable {
     /// A stored record cannot be read back: the database was changed outside this program, or by
     /// a build that wrote what this one does not understand. Never replaced by a default.
     case corrupt(String)
+    /// The database was written by a newer build (its schema version is above this build's).
+    case newerSchema(found: Int, supported: Int)
     case database(String)
 }
 
-/// An event written in the same transaction as the state change that caused it (SPEC §2.4).
-public struct EventRecord: Sendable, Equatable {
-    public var sequence: Int64
-    public var id: String
-    public var type: String
-    public var sessionID: String
-    public var taskID: String?
-    public var createdAt: Timestamp
-    public var data: JSON
-
-    /// The Standard Webhooks payload: `{"type","timestamp","data"}`.
-    public var payload: JSON {
-        ["type": .string(type), "timestamp": .string(RFC3339.format(createdAt)), "data": data]
-    }
-}
-
-/// A page of a session's tasks.
-public struct TaskPage: Sendable {
-    public var tasks: [TaskRecord]
-    public var nextCursor: String?
-}
-
-/// A number changed only under the store's lock.
-final class Counter: @unchecked Sendable {
-    var value = 0
-}
-
-/// Paths collected only under the store's lock.
-final class PathList: @unchecked Sendable {
-    var paths: [String] = []
-
-    /// Removes the `.part` file of each download collected, and forgets them.
-    func removePartFiles() {
-        for path in paths { unlink(DownloadSpec.partPath(of: path)) }
-        paths.removeAll()
-    }
-}
-
-/// The durable state: one SQLite database in WAL mode, one connection behind a lock.
-/// Every state change and its event are one transaction.
+/// The durable state: one SQLite database in WAL mode. One connection writes, on a thread of its
+/// own, joining concurrent writes into one transaction (`StoreWriter`); a pool of read-only
+/// connections serves reads beside it (`ReaderPool`). Every state change and its events are one
+/// transaction; what a commit changed goes to the observers (`StoreChanges`).
 public final class Store: Sendable {
-    /// The one connection and what is known about its state.
-    struct Link {
-        let db: Connection
-        /// Bumped (by TEMP triggers) whenever a task enters the queue or a queued task changes
-        /// host: the scheduler's cue that a queue it found empty may not be any more.
-        let queueChanges = Counter()
-        /// Destinations of downloads that ended without completing in the open transaction:
-        /// their `.part` files are removed once it commits.
-        let endedDownloads = PathList()
-        /// The `synchronous` level now set, so that it is changed only when a write needs another.
-        var relaxed = false
-        /// The thread running a `batch`; other threads wait for it to end.
-        var batchOwner: pthread_t?
-        /// Whether the batch has begun its transaction (at its first write: a batch that writes
-        /// nothing costs nothing).
-        var batchBegun = false
-
-        var inOwnBatch: Bool { batchOwner.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-
-        mutating func setDurability(_ durability: Durability) throws {
-            let relaxed = durability == .relaxed
-            guard relaxed != self.relaxed else { return }
-            try db.execute(relaxed ? "PRAGMA synchronous = NORMAL" : "PRAGMA synchronous = FULL")
-            self.relaxed = relaxed
-        }
+    /// How a write must reach the disk before it returns.
+    public enum Durability: Sendable {
+        /// fsync on commit (`synchronous=FULL`): for what a client is told was accepted or done.
+        case synced
+        /// No fsync on commit (`synchronous=NORMAL`, WAL): safe against a crash of the process.
+        /// For the engine's own bookkeeping, where losing the last moments to a power cut only
+        /// repeats work (an upload runs again).
+        case relaxed
     }
 
-    /// The one connection, used only while its lock is held and no other thread's batch is open:
-    /// one writer at a time.
-    private let connection: Locked<Link>
+    let writer: StoreWriter
+    /// The changes of the open transaction; touched on the writer's thread only.
+    nonisolated(unsafe) let log: ChangeLog
+    private let readers: ReaderPool
     private let clock: any Clock
-    /// The last event sequence seen after a write, and who to tell about new events.
-    private let eventWatch = Locked<(last: Int64, observers: [@Sendable () -> Void])>((0, []))
+    /// The database file, and whether it is a scratch file of `Store(path: ":memory:")`.
+    public let path: String
+    private let scratch: Bool
+    /// How the WAL is kept bounded (see `Store+Maintenance`).
+    let walPolicy: WALPolicy
+    let maintenance = Locked(MaintenanceFigures())
+    private let closed = Locked(false)
 
-    /// Opens (creating and migrating) the database at `path`; ":memory:" for tests.
-    public init(path: String, clock: any Clock = SystemClock()) throws {
-        let db = try Connection(path: path)
-        if path != ":memory:" {
-            try db.execute("PRAGMA journal_mode = WAL")
-        }
-        try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
-        try Migrator(migrations: Schema.migrations).migrate(db)
-        try Store.verify(db)
-        let last = try Store.lastEventSequence(db)
-        let link = Link(db: db)
-        try db.defineFunction("backhaul_queue_changed") { [counter = link.queueChanges] _ in counter.value &+= 1 }
-        try db.defineFunction("backhaul_download_ended", arguments: 1) { [list = link.endedDownloads] values in
-            if let path = values.first ?? nil { list.paths.append(path) }
-        }
-        try db.execute(
-            """
-            CREATE TEMP TRIGGER download_ended AFTER UPDATE OF state ON main.tasks
-            WHEN NEW.kind = 'download' AND NEW.state IN ('failed', 'cancelled') AND OLD.state NOT IN ('failed', 'cancelled', 'completed')
-            BEGIN SELECT backhaul_download_ended(NEW.file_path); END;
-            CREATE TEMP TRIGGER queue_insert AFTER INSERT ON main.tasks WHEN NEW.state = 'queued'
-            BEGIN SELECT backhaul_queue_changed(); END;
-            CREATE TEMP TRIGGER queue_update AFTER UPDATE OF state, host_key ON main.tasks
-            WHEN NEW.state = 'queued' AND (OLD.state IS NOT 'queued' OR OLD.host_key IS NOT NEW.host_key)
-            BEGIN SELECT backhaul_queue_changed(); END
-            """)
-        connection = Locked(link)
+    /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
+    /// gives a scratch database, removed when the store is closed (tests).
+    public init(path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy()) throws {
+        scratch = path == ":memory:"
+        self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "")).db" : path
         self.clock = clock
-        eventWatch.withLock { $0.last = last }
+        self.walPolicy = walPolicy
+        let db = try Connection(path: self.path)
+        try db.execute("PRAGMA journal_mode = WAL")
+        try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
+        // The writer checkpoints on its own terms (`Store+Maintenance`): the automatic one can be
+        // starved by busy readers and lets the WAL grow.
+        try db.execute("PRAGMA journal_size_limit = \(walPolicy.truncateBytes)")
+        try StoreOpening.migrate(db, path: self.path)
+        try Store.verify(db)
+        log = ChangeLog()
+        try Store.installChangeFeed(db, log: log)
+        self.readers = try ReaderPool(path: self.path, count: max(1, readers))
+        writer = StoreWriter(connection: db, log: log)
+        let frames = FrameCount()
+        db.onWALCommit { frames.value = $0 }
+        writer.afterCommit = { [walPolicy, maintenance] db in Store.keepWALBounded(db, walPolicy, maintenance, frames: frames.value) }
+        writer.start()
     }
+
+    /// Stops the writer after the writes handed to it; a scratch database is removed. Closing
+    /// again does nothing.
+    public func close() {
+        guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        writer.stop()
+        if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+    }
+
+    deinit { close() }
+
+    /// Calls `observer` on the writer's thread after each commit that changed something.
+    public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
+        writer.observe(observer)
+    }
+
+    var now: Timestamp { clock.now() }
+
+    // MARK: Reading and writing
+
+    /// Runs `body` in the next write transaction and returns once it committed (fsync'd when
+    /// `synced`). A throw undoes `body`'s writes only.
+    @discardableResult
+    func write<T>(_ durability: Durability = .synced, _ body: @escaping (Connection) throws -> T) throws(StoreError) -> T {
+        try writer.perform(durable: durability == .synced) { db, _ in try body(db) }
+    }
+
+    /// Hands `body` to the writer without waiting (relaxed durability); `done` runs on the
+    /// writer's thread after the commit, with the result.
+    func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
+        let box = ResultBox<T>()
+        writer.submit(StoreWriter.Job(durable: false, body: { db, _ in box.value = try body(db) }, done: { error in
+            if let error { done(.failure(error)) } else if let value = box.value { done(.success(value)) }
+        }))
+    }
+
+    /// Runs `body` on a read connection: it sees the last commit and waits for no writer.
+    func read<T>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
+        do {
+            return try readers.read(body)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+
+    /// Checks the database answers and can be written (for `/readyz`).
+    public func isWritable() -> Bool {
+        (try? write { db in try db.run("CREATE TEMP TABLE IF NOT EXISTS readiness (x); DELETE FROM readiness") }) != nil
+    }
+
+    // MARK: Opening
 
     /// Refuses a database whose tasks are in states this build does not know (read from the
     /// per-session counts, so it costs nothing however many tasks there are).
@@ -135,182 +137,14 @@ public final class Store: Sendable {
             throw StoreError.corrupt("tasks are in the state \(name), which this build does not know")
         }
     }
+}
 
-    /// A number that changes whenever a task may have become runnable: one enters the queue,
-    /// or a queued one changes host. Equal numbers mean the queue gained nothing in between.
-    public var queueVersion: Int {
-        access { $0.queueChanges.value }
-    }
+/// The WAL's frames after the last commit, written and read on the writer's thread.
+private final class FrameCount: @unchecked Sendable {
+    var value = 0
+}
 
-    /// Calls `observer` (on the writing thread, after the commit) whenever a write added events.
-    public func observeEvents(_ observer: @escaping @Sendable () -> Void) {
-        eventWatch.withLock { $0.observers.append(observer) }
-    }
-
-    /// How a write must reach the disk before it returns.
-    enum Durability {
-        /// fsync on commit (`synchronous=FULL`): for what a client is told was accepted or done.
-        case synced
-        /// No fsync on commit (`synchronous=NORMAL`, WAL): safe against a crash of the process, and
-        /// the next synced commit flushes it too. For the engine's own bookkeeping, where losing the
-        /// last moments to a power cut only repeats work (an upload runs again).
-        case relaxed
-    }
-
-    /// Runs `body` in one write transaction, mapping storage errors to the API's. Inside this
-    /// thread's `batch` it runs in a savepoint of the batch's transaction instead.
-    @discardableResult
-    func write<T: Sendable>(_ durability: Durability = .synced, _ body: (Connection) throws -> T) throws(StoreError) -> T {
-        do {
-            let (result, lastEvent) = try access { link in
-                let db = link.db
-                let result: T
-                if link.inOwnBatch {
-                    assert(durability == .relaxed, "a batch commits without fsync: synced writes do not belong in one")
-                    if !link.batchBegun {
-                        try link.setDurability(.relaxed)
-                        try db.run("BEGIN IMMEDIATE")
-                        link.batchBegun = true
-                    }
-                    // A write undone inside the batch takes back the removals it asked for.
-                    let mark = link.endedDownloads.paths.count
-                    do {
-                        result = try db.savepoint { try body(db) }
-                    } catch {
-                        link.endedDownloads.paths.removeSubrange(mark...)
-                        throw error
-                    }
-                } else {
-                    try link.setDurability(durability)
-                    do {
-                        result = try db.transaction { try body(db) }
-                    } catch {
-                        link.endedDownloads.paths.removeAll()
-                        throw error
-                    }
-                    link.endedDownloads.removePartFiles()
-                }
-                return (result, try Store.lastEventSequence(db))
-            }
-            let observers: [@Sendable () -> Void] = eventWatch.withLock { watch in
-                guard lastEvent > watch.last else { return [] }
-                watch.last = lastEvent
-                return watch.observers
-            }
-            for observer in observers { observer() }
-            return result
-        } catch let error as StoreError {
-            throw error
-        } catch let error as ValidationError {
-            throw .invalid(error)
-        } catch let error as SQLiteError where error.isStorageFull {
-            throw .storageFull
-        } catch {
-            throw .database(String(describing: error))
-        }
-    }
-
-    func read<T: Sendable>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
-        do {
-            return try access { link in try body(link.db) }
-        } catch let error as StoreError {
-            throw error
-        } catch {
-            throw .database(String(describing: error))
-        }
-    }
-
-    /// The connection, once no other thread's batch is open.
-    private func access<T, E: Error>(_ body: (inout Link) throws(E) -> T) throws(E) -> T {
-        try connection.withLock(when: { $0.batchOwner == nil || $0.inOwnBatch }, body)
-    }
-
-    /// Runs `body` with the engine's writes made on this thread joined into one transaction,
-    /// committed without fsync (`Durability.relaxed`) when it returns: one commit for all the
-    /// attempts a loop turn starts or ends instead of one each. Each write inside still runs in
-    /// its own savepoint, so one that fails undoes only itself. Other threads wait for the commit.
-    /// Throws when the commit fails: then none of the writes inside happened.
-    public func batch(_ body: () -> Void) throws(StoreError) {
-        let opened = access { link in
-            guard !link.inOwnBatch else { return false }
-            link.batchOwner = pthread_self()
-            return true
-        }
-        body()
-        guard opened else { return }
-        let (failure, lastEvent): (SQLiteError?, Int64) = connection.withLockNotifyingAll { link in
-            link.batchOwner = nil
-            guard link.batchBegun else { return (nil, 0) }
-            link.batchBegun = false
-            do throws(SQLiteError) {
-                try link.db.run("COMMIT")
-                link.endedDownloads.removePartFiles()
-                return (nil, 0)
-            } catch {
-                link.endedDownloads.paths.removeAll()
-                _ = try? link.db.run("ROLLBACK")
-                return (error, (try? Store.lastEventSequence(link.db)) ?? 0)
-            }
-        }
-        guard let failure else { return }
-        // The events written inside were undone with the rest: watch from what is really there.
-        eventWatch.withLock { $0.last = lastEvent }
-        throw failure.isStorageFull ? .storageFull : .database(String(describing: failure))
-    }
-
-    /// Checks the database answers and can be written (for `/readyz`).
-    public func isWritable() -> Bool {
-        (try? write { db in try db.run("CREATE TEMP TABLE IF NOT EXISTS readiness (x); DELETE FROM readiness") }) != nil
-    }
-
-    // MARK: Events
-
-    /// Appends an event and, in the same transaction, a pending delivery for every enabled
-    /// subscription of the session that wants it (the outbox).
-    static func appendEvent(_ db: Connection, type: String, sessionID: String, task: TaskRecord?, data: JSON,
-                            now: Timestamp) throws {
-        try db.run(
-            "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [RandomID.make(prefix: "msg_"), type, sessionID, task?.id, now, data.serialized()])
-        let eventSequence = db.lastInsertRowID
-        let subscribers = try db.query(
-            "SELECT id, events FROM webhooks WHERE session_id = ? AND enabled = 1", [sessionID]) { ($0.string(0), $0.string(1)) }
-        for (webhookID, events) in subscribers {
-            let wanted = (try? JSON.parse(events))?.arrayValue?.contains(.string(type)) ?? false
-            guard wanted else { continue }
-            try db.run(
-                """
-                INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
-                VALUES (?, ?, ?, 'pending', ?, ?)
-                """, [webhookID, eventSequence, type, now, now])
-        }
-    }
-
-    /// The newest event's sequence (0 when there is none).
-    public func lastEventSequence() throws(StoreError) -> Int64 {
-        try read { db in try Store.lastEventSequence(db) }
-    }
-
-    static func lastEventSequence(_ db: Connection) throws -> Int64 {
-        try db.queryFirst("SELECT COALESCE(MAX(seq), 0) FROM events") { $0.int(0) } ?? 0
-    }
-
-    /// Events after `sequence`, oldest first, optionally for one session.
-    public func events(after sequence: Int64, session: String? = nil, limit: Int = 500) throws(StoreError) -> [EventRecord] {
-        try read { db in
-            let map: (Row) throws -> EventRecord = { row in
-                EventRecord(sequence: row.int(0), id: row.string(1), type: row.string(2), sessionID: row.string(3),
-                            taskID: row.optionalString(4), createdAt: row.double(5),
-                            data: (try? JSON.parse(row.string(6), maxDepth: 64)) ?? .null)
-            }
-            let columns = "seq, id, type, session_id, task_id, created_at, data"
-            if let session {
-                return try db.query("SELECT \(columns) FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                                    [session, sequence, limit], map)
-            }
-            return try db.query("SELECT \(columns) FROM events WHERE seq > ? ORDER BY seq LIMIT ?", [sequence, limit], map)
-        }
-    }
-
-    var now: Timestamp { clock.now() }
+/// A submitted job's value, set on the writer's thread before its `done` runs there.
+private final class ResultBox<T>: @unchecked Sendable {
+    var value: T?
 }

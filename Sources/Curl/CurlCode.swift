@@ -1,4 +1,4 @@
-import CCurl
+internal import CCurl
 
 /// A libcurl easy result code (`CURLcode`) with curl's own message for it.
 public struct CurlCode: RawRepresentable, Error, Sendable, Equatable, CustomStringConvertible {
@@ -11,7 +11,7 @@ public struct CurlCode: RawRepresentable, Error, Sendable, Equatable, CustomStri
         self.message = String(cString: curl_easy_strerror(CURLcode(rawValue)))
     }
 
-    public init(_ code: CURLcode, message: String? = nil) {
+    init(_ code: CURLcode, message: String? = nil) {
         self.init(rawValue: code.rawValue)
         if let message, !message.isEmpty { self.message = message }
     }

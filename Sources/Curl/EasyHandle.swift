@@ -1,4 +1,4 @@
-import CCurl
+internal import CCurl
 
 /// What a body reader returns to curl.
 public enum ReadResult {
@@ -121,16 +121,17 @@ public final class EasyHandle {
 
     // MARK: Options
 
-    /// `curl_easy_setopt` with a `long`.
-    public func set(_ option: CURLoption, _ value: Int) throws(CurlCode) {
+    /// `curl_easy_setopt` with a `long`. Inside this module only: callers describe requests with
+    /// `RequestOptions`.
+    func set(_ option: CURLoption, _ value: Int) throws(CurlCode) {
         try check(bh_curl_easy_setopt_long(raw, option, value), self)
     }
     /// `curl_easy_setopt` with a `curl_off_t`.
-    public func set(_ option: CURLoption, offset value: Int64) throws(CurlCode) {
+    func set(_ option: CURLoption, offset value: Int64) throws(CurlCode) {
         try check(bh_curl_easy_setopt_off_t(raw, option, Int(value)), self)
     }
     /// `curl_easy_setopt` with a string (curl copies it).
-    public func set(_ option: CURLoption, _ value: String) throws(CurlCode) {
+    func set(_ option: CURLoption, _ value: String) throws(CurlCode) {
         try check(bh_curl_easy_setopt_string(raw, option, value), self)
     }
 
@@ -226,5 +227,5 @@ public final class EasyHandle {
     public func clearError() { errorBuffer[0] = 0 }
 
     /// The error for a finished transfer's code, with the handle's error buffer.
-    public func error(for code: CURLcode) -> CurlCode { CurlCode(code, message: errorBufferText) }
+    func error(for code: CURLcode) -> CurlCode { CurlCode(code, message: errorBufferText) }
 }

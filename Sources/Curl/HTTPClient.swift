@@ -1,4 +1,4 @@
-import CCurl
+internal import CCurl
 
 /// A finished exchange of the blocking client.
 public struct HTTPExchange: Sendable {

@@ -1,4 +1,4 @@
-import CCurl
+internal import CCurl
 
 /// One libcurl multi handle (`curl_multi_init`) and the easy handles added to it.
 /// Owned by one thread (the engine's); other threads reach it only through `MultiWaker`.

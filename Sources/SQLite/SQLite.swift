@@ -1,4 +1,5 @@
 import CSQLite
+import Glibc
 
 /// An SQLite result code with the library's own message and the SQL that failed.
 public struct SQLiteError: Error, Sendable, CustomStringConvertible {
@@ -49,11 +50,14 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 public final class Connection {
     fileprivate let handle: OpaquePointer
     private var statementCache: [String: Statement] = [:]
+    /// Kept alive while the hook is set.
+    private var walHook: WALHook?
 
     /// Opens (creating if needed) the database at `path`; ":memory:" for a private in-memory one.
-    public init(path: String) throws(SQLiteError) {
+    /// `readOnly` opens an existing database for reading only.
+    public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
         var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &db, flags, nil)
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
@@ -145,18 +149,16 @@ public final class Connection {
         }
     }
 
-    /// Defines an SQL function `name(…)` taking `arguments` text values that calls `body` and
-    /// returns NULL: for TEMP triggers that tell this process about changes.
-    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping ([String?]) -> Void) throws(SQLiteError) {
+    /// Defines an SQL function `name(…)` of `arguments` values that calls `body` and returns NULL:
+    /// for TEMP triggers that tell this process about changes (`sqlite3_create_function_v2`).
+    /// `body` reads the values through `FunctionArguments`, valid only during the call.
+    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping (FunctionArguments) -> Void) throws(SQLiteError) {
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let code = sqlite3_create_function_v2(
             handle, name, arguments, SQLITE_UTF8, box,
             { context, count, values in
                 guard let context, let pointer = sqlite3_user_data(context) else { return }
-                let texts = (0..<Int(count)).map { index in
-                    values?[index].flatMap { sqlite3_value_text($0) }.map { String(cString: $0) }
-                }
-                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(texts)
+                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(FunctionArguments(values: values, count: count))
                 sqlite3_result_null(context)
             }, nil, nil,
             { pointer in
@@ -166,16 +168,83 @@ public final class Connection {
         guard code == SQLITE_OK else { throw SQLiteError(code: code, message: lastErrorMessage) }
     }
 
+    /// Calls `body` after each commit in WAL mode with the number of frames now in the WAL
+    /// (`sqlite3_wal_hook`); the automatic checkpoint is off while a hook is set.
+    public func onWALCommit(_ body: @escaping (Int) -> Void) {
+        walHook = WALHook(body)
+        let box = Unmanaged.passUnretained(walHook!).toOpaque()
+        sqlite3_wal_hook(handle, { userdata, _, _, frames in
+            guard let userdata else { return SQLITE_OK }
+            Unmanaged<WALHook>.fromOpaque(userdata).takeUnretainedValue().body(Int(frames))
+            return SQLITE_OK
+        }, box)
+    }
+
+    /// Rows changed by the last statement (`sqlite3_changes`).
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    /// `PRAGMA wal_checkpoint(mode)`: the WAL's frames and how many were copied back, or nil when
+    /// the checkpoint could not run (busy).
+    public func checkpoint(_ mode: CheckpointMode) throws(SQLiteError) -> (frames: Int, copied: Int)? {
+        var frames: Int32 = 0
+        var copied: Int32 = 0
+        let code = sqlite3_wal_checkpoint_v2(handle, nil, mode.rawValue, &frames, &copied)
+        if code == SQLITE_BUSY { return nil }
+        guard code == SQLITE_OK else { throw SQLiteError(code: code, message: lastErrorMessage) }
+        return (Int(frames), Int(copied))
+    }
+
+    public enum CheckpointMode: Int32, Sendable {
+        case passive = 0, full = 1, restart = 2, truncate = 3
+    }
+
     /// True while a transaction is open (`sqlite3_get_autocommit` is 0).
     public var inTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
 
     fileprivate var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 }
 
+/// The Swift side of `onWALCommit`.
+private final class WALHook {
+    let body: (Int) -> Void
+    init(_ body: @escaping (Int) -> Void) { self.body = body }
+}
+
 /// The Swift side of a function defined with `defineFunction`.
 private final class FunctionBody {
-    let body: ([String?]) -> Void
-    init(_ body: @escaping ([String?]) -> Void) { self.body = body }
+    let body: (FunctionArguments) -> Void
+    init(_ body: @escaping (FunctionArguments) -> Void) { self.body = body }
+}
+
+/// The arguments of one call of a defined function (`sqlite3_value_*`), valid during the call.
+public struct FunctionArguments {
+    fileprivate let values: UnsafeMutablePointer<OpaquePointer?>?
+    public let count: Int32
+
+    fileprivate init(values: UnsafeMutablePointer<OpaquePointer?>?, count: Int32) {
+        self.values = values
+        self.count = count
+    }
+
+    private func value(_ index: Int32) -> OpaquePointer? { index < count ? values?[Int(index)] : nil }
+
+    public func isNull(_ index: Int32) -> Bool { value(index).map { sqlite3_value_type($0) == SQLITE_NULL } ?? true }
+    public func int(_ index: Int32) -> Int64 { value(index).map { sqlite3_value_int64($0) } ?? 0 }
+    public func double(_ index: Int32) -> Double { value(index).map { sqlite3_value_double($0) } ?? 0 }
+    public func optionalDouble(_ index: Int32) -> Double? { isNull(index) ? nil : double(index) }
+    public func optionalInt(_ index: Int32) -> Int64? { isNull(index) ? nil : int(index) }
+    public func string(_ index: Int32) -> String? {
+        guard let value = value(index), sqlite3_value_type(value) != SQLITE_NULL, let text = sqlite3_value_text(value) else { return nil }
+        let length = Int(sqlite3_value_bytes(value))
+        return String(decoding: UnsafeRawBufferPointer(start: text, count: length), as: UTF8.self)
+    }
+    /// Compares a text argument with `expected` without making a String.
+    public func text(_ index: Int32, is expected: StaticString) -> Bool {
+        guard let value = value(index), let text = sqlite3_value_text(value) else { return false }
+        let length = Int(sqlite3_value_bytes(value))
+        guard length == expected.utf8CodeUnitCount else { return false }
+        return memcmp(text, expected.utf8Start, length) == 0
+    }
 }
 
 /// A prepared statement (`sqlite3_prepare_v3`), owned by its connection's cache.
@@ -264,16 +333,43 @@ public struct Row {
     public func optionalString(_ column: Int32) -> String? { isNull(column) ? nil : string(column) }
 }
 
+/// One step of a schema: SQL run in its own transaction, or outside any (`VACUUM` and the
+/// `auto_vacuum` switch only run there).
+public struct Migration: Sendable {
+    public var version: Int
+    public var sql: String
+    public var transactional: Bool
+
+    public init(_ version: Int, _ sql: String, transactional: Bool = true) {
+        self.version = version
+        self.sql = sql
+        self.transactional = transactional
+    }
+}
+
 /// Applies numbered migrations in order, tracked in `PRAGMA user_version`, each in a transaction.
 public struct Migrator {
-    public var migrations: [(version: Int, sql: String)]
+    public var migrations: [Migration]
 
-    public init(migrations: [(version: Int, sql: String)]) { self.migrations = migrations }
+    public init(migrations: [Migration]) { self.migrations = migrations.sorted { $0.version < $1.version } }
+
+    /// The newest version these migrations reach.
+    public var latest: Int { migrations.last?.version ?? 0 }
+
+    /// The database's version (`PRAGMA user_version`).
+    public func version(_ connection: Connection) throws -> Int {
+        try connection.queryFirst("PRAGMA user_version") { Int($0.int(0)) } ?? 0
+    }
 
     public func migrate(_ connection: Connection) throws {
-        let current = try connection.queryFirst("PRAGMA user_version") { Int($0.int(0)) } ?? 0
-        for migration in migrations.sorted(by: { $0.version < $1.version }) where migration.version > current {
-            try connection.transaction {
+        let current = try version(connection)
+        for migration in migrations where migration.version > current {
+            if migration.transactional {
+                try connection.transaction {
+                    try connection.execute(migration.sql)
+                    try connection.execute("PRAGMA user_version = \(migration.version)")
+                }
+            } else {
                 try connection.execute(migration.sql)
                 try connection.execute("PRAGMA user_version = \(migration.version)")
             }

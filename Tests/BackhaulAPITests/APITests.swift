@@ -21,7 +21,7 @@ final class APIHarness {
         store = try Store(path: ":memory:")
         var options = APIOptions(allowedRoots: AllowedRoots([root]))
         options.tokens = tokens
-        router = API(store: store, engine: nil, options: options, logger: Logger(label: "test")).router
+        router = API(store: store, status: nil, settings: nil, options: options, logger: Logger(label: "test")).router
     }
 
     deinit { try? FileManager.default.removeItem(atPath: root) }

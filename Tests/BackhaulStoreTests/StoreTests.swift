@@ -4,7 +4,9 @@ import Threads
 import Glibc
 import JSON
 import SQLite
+import Foundation
 import Testing
+import Threads
 
 /// A clock tests move by hand.
 final class ManualClock: Clock {
@@ -89,16 +91,20 @@ struct StoreTests {
         #expect(seen == (0..<25).map { "t\($0)" })
     }
 
-    @Test("the queue runs by priority, then creation, and skips hosts at their limit")
-    func queueOrder() throws {
-        var other = makeTask("other-host")
+    @Test("the queue as the scheduler loads it: every queued task with its key and own limit, in pages")
+    func queuedEntries() throws {
+        var other = makeTask("other-host", priority: 0.9)
         other.request.url = "http://elsewhere:8080/x"
-        _ = try store.createTasks(sessionID: "s", [makeTask("low", priority: 0.1), makeTask("high", priority: 0.9),
-                                                   makeTask("mid1"), makeTask("mid2"), other])
-        #expect(try store.queuedTasks(limit: 10).map(\.id) == ["high", "mid1", "mid2", "other-host", "low"])
-        #expect(try store.queuedTasks(limit: 2).map(\.id) == ["high", "mid1"])
-        #expect(try store.queuedTasks(excluding: ["s http://h:80"], limit: 10).map(\.id) == ["other-host"])
-        #expect(try store.queuedTasks(excluding: ["s http://elsewhere:8080"], limit: 10).map(\.hostKey).allSatisfy { $0 == "http://h:80" })
+        other.configurationOverrides = ["max_connections_per_host": 2]
+        var held = makeTask("held")
+        held.earliestBeginAt = 2_000_000
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), other, held, makeTask("b")])
+        let all = try store.queuedEntries(after: 0, limit: 10)
+        #expect(all.count == 3)
+        #expect(all.map(\.key.host) == ["http://h:80", "http://elsewhere:8080", "http://h:80"])
+        #expect(all.map(\.limit) == [nil, 2, nil] && all[1].priority == 0.9)
+        let second = try store.queuedEntries(after: all[0].sequence, limit: 1)
+        #expect(second.map(\.sequence) == [all[1].sequence])
     }
 
     @Test("an attempt's end is written only while the task is still in that attempt")
@@ -112,31 +118,42 @@ struct StoreTests {
         #expect(try store.task(id: "a")?.state == .cancelled)
     }
 
-    @Test("a batch commits its writes together: its own thread reads them at once, another connection only after the commit")
-    func batch() throws {
-        let path = "/tmp/backhaul-batch-test-\(getpid()).db"
-        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
-        let store = try Store(path: path)
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+    @Test("group commit: concurrent writes share transactions; each caller returns once its write is on disk")
+    func groupCommit() throws {
+        let commits = Locked(0)
+        store.observe { _ in commits.withLock { $0 += 1 } }
+        let ids = (0..<64).map { "g\($0)" }
+        DispatchQueue.concurrentPerform(iterations: ids.count) { index in
+            _ = try? store.createTasks(sessionID: "s", [makeTask(ids[index])])
+        }
+        for id in ids { #expect(try store.task(id: id)?.state == .queued) }
+        #expect(commits.withLock { $0 } <= ids.count)
+    }
+
+    @Test("a write that throws undoes only itself; the others in its batch commit")
+    func failingWriteInBatch() throws {
+        _ = try store.createTasks(sessionID: "s", [makeTask("dup")])
+        DispatchQueue.concurrentPerform(iterations: 8) { index in
+            _ = try? store.createTasks(sessionID: "s", [makeTask(index % 2 == 0 ? "dup" : "new\(index)")])
+        }
+        #expect(try store.tasks(sessionID: "s", state: nil, cursor: nil, limit: 100).tasks.map(\.id).sorted()
+                == ["dup", "new1", "new3", "new5", "new7"])
+    }
+
+    @Test("the change feed reports what entered and left the queue, and what left running")
+    func changeFeed() throws {
+        let seen = Locked(StoreChanges())
+        store.observe { changes in seen.withLock { $0.merge(changes) } }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
-        let outside = try Connection(path: path)
-        func stateOutside(_ id: String) throws -> String? {
-            try outside.queryFirst("SELECT state FROM tasks WHERE id = ?", [id]) { $0.string(0) }
-        }
-        try store.batch {
-            // Nothing written yet: the batch holds no transaction, so another writer is not held up.
-            #expect(throws: Never.self) { try outside.run("UPDATE tasks SET priority = 0.7 WHERE id = 'b'") }
-            _ = try? store.startAttempt(id: "a")
-            _ = try? store.startAttempt(id: "b")
-            #expect((try? store.task(id: "a"))??.state == .running)
-            #expect((try? stateOutside("a")) == "queued", "not committed before the batch ends")
-        }
-        #expect(try stateOutside("a") == "running")
-        #expect(try stateOutside("b") == "running")
-        try store.batch {
-            for id in ["a", "b"] { _ = try? store.finishAttempt(id: id, attempt: 1, bytesSent: 10, result: .completed(nil)) }
-        }
-        #expect(try store.events(after: 0, limit: 100).filter { $0.type == "task.completed" }.count == 2)
+        _ = try store.startAttempt(id: "a")
+        _ = try store.apply(.cancel, to: "a")
+        _ = try store.apply(.suspend, to: "b")
+        let changes = seen.withLock { $0 }
+        let a = try #require(try store.task(id: "a")).sequence, b = try #require(try store.task(id: "b")).sequence
+        #expect(changes.queued.map(\.sequence) == [a, b])
+        #expect(changes.unqueued == [a, b])
+        #expect(changes.leftRunning == ["a"])
+        #expect(changes.eventsAppended && changes.cleanupsAdded == false)
     }
 
     @Test("a savepoint that throws undoes only its own changes")
@@ -169,23 +186,6 @@ struct StoreTests {
         #expect(try store.task(id: "b")?.attempts == 0)
     }
 
-    @Test("the queue version moves when a task enters the queue, not when one starts or ends")
-    func queueVersion() throws {
-        let initial = store.queueVersion
-        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
-        let created = store.queueVersion
-        #expect(created != initial)
-        _ = try store.startAttempt(id: "a")
-        _ = try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil))
-        _ = try store.startAttempt(id: "b")
-        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
-        #expect(store.queueVersion == created)
-        clock.advance(10)
-        _ = try store.fireTimers(now: clock.now())
-        #expect(try store.task(id: "b")?.state == .queued)
-        #expect(store.queueVersion != created)
-    }
-
     @Test("interrupted tasks go back to the queue after a crash")
     func recovery() throws {
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
@@ -207,14 +207,14 @@ struct StoreTests {
         _ = try store.finishAttempt(id: "retry", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
         #expect(try store.nextTimer() == clock.now() + 5)
         clock.advance(6)
-        #expect(try store.fireTimers(now: clock.now()).isEmpty)
+        #expect(try store.fireTimers(now: clock.now()).expired == 0)
         #expect(try store.task(id: "retry")?.state == .queued)
         #expect(try store.task(id: "later")?.state == .waiting)
         clock.advance(5)
         _ = try store.fireTimers(now: clock.now())
         #expect(try store.task(id: "later")?.state == .queued)
         clock.advance(10)
-        #expect(try store.fireTimers(now: clock.now()) == ["expiring"])
+        #expect(try store.fireTimers(now: clock.now()).expired == 1)
         #expect(try store.task(id: "expiring")?.error?.code == -1001)
     }
 
@@ -294,7 +294,9 @@ struct StoreCleanupTests {
     func listedUploadHeldByAnotherTask() throws {
         _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("other")])
         _ = try store.startAttempt(id: "other")
-        try store.saveCheckpoint(id: "other", attempt: 1, UploadCheckpoint(offset: 0, location: "held-id"))
+        store.saveCheckpoint(sequence: try #require(try store.task(id: "other")).sequence, attempt: 1,
+                             UploadCheckpoint(offset: 0, location: "held-id"))
+        try store.settle()
         _ = try store.startAttempt(id: "ran")
         _ = try store.apply(.cancel, to: "ran")
         let due = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])

@@ -206,7 +206,9 @@ extension EndToEndTests {
         #expect(task["cancellation"]?["reason"]?.stringValue == "insufficient_system_resources")
         #expect(eventually(timeout: 5) { !fixture.exists(volume + "/big.bin.part") })
         #expect(!fixture.exists(volume + "/big.bin"))
-        // A full disk is not retried.
+        // A full disk is not retried (the server logs a request once it stops sending).
+        #expect(eventually(timeout: 5) { !server.requests.isEmpty })
+        Thread.sleep(forTimeInterval: 0.5)
         #expect(server.requests.count == 1, "\(server.requests)")
     }
 

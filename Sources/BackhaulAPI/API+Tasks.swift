@@ -1,0 +1,170 @@
+import BackhaulCore
+import BackhaulFiles
+import BackhaulStore
+import JSONCodec
+import Logging
+import MicroHTTP
+
+/// Tasks (SPEC §2.2): create (one or a batch), list, read, change, command, delete, attempts.
+extension API {
+    @Sendable func createTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = try sessionID(request)
+        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
+            throw Problem(.notFound, "no session \(id)")
+        }
+        if let settings, !settings.policy.transfersEnabled {
+            throw Problem(.transfersDisabled, "the service policy has transfers_enabled false; PUT /v1/policy to turn them on")
+        }
+        let value = try body(request)
+        let isBatch = value["tasks"] != nil
+        var items: [(JSON, String)]
+        if isBatch {
+            guard value.objectValue?.count == 1, let array = value["tasks"]?.arrayValue else {
+                throw Problem(.validationFailed, "a batch is {\"tasks\": [...]} and nothing else", extra: ["field": "tasks"])
+            }
+            guard !array.isEmpty, array.count <= options.maxTasksPerBatch else {
+                throw Problem(.validationFailed, "a batch holds 1 to \(options.maxTasksPerBatch) tasks", extra: ["field": "tasks"])
+            }
+            items = array.enumerated().map { ($0.element, "tasks[\($0.offset)]") }
+        } else {
+            items = [(value, "")]
+        }
+        let now = clock.now()
+        var records: [TaskRecord] = []
+        records.reserveCapacity(items.count)
+        for (item, path) in items {
+            records.append(try makeTask(item, path: path, session: session, now: now))
+        }
+        let results = try stored { () throws(StoreError) in
+            try store.createTasks(sessionID: id, records, maxOpen: options.maxOpenTasksPerSession)
+        }
+        let created = results.contains { $0.1 }
+        if isBatch {
+            return API.json(created ? 201 : 200, ["tasks": .array(results.map { taskJSON($0.0) })])
+        }
+        return API.json(created ? 201 : 200, taskJSON(results[0].0))
+    }
+
+    func makeTask(_ value: JSON, path: String, session: SessionRecord, now: Timestamp) throws(Problem) -> TaskRecord {
+        let draft: TaskDraft
+        let configuration: TransferConfiguration
+        do {
+            draft = try TaskDraft.decode(value, path: path, base: session.configuration)
+            configuration = try session.configuration.applying(.object(draft.configurationOverrides))
+        } catch {
+            throw API.problem(error)
+        }
+        if let refusal = options.destinations.refusal(draft.request.url, for: .upload) {
+            let field = path.isEmpty ? "request.url" : "\(path).request.url"
+            throw Problem(.destinationNotAllowed, "\(field): \(refusal)", extra: ["field": .string(field)])
+        }
+        let file: FileInfo
+        var download = draft.download
+        let inspected = download.map { spec in
+            options.allowedRoots.inspectDestination(spec.destination, overwrite: spec.overwrite).map {
+                FileInfo(path: $0, size: 0, modifiedAtNanoseconds: 0)
+            }
+        } ?? options.allowedRoots.inspect(draft.filePath)
+        switch inspected {
+        case .success(let info): file = info
+        case .failure(let error):
+            let kind = Problem.Kind(rawValue: error.code) ?? .validationFailed
+            let name = download == nil ? "file" : "destination"
+            let field = path.isEmpty ? name : "\(path).\(name)"
+            throw Problem(kind, "\(field): \(error.message): \(draft.filePath)", extra: ["field": .string(field)])
+        }
+        download?.destination = file.path
+        var task = TaskRecord(
+            id: RandomID.make(prefix: "tsk_"), sessionID: session.id, file: file, request: draft.request, upload: draft.upload,
+            createdAt: now, deadlineAt: now + configuration.timeoutIntervalForResource)
+        task.kind = draft.kind
+        task.download = download
+        task.priority = draft.priority
+        task.description = draft.description
+        task.idempotencyKey = draft.idempotencyKey
+        task.deleteFileOnSuccess = draft.deleteFileOnSuccess
+        task.configurationOverrides = draft.configurationOverrides
+        task.earliestBeginAt = draft.earliestBeginAt
+        return task
+    }
+
+    @Sendable func listTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = try sessionID(request)
+        guard try stored({ () throws(StoreError) in try store.session(id: id) }) != nil else {
+            throw Problem(.notFound, "no session \(id)")
+        }
+        var state: TaskState?
+        if let name = request.http.query["state"] {
+            guard let parsed = TaskState(rawValue: name) else {
+                throw Problem(.validationFailed, "state must be one of \(TaskState.allCases.map(\.rawValue).joined(separator: ", "))",
+                              extra: ["field": "state"])
+            }
+            state = parsed
+        }
+        let (limit, cursor) = try page(request)
+        let page = try stored { () throws(StoreError) in try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit) }
+        return API.json(200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+    }
+
+    /// `limit` (1…1000, default 100) and `cursor` of a list request.
+    func page(_ request: RouteRequest) throws(Problem) -> (limit: Int, cursor: String?) {
+        var limit = 100
+        if let text = request.http.query["limit"] {
+            guard let parsed = Int(text), (1...1000).contains(parsed) else {
+                throw Problem(.validationFailed, "limit must be an integer from 1 to 1000", extra: ["field": "limit"])
+            }
+            limit = parsed
+        }
+        let cursor = request.http.query["cursor"]
+        if let cursor, !cursor.isEmpty, Int64(cursor) == nil {
+            throw Problem(.validationFailed, "cursor is not one this API gave out", extra: ["field": "cursor"])
+        }
+        return (limit, cursor)
+    }
+
+    func existingTask(_ request: RouteRequest) throws(Problem) -> TaskRecord {
+        let id = request.parameter("id")
+        guard let task = try stored({ () throws(StoreError) in try store.task(id: id) }) else {
+            throw Problem(.notFound, "no task \(id)")
+        }
+        return task
+    }
+
+    @Sendable func getTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        API.json(200, taskJSON(try existingTask(request)))
+    }
+
+    /// `GET /v1/tasks/{id}/attempts`: the task's attempts, newest first (SPEC §4.2).
+    @Sendable func listAttempts(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = request.parameter("id")
+        guard let attempts = try stored({ () throws(StoreError) in try store.attempts(taskID: id) }) else {
+            throw Problem(.notFound, "no task \(id)")
+        }
+        return API.json(200, ["attempts": .array(attempts.map(\.json))])
+    }
+
+    @Sendable func patchTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let current = try existingTask(request)
+        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: current.sessionID) }) else {
+            throw Problem(.notFound, "the task's session is gone")
+        }
+        let value = try body(request)
+        let updated = try validated {
+            let change = try TaskPatch.decode(value, session: session.configuration)
+            return try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
+        }
+        return API.json(200, taskJSON(updated))
+    }
+
+    @Sendable func deleteTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = request.parameter("id")
+        try stored { () throws(StoreError) in try store.deleteTask(id: id) }
+        return HTTPResponse(status: 204)
+    }
+
+    func command(_ command: TaskCommand, _ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let id = request.parameter("id")
+        let task = try stored { () throws(StoreError) in try store.apply(command, to: id) }
+        return API.json(200, taskJSON(task))
+    }
+}

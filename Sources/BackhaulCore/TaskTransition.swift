@@ -1,0 +1,234 @@
+/// How an attempt ended, as the engine reports it (the engine decides retries with
+/// `RetryPlanner`; this says what to record).
+public enum AttemptEnd: Sendable, Equatable {
+    case completed(ResponseRecord?)
+    case failed(TaskError, ResponseRecord?)
+    /// Failed with `error`; tried again at `at`.
+    case retry(at: Timestamp, TaskError, ResponseRecord?)
+    case authenticationRequired(ResponseRecord?)
+    /// Stopped without fault (shutdown): back to the queue, no attempt counted.
+    case interrupted
+    /// Stopped because the policy no longer allows it: waiting, no attempt counted.
+    case held(WaitingReason)
+    /// Ended by the service itself (a download the disk cannot hold: reason 2).
+    case cancelled(CancellationReason, String)
+    /// Could not start: the task's own configuration cannot be applied (a store written by a
+    /// build that allowed it).
+    case invalidConfiguration(TaskError)
+
+    /// What the attempt led to, for the task's attempt history.
+    public var outcome: AttemptRecord.Outcome {
+        switch self {
+        case .completed: return .completed
+        case .failed, .invalidConfiguration: return .failed
+        case .retry, .authenticationRequired: return .retry
+        case .interrupted, .held, .cancelled: return .stopped
+        }
+    }
+
+    /// The error of a failed attempt: it becomes the task's `last_error`.
+    public var error: TaskError? {
+        switch self {
+        case .failed(let error, _), .invalidConfiguration(let error), .retry(_, let error, _): return error
+        case .authenticationRequired: return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
+        case .completed, .interrupted, .held, .cancelled: return nil
+        }
+    }
+}
+
+/// Everything that moves a task between the states of SPEC §2.2: one input, the task as it is,
+/// and the time give the task as it must be. The store reads, applies and writes; the engine and
+/// the API only say what happened. Each rule lives here once, table-tested row by row.
+public enum TaskInput: Sendable, Equatable {
+    /// The engine starts attempt `attempts + 1` of a queued task.
+    case attemptStarted
+    /// Attempt `attempt` ended after `bytesSent` acknowledged bytes. Refused when the task left
+    /// that attempt meanwhile (cancelled, suspended, expired): a stale result writes nothing.
+    case attemptEnded(attempt: Int, bytesSent: Int64, AttemptEnd)
+    /// The store found it `running` with no transfer behind it (after a crash, or a lost write):
+    /// back to the queue. `counted`: the interrupted attempt still counts (a crash), or not.
+    case requeued(counted: Bool)
+    /// A client's cancel, suspend or resume; a cancel carries its reason.
+    case command(TaskCommand, CancellationReason)
+    /// A retrying task's backoff ended.
+    case retryDue
+    /// A scheduled task's `earliest_begin_at` came.
+    case scheduledDue
+    /// The resource timeout (`deadline_at`) passed.
+    case deadlinePassed
+    /// The policy's decision for a queued task or one it holds.
+    case policy(PolicyDecision)
+    /// The session was disabled (its tasks wait), or enabled again (they go back to the queue).
+    case sessionEnabled(Bool)
+    /// A client changed the task (PATCH): new credentials release `auth_required`, a new
+    /// `earliest_begin_at` holds or releases it.
+    case patched
+    /// The service cancels it (transfers disabled, a quota, a full disk).
+    case serviceCancelled(CancellationReason, String?)
+}
+
+extension TaskRecord {
+    /// The task after `input` at `now`, or why the input does not apply.
+    public func applying(_ input: TaskInput, now: Timestamp) -> Result<TaskRecord, TransitionRefused> {
+        var task = self
+        func refused(_ name: String) -> Result<TaskRecord, TransitionRefused> { .failure(TransitionRefused(state: state, input: name)) }
+        switch input {
+        case .attemptStarted:
+            guard state == .queued else { return refused("start") }
+            task.enter(.running, now: now)
+            task.attempts += 1
+            if task.startedAt == nil { task.startedAt = now }
+
+        case .attemptEnded(let attempt, let bytesSent, let end):
+            guard state == .running, attempts == attempt else { return refused("end an attempt") }
+            task.bytesSent = bytesSent
+            if let error = end.error { task.lastError = LastError(error, at: now) }
+            switch end {
+            case .completed(let response):
+                task.enter(.completed, now: now)
+                task.response = response
+                if download == nil { task.bytesSent = file.size }
+            case .failed(let error, let response):
+                task.enter(.failed, now: now)
+                task.error = error
+                if let response { task.response = response }
+            case .invalidConfiguration(let error):
+                task.enter(.failed, now: now)
+                task.error = error
+            case .retry(let at, _, let response):
+                task.enter(.retrying, now: now)
+                task.nextAttemptAt = at
+                if let response { task.response = response }
+            case .authenticationRequired(let response):
+                task.enter(.authRequired, now: now)
+                if let response { task.response = response }
+            case .interrupted:
+                task.enter(.queued, now: now)
+                task.attempts -= 1
+            case .held(let reason):
+                task.enter(.waiting, now: now, waitingReason: reason)
+                task.attempts -= 1
+            case .cancelled(let reason, let message):
+                task.cancel(reason, now: now, message: message)
+            }
+
+        case .requeued(let counted):
+            guard state == .running else { return refused("requeue") }
+            task.enter(.queued, now: now)
+            if !counted { task.attempts -= 1 }
+
+        case .command(let command, let reason):
+            switch state.applying(command) {
+            case .failure(let refusal): return .failure(refusal)
+            case .success(.cancelled): task.cancel(reason, now: now)
+            case .success(let next): task.enter(next, now: now)
+            }
+
+        case .retryDue:
+            guard state == .retrying else { return refused("retry") }
+            task.enter(.queued, now: now)
+
+        case .scheduledDue:
+            guard state == .waiting, waitingReason == .scheduled else { return refused("begin") }
+            task.enter(.queued, now: now)
+
+        case .deadlinePassed:
+            guard !state.isFinal else { return refused("expire") }
+            let wasAuth = state == .authRequired
+            task.enter(.failed, now: now)
+            task.error = wasAuth
+                ? TaskError(.userAuthenticationRequired,
+                            message: "the server asked for authentication and no new credentials came before the resource timeout",
+                            httpStatus: 401)
+                : TaskError(.timedOut, message: "the resource timeout was reached")
+
+        case .policy(let decision):
+            guard state == .queued || state == .waiting && Policy.reasons.contains(waitingReason ?? .scheduled) else {
+                return refused("decide by policy")
+            }
+            switch decision {
+            case .run: task.enter(.queued, now: now)
+            case .wait(let reason): task.enter(.waiting, now: now, waitingReason: reason)
+            case .fail(let error):
+                task.enter(.failed, now: now)
+                task.error = error
+            }
+
+        case .sessionEnabled(let enabled):
+            if !enabled, [.queued, .running, .retrying].contains(state) {
+                task.enter(.waiting, now: now, waitingReason: .sessionDisabled)
+            } else if enabled, state == .waiting, waitingReason == .sessionDisabled {
+                task.enter(.queued, now: now)
+            } else {
+                return refused(enabled ? "enable" : "disable")
+            }
+
+        case .patched:
+            guard !state.isFinal else { return refused("change") }
+            if task.state == .authRequired { task.enter(.queued, now: now) }
+            if task.state == .waiting, task.waitingReason == .scheduled, (task.earliestBeginAt ?? 0) <= now {
+                task.enter(.queued, now: now)
+            } else if task.state == .queued, let begin = task.earliestBeginAt, begin > now {
+                task.enter(.waiting, now: now, waitingReason: .scheduled)
+            }
+
+        case .serviceCancelled(let reason, let message):
+            guard !state.isFinal else { return refused("cancel") }
+            task.cancel(reason, now: now, message: message)
+        }
+        return .success(task)
+    }
+
+    /// A new task's first state (SPEC §2.2): cancelled with reason 2 when its session's quota
+    /// cannot hold it, waiting while its session is disabled or before `earliest_begin_at`,
+    /// else queued.
+    public func admitted(sessionEnabled: Bool, quotaRefusal: String?, now: Timestamp) -> TaskRecord {
+        var task = self
+        if let quotaRefusal {
+            task.cancel(.insufficientSystemResources, now: now, message: quotaRefusal)
+        } else if !sessionEnabled {
+            task.enter(.waiting, now: now, waitingReason: .sessionDisabled)
+        } else if let begin = earliestBeginAt, begin > now {
+            task.enter(.waiting, now: now, waitingReason: .scheduled)
+        } else {
+            task.enter(.queued, now: now)
+        }
+        return task
+    }
+
+    /// Sets the state and the fields that go with it.
+    mutating func enter(_ next: TaskState, now: Timestamp, waitingReason reason: WaitingReason? = nil) {
+        state = next
+        waitingReason = next == .waiting ? reason : nil
+        if next != .retrying { nextAttemptAt = nil }
+        if next.isFinal { finishedAt = now }
+    }
+
+    /// Ends the task as cancelled, saying why (SPEC §2.3); the message defaults to the reason's name.
+    mutating func cancel(_ reason: CancellationReason, now: Timestamp, message: String? = nil) {
+        enter(.cancelled, now: now)
+        cancellation = reason
+        error = TaskError(.cancelled, message: message ?? "cancelled: \(reason.name)")
+    }
+}
+
+/// What a change of a task calls for besides its record (SPEC §2.4).
+public enum TaskTransition {
+    /// The `task.*` event a change from `before` (nil: created) to `after` records, if any: a new
+    /// state, or a new waiting reason.
+    public static func event(from before: TaskRecord?, to after: TaskRecord) -> EventType? {
+        guard before?.state != after.state || before?.waitingReason != after.waitingReason else { return nil }
+        return EventType.forTaskState(after.state)
+    }
+
+    /// Whether the change cancelled a task that may have left something at its server (it ran, or
+    /// holds a resumable upload): its protocol's release is queued with it.
+    public static func releasesServerSide(from before: TaskRecord?, to after: TaskRecord) -> Bool {
+        after.state == .cancelled && before?.state.isFinal != true && (after.attempts > 0 || after.checkpoint != nil)
+    }
+
+    /// Whether the change ended the task (its session may now be drained).
+    public static func finished(from before: TaskRecord?, to after: TaskRecord) -> Bool {
+        after.state.isFinal && before?.state.isFinal != true
+    }
+}

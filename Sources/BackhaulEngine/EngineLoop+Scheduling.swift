@@ -1,0 +1,155 @@
+import BackhaulCore
+import BackhaulFiles
+import BackhaulStore
+import Curl
+
+/// Starting attempts: the scheduler picks, the policy decides, the store claims, the transfer
+/// begins. A task starts only once the store shows it running (the claim committed): a transfer
+/// never runs for a task the store does not know to be running.
+extension EngineLoop {
+    /// Starts queued tasks into free slots, in the scheduler's order.
+    func schedule() {
+        scheduleNeeded = false
+        guard sessionsLoaded else { return }
+        var free = options.maxConcurrentTransfers - active.count - claiming.count
+        let context = policyContext()
+        while free > 0, let entry = scheduler.next() {
+            let task: TaskRecord
+            do {
+                guard let read = try store.task(sequence: entry.sequence), read.state == .queued else { continue }
+                task = read
+            } catch {
+                fault(.storeRead, "cannot read a queued task; trying again", ["task.seq": "\(entry.sequence)", "error": "\(error)"])
+                scheduler.enqueue(entry)
+                break
+            }
+            guard let merged = configuration(for: task) else { continue }
+            let configuration: TransferConfiguration
+            switch merged {
+            case .success(let value): configuration = value
+            case .failure(let error):
+                failForConfiguration(task, error)
+                continue
+            }
+            let decision = Policy.decide(configuration, in: context)
+            guard decision == .run else {
+                // The network or the policy holds it (or ends it): out of the queue.
+                store.applyPolicy(sequence: task.sequence, decision)
+                continue
+            }
+            claim(task, entry: entry, configuration: configuration)
+            free -= 1
+        }
+        publishSaturation()
+    }
+
+    /// Asks the store to mark the task running; the transfer begins when the claim is back.
+    func claim(_ task: TaskRecord, entry: Scheduler.Entry, configuration: TransferConfiguration) {
+        claiming.insert(task.sequence)
+        scheduler.started(entry.key)
+        store.startAttempt(task) { [inbox = engine.inbox, worker = engine.worker] result in
+            inbox.post { loop in loop.claimed(entry, configuration, result) }
+            worker.wake()
+        }
+    }
+
+    /// The claim is back: the transfer begins, or the slot is given back (the task moved on, or
+    /// the engine is stopping).
+    func claimed(_ entry: Scheduler.Entry, _ configuration: TransferConfiguration, _ result: Result<TaskRecord?, StoreError>) {
+        claiming.remove(entry.sequence)
+        scheduleNeeded = true
+        switch result {
+        case .success(let started?) where stopDeadline == nil:
+            if !begin(started, configuration: configuration, key: entry.key) { scheduler.ended(entry.key) }
+        case .success(let started?):
+            // Claimed while stopping: straight back to the queue, no attempt counted.
+            scheduler.ended(entry.key)
+            record(started.id, sequence: started.sequence, attempt: started.attempts, bytesSent: 0, .interrupted)
+        case .success(nil):
+            scheduler.ended(entry.key)
+        case .failure(let error):
+            scheduler.ended(entry.key)
+            fault(.storeWrite, "cannot start a task", ["task.seq": "\(entry.sequence)", "error": "\(error)"])
+        }
+    }
+
+    /// A task's configuration: its session's with its own overrides applied. Nil when the session
+    /// is unknown; a failure when the overrides cannot be applied, which must not be papered over
+    /// with the session's configuration (that would drop a restriction such as
+    /// `allows_cellular_access: false`).
+    func configuration(for task: TaskRecord) -> Result<TransferConfiguration, ValidationError>? {
+        guard let session = sessionConfigurations[task.sessionID] else { return nil }
+        guard !task.configurationOverrides.isEmpty else { return .success(session) }
+        return Result { () throws(ValidationError) in try session.applying(.object(task.configurationOverrides)) }
+    }
+
+    /// A task whose own configuration cannot be applied fails, saying why, instead of running
+    /// with less than it asked for.
+    func failForConfiguration(_ task: TaskRecord, _ error: ValidationError) {
+        fault(.invalidConfiguration, "a task's configuration cannot be applied; the task fails", ["task.id": "\(task.id)", "error": "\(error)"])
+        let failure = TaskError(.unknown, message: "the task's configuration cannot be applied over its session's: \(error.description)")
+        store.applyPolicy(sequence: task.sequence, .fail(failure))
+    }
+
+    /// Starts one attempt of a task the store shows running; false when it could not start (its
+    /// end is recorded).
+    func begin(_ started: TaskRecord, configuration: TransferConfiguration, key: Scheduler.Key) -> Bool {
+        var task = started
+        var file: OpenedFile?
+        var part: PartFile?
+        let opened = task.download.map { spec in PartFile.open(spec.partPath).map { part = $0 } }
+            ?? OpenedFile.open(task.file).map { file = $0 }
+        if case .failure(let error) = opened {
+            logger.warning("the file cannot be opened", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
+            record(task.id, sequence: task.sequence, attempt: task.attempts, bytesSent: 0, .failed(error, nil))
+            return false
+        }
+        if let part, let offset = task.checkpoint?.offset, offset > 0, part.size < offset {
+            // The `.part` file lost bytes the checkpoint counts (removed or cut by hand): start over.
+            logger.warning("the .part file is shorter than its checkpoint; the download starts over", metadata: ["task.id": "\(task.id)"])
+            task.checkpoint = nil
+        }
+        let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
+        var machine = UploadProtocols.machine(for: task, headers: headers)
+        let transfer: Transfer
+        do {
+            let step = machine.start(now: clock.now())
+            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part,
+                                    startedAt: clock.now())
+            active[task.id] = transfer
+            bandwidthDirty = true
+            guard case .send(let request) = step else {
+                conclude(transfer, step: step)
+                return true
+            }
+            try send(transfer, request)
+        } catch {
+            logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+            if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }
+            record(task.id, sequence: task.sequence, attempt: task.attempts, bytesSent: 0,
+                   .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
+            return false
+        }
+        logger.debug("attempt started", metadata: [
+            "task.id": "\(task.id)", "task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)",
+        ])
+        return true
+    }
+
+    /// Hands a request to curl, or first to the hasher when it carries a digest header.
+    func send(_ transfer: Transfer, _ request: PlannedRequest) throws {
+        if transfer.startHashingIfNeeded(request) {
+            hashing[transfer.task.id] = transfer
+            return
+        }
+        try transfer.prepare(request, options: options)
+        try curl.add(transfer.easy, for: self)
+        byHandle[ObjectIdentifier(transfer.easy)] = transfer
+    }
+
+    /// Keys at their connection limit, for the API (`waiting_reason: host_connection_limit`).
+    func publishSaturation() {
+        let saturated = Set(scheduler.saturatedKeys().map(\.description))
+        engine.shared.withLock { $0.saturated = saturated }
+    }
+}

@@ -1,0 +1,65 @@
+import BackhaulCore
+import JSONCodec
+import Threads
+
+/// The settings an operator changes at run time (SPEC §2.5): the network override a host agent
+/// sets, and the service policy that replaces the config file's. They live in the store (they
+/// survive restarts); this keeps them in memory for every reader, reloaded after each commit that
+/// changed them (it observes the store before anyone else, so an API call that changed one sees
+/// it changed when it returns, and the engine hears of it after).
+public final class ServiceSettings: Sendable {
+    static let networkOverrideKey = "network_override"
+    static let policyKey = "policy"
+
+    private let store: Store
+    /// The config file's policy: what `DELETE /v1/policy` goes back to.
+    public let basePolicy: ServicePolicy
+    public let classifier: NetworkClassifier
+    private let current: Locked<(policy: ServicePolicy, networkOverride: NetworkState?)>
+
+    /// Loads what is stored; a stored value this build cannot read refuses the start
+    /// (`StoreError.corrupt`): running without it could send over a network the operator ruled out.
+    public init(store: Store, basePolicy: ServicePolicy, classifier: NetworkClassifier) throws(StoreError) {
+        self.store = store
+        self.basePolicy = basePolicy
+        self.classifier = classifier
+        current = Locked((basePolicy, nil))
+        try reload()
+        store.observe { [weak self] changes in
+            guard let self, !changes.settings.isEmpty else { return }
+            try? self.reload()
+        }
+    }
+
+    public var policy: ServicePolicy { current.withLock { $0.policy } }
+    public var networkOverride: NetworkState? { current.withLock { $0.networkOverride } }
+
+    /// Replaces the run-time policy (nil: back to the config file's). Turning transfers off
+    /// cancels every unfinished task with reason 1 (SPEC §2.3). Returns the policy in force.
+    @discardableResult
+    public func setPolicy(_ policy: ServicePolicy?) throws(StoreError) -> ServicePolicy {
+        try store.setSetting(Self.policyKey, policy?.json)
+        let effective = policy ?? basePolicy
+        if !effective.transfersEnabled { _ = try store.cancelUnfinished(reason: .backgroundUpdatesDisabled) }
+        return effective
+    }
+
+    /// Sets (or with nil, removes) a host agent's network override.
+    public func setNetworkOverride(_ state: NetworkState?) throws(StoreError) {
+        try store.setSetting(Self.networkOverrideKey, state?.overrideJSON)
+    }
+
+    private func reload() throws(StoreError) {
+        let override = try store.setting(Self.networkOverrideKey)
+        let stored = try store.setting(Self.policyKey)
+        let state: (ServicePolicy, NetworkState?)
+        do {
+            state = (try stored.map { try basePolicy.applying($0) } ?? basePolicy,
+                     try override.map { try NetworkState.decodeOverride($0, classifier: classifier) })
+        } catch {
+            throw StoreError.corrupt("the stored network override or run-time policy cannot be read (\(error)); to drop both, "
+                                     + "run: sqlite3 STATE_DIR/backhaul.db \"DELETE FROM settings WHERE key IN ('network_override', 'policy')\"")
+        }
+        current.withLock { $0 = state }
+    }
+}

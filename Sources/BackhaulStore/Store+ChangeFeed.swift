@@ -1,0 +1,64 @@
+import BackhaulCore
+import SQLite
+
+/// TEMP triggers on the writer's connection report every change of a task that others act on
+/// (queue membership, leaving `running`, timers, downloads that ended unfinished) into the open
+/// transaction's `ChangeLog`: whatever code path writes a task, the engine hears of it.
+extension Store {
+    static func installChangeFeed(_ db: Connection, log: ChangeLog) throws {
+        try db.defineFunction("backhaul_task_changed", arguments: 13) { arguments in
+            Store.noteTaskChange(arguments, log: log)
+        }
+        let new = """
+            NEW.seq, NEW.state, NEW.priority, NEW.session_id, NEW.host_key,
+            CASE WHEN NEW.configuration = '{}' THEN NULL ELSE json_extract(NEW.configuration, '$.max_connections_per_host') END,
+            NEW.id, NEW.next_attempt_at, NEW.earliest_begin_at, NEW.deadline_at,
+            CASE WHEN NEW.kind = 'download' THEN NEW.file_path END
+            """
+        let configurationChanged = "OLD.configuration IS NOT NEW.configuration"
+        try db.execute(
+            """
+            CREATE TEMP TRIGGER feed_insert AFTER INSERT ON main.tasks
+            BEGIN SELECT backhaul_task_changed(NULL, \(new), 0); END;
+            CREATE TEMP TRIGGER feed_update AFTER UPDATE OF state, priority, host_key, session_id, configuration, next_attempt_at,
+                earliest_begin_at, deadline_at ON main.tasks
+            BEGIN SELECT backhaul_task_changed(OLD.state, \(new), \(configurationChanged)); END;
+            CREATE TEMP TRIGGER feed_delete AFTER DELETE ON main.tasks
+            BEGIN SELECT backhaul_task_changed(OLD.state, OLD.seq, NULL, 0, '', '', NULL, OLD.id, NULL, NULL, NULL, NULL, 0); END;
+            """)
+    }
+
+    /// Arguments: old state, seq, new state, priority, session, host, own limit, id, next attempt,
+    /// earliest begin, deadline, download destination, whether its own configuration changed.
+    private static func noteTaskChange(_ arguments: FunctionArguments, log: ChangeLog) {
+        let wasQueued = arguments.text(0, is: "queued")
+        let wasRunning = arguments.text(0, is: "running")
+        let isQueued = arguments.text(2, is: "queued")
+        let sequence = arguments.int(1)
+        log.update { changes in
+            if isQueued {
+                let key = Scheduler.Key(session: arguments.string(4) ?? "", host: arguments.string(5) ?? "")
+                changes.queued.append(Scheduler.Entry(sequence: sequence, priority: arguments.double(3), key: key,
+                                                      limit: arguments.optionalInt(6).map { Int($0) }))
+            } else if wasQueued {
+                changes.unqueued.append(sequence)
+            }
+            if wasRunning, !arguments.text(2, is: "running") { changes.leftRunning.append(arguments.string(7) ?? "") }
+            if arguments.text(2, is: "retrying") { changes.noteTimer(arguments.optionalDouble(8)) }
+            if arguments.text(2, is: "waiting") { changes.noteTimer(arguments.optionalDouble(9)) }
+            if !arguments.isNull(2), !isFinal(arguments, 2) { changes.noteTimer(arguments.optionalDouble(10)) }
+            // A held task whose own configuration changed may be allowed now: the policy decides again.
+            if arguments.int(12) != 0, arguments.text(2, is: "waiting") { changes.policyReview = true }
+        }
+        // A download that ends without completing leaves no `.part` file (removed after the commit).
+        if let destination = arguments.string(11), isFinal(arguments, 2), !arguments.text(2, is: "completed"),
+            !arguments.isNull(0), !isFinal(arguments, 0)
+        {
+            log.downloadEnded(destination)
+        }
+    }
+
+    private static func isFinal(_ arguments: FunctionArguments, _ index: Int32) -> Bool {
+        arguments.text(index, is: "completed") || arguments.text(index, is: "failed") || arguments.text(index, is: "cancelled")
+    }
+}

@@ -1,0 +1,190 @@
+import BackhaulCore
+import Glibc
+import JSONCodec
+import SQLite
+import Threads
+
+/// How the writer keeps the WAL bounded (SPEC §4.4). SQLite's automatic checkpoint is a
+/// PASSIVE one: it copies back only what no reader still needs, so under steady reads the WAL
+/// can grow without end. The writer checkpoints PASSIVE past `passiveFrames`, and past
+/// `truncateFrames` runs a TRUNCATE checkpoint, which waits (up to the busy timeout) for the
+/// readers of the moment to finish their short reads and then empties the file.
+public struct WALPolicy: Sendable {
+    public var passiveFrames = 1000
+    public var truncateFrames = 8192
+    /// What the WAL file is cut back to after it was reset (`journal_size_limit`).
+    public var truncateBytes = 4 << 20
+
+    public init() {}
+}
+
+/// What the store's housekeeping did, for `/metrics`.
+public struct MaintenanceFigures: Sendable, Equatable {
+    public var walFrames = 0
+    public var passiveCheckpoints = 0
+    public var truncateCheckpoints = 0
+    /// Checkpoints that could not complete (readers held the WAL).
+    public var checkpointsBusy = 0
+    public var tasksPruned = 0
+    public var eventsPruned = 0
+    public var pagesVacuumed = 0
+    public init() {}
+}
+
+extension Store {
+    public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
+
+    /// After a commit (on the writer's thread): checkpoint as `WALPolicy` says.
+    static func keepWALBounded(_ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, frames: Int) {
+        figures.withLock { $0.walFrames = frames }
+        guard frames >= policy.passiveFrames else { return }
+        let mode: Connection.CheckpointMode = frames >= policy.truncateFrames ? .truncate : .passive
+        let result = try? db.checkpoint(mode)
+        figures.withLock { figures in
+            if mode == .truncate { figures.truncateCheckpoints += 1 } else { figures.passiveCheckpoints += 1 }
+            if let result, result.copied >= result.frames {
+                figures.walFrames = mode == .truncate ? 0 : figures.walFrames
+            } else {
+                figures.checkpointsBusy += 1
+            }
+        }
+    }
+
+    /// Removes finished tasks kept longer than their retention (the session's
+    /// `finished_task_retention`, else `defaultRetention`), counted from `finished_at`, whose
+    /// events have no delivery still pending; with them go their events, deliveries and attempt
+    /// history. At most `batch` tasks per call (one short transaction); returns how many went.
+    public func pruneFinishedTasks(defaultRetention: Double, batch: Int = 500) throws(StoreError) -> Int {
+        let now = self.now
+        return try write(.relaxed) { [self] db in
+            let shortest = try db.queryFirst(
+                "SELECT MIN(json_extract(configuration, '$.finished_task_retention')) FROM sessions") { $0.optionalDouble(0) } ?? nil
+            let cutoff = now - min(defaultRetention, shortest ?? defaultRetention)
+            let due = try db.query(
+                """
+                SELECT t.seq, t.id FROM tasks t LEFT JOIN sessions s ON s.id = t.session_id
+                WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.finished_at < ?
+                    AND t.finished_at < ? - COALESCE(json_extract(s.configuration, '$.finished_task_retention'), ?)
+                    AND NOT EXISTS (SELECT 1 FROM events e JOIN deliveries d ON d.event_seq = e.seq
+                                    WHERE e.task_id = t.id AND d.state = 'pending')
+                ORDER BY t.finished_at LIMIT ?
+                """, [cutoff, now, defaultRetention, batch]) { ($0.int(0), $0.string(1)) }
+            guard !due.isEmpty else { return 0 }
+            try deleteFinished(db, sequences: due.map(\.0), ids: due.map(\.1))
+            maintenance.withLock { $0.tasksPruned += due.count }
+            return due.count
+        }
+    }
+
+    /// Deletes finished tasks with their events, those events' deliveries and (by trigger) their
+    /// attempt history.
+    func deleteFinished(_ db: Connection, sequences: [Int64], ids: [String]) throws {
+        let idList = JSON.array(ids.map { .string($0) }).serialized()
+        let sequenceList = JSON.array(sequences.map { .int($0) }).serialized()
+        try db.run(
+            """
+            DELETE FROM deliveries WHERE event_seq IN
+                (SELECT seq FROM events WHERE task_id IN (SELECT value FROM json_each(?)))
+            """, [idList])
+        let events = try db.run("DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))", [idList])
+        try db.run("DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [sequenceList])
+        maintenance.withLock { $0.eventsPruned += events }
+        log.update { $0.pruned += sequences.count }
+    }
+
+    /// Drops what is older than `retention` and no longer needed: events of tasks still kept, and
+    /// session events, that no pending delivery refers to; finished deliveries; subscriptions of
+    /// removed sessions with nothing pending. At most `batch` rows of each per call.
+    public func pruneEventLog(olderThan retention: Double, batch: Int = 2000) throws(StoreError) -> Int {
+        let cutoff = now - retention
+        return try write(.relaxed) { [self] db in
+            try db.run(
+                "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries WHERE state != 'pending' AND created_at < ? LIMIT ?)",
+                [cutoff, batch])
+            let events = try db.run(
+                """
+                DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq AND d.state = 'pending') LIMIT ?)
+                """, [cutoff, batch])
+            try db.run(
+                """
+                DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = webhooks.session_id)
+                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.webhook_id = webhooks.id AND d.state = 'pending')
+                """)
+            maintenance.withLock { $0.eventsPruned += events }
+            return events
+        }
+    }
+
+    /// Returns up to `pages` free pages to the file system (`PRAGMA incremental_vacuum`), so the
+    /// file shrinks after pruning. Returns how many were free before.
+    public func vacuumFreePages(_ pages: Int = 2000) throws(StoreError) -> Int {
+        try write(.relaxed) { [self] db in
+            let free = Int(try db.queryFirst("PRAGMA freelist_count") { $0.int(0) } ?? 0)
+            guard free > 0 else { return 0 }
+            try db.execute("PRAGMA incremental_vacuum(\(pages))")
+            maintenance.withLock { $0.pagesVacuumed += min(free, pages) }
+            return free
+        }
+    }
+
+    /// How long ago the oldest finished task still kept finished (nil: none), for `/metrics`.
+    public func oldestFinishedTask(now: Timestamp) throws(StoreError) -> Double? {
+        try read { db in
+            try db.queryFirst("SELECT MIN(finished_at) FROM tasks WHERE state IN ('completed', 'failed', 'cancelled')") {
+                $0.optionalDouble(0)
+            }?.map { now - $0 }
+        }
+    }
+}
+
+/// Runs the store's housekeeping on a thread of its own: retention of finished tasks, the event
+/// log, free pages. Each step is a short transaction of its own, so the writer is never held
+/// for long; a step with more to do comes back soon, else it sleeps `interval`.
+public final class Housekeeper: Sendable {
+    private let store: Store
+    private let retention: Double
+    private let eventRetention: Double
+    private let interval: Double
+    private let stopping = Locked(false)
+    private let thread = WorkerThread()
+    /// Called with what went wrong (the daemon logs it).
+    private let report: @Sendable (String) -> Void
+
+    public init(store: Store, finishedTaskRetention: Double, eventRetention: Double = 7 * 86_400, interval: Double = 30,
+                report: @escaping @Sendable (String) -> Void) {
+        self.store = store
+        retention = finishedTaskRetention
+        self.eventRetention = eventRetention
+        self.interval = interval
+        self.report = report
+    }
+
+    public func start() { thread.start { [self] in run() } }
+
+    public func stop() {
+        stopping.withLockNotifyingAll { $0 = true }
+        thread.join()
+    }
+
+    /// One round: returns whether more is waiting.
+    @discardableResult
+    public func sweep() -> Bool {
+        do {
+            let tasks = try store.pruneFinishedTasks(defaultRetention: retention)
+            let events = try store.pruneEventLog(olderThan: eventRetention)
+            let free = try store.vacuumFreePages()
+            return tasks >= 500 || events >= 2000 || free > 2000
+        } catch {
+            report("\(error)")
+            return false
+        }
+    }
+
+    private func run() {
+        var pause = interval
+        while !stopping.wait(until: { $0 }, timeout: pause, { $0 }) {
+            pause = sweep() ? 0.05 : interval
+        }
+    }
+}

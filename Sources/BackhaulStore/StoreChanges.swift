@@ -1,0 +1,100 @@
+import BackhaulCore
+
+/// What one commit changed that others act on, handed to the store's observers right after the
+/// commit (on the writer's thread): the engine keeps its queue from it and stops transfers whose
+/// task moved on; the webhook dispatcher and the event stream wake on new events.
+///
+/// Task changes are collected by TEMP triggers on the writer's connection, so no code path can
+/// change a task without them; a write that is rolled back takes its changes back with it.
+public struct StoreChanges: Sendable {
+    /// Tasks that entered the queue, or changed while in it (priority, host, own limit).
+    public var queued: [Scheduler.Entry] = []
+    /// Tasks that left the queue (any other state, or deleted), by sequence.
+    public var unqueued: [Int64] = []
+    /// Tasks that left `running` (the engine's own ends included), by id.
+    public var leftRunning: [String] = []
+    /// The earliest timer a changed task now waits for (a retry, a scheduled start, a deadline).
+    public var earliestTimer: Timestamp?
+    /// Events were appended (the outbox has work).
+    public var eventsAppended = false
+    /// Cleanups (server-side releases of cancelled tasks) were queued.
+    public var cleanupsAdded = false
+    /// Sessions created, changed or removed.
+    public var sessions: Set<String> = []
+    /// Settings (`network_override`, `policy`) set or removed.
+    public var settings: Set<String> = []
+    /// Tasks or events removed by retention or by a client (for the counters).
+    public var pruned = 0
+    /// A task the policy may hold changed its own configuration: decide again for held tasks.
+    public var policyReview = false
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        queued.isEmpty && unqueued.isEmpty && leftRunning.isEmpty && earliestTimer == nil && !eventsAppended && !cleanupsAdded
+            && sessions.isEmpty && settings.isEmpty && pruned == 0 && !policyReview
+    }
+
+    mutating func noteTimer(_ time: Timestamp?) {
+        guard let time else { return }
+        earliestTimer = min(earliestTimer ?? time, time)
+    }
+
+    /// Appends what `later` changed after this.
+    mutating func merge(_ later: StoreChanges) {
+        queued += later.queued
+        unqueued += later.unqueued
+        leftRunning += later.leftRunning
+        noteTimer(later.earliestTimer)
+        eventsAppended = eventsAppended || later.eventsAppended
+        cleanupsAdded = cleanupsAdded || later.cleanupsAdded
+        sessions.formUnion(later.sessions)
+        settings.formUnion(later.settings)
+        pruned += later.pruned
+        policyReview = policyReview || later.policyReview
+    }
+}
+
+/// The changes of the open transaction, as the triggers and the store's own code note them;
+/// used on the writer's thread only.
+final class ChangeLog {
+    private(set) var changes = StoreChanges()
+    /// Destinations of downloads that ended without completing: their `.part` files are removed
+    /// once the transaction commits.
+    private(set) var endedDownloads: [String] = []
+    /// Files of completed tasks with `delete_file_on_success`, removed after the commit.
+    private(set) var completedFiles: [String] = []
+
+    /// What is there now, to undo a savepoint that is rolled back.
+    struct Mark {
+        fileprivate let changes: StoreChanges
+        fileprivate let downloads: Int
+        fileprivate let files: Int
+    }
+
+    var mark: Mark { Mark(changes: changes, downloads: endedDownloads.count, files: completedFiles.count) }
+
+    func rollBack(to mark: Mark) {
+        changes = mark.changes
+        endedDownloads.removeSubrange(mark.downloads...)
+        completedFiles.removeSubrange(mark.files...)
+    }
+
+    func update(_ body: (inout StoreChanges) -> Void) { body(&changes) }
+
+    func downloadEnded(_ destination: String) { endedDownloads.append(destination) }
+
+    func fileCompleted(_ path: String) { completedFiles.append(path) }
+
+    /// Everything collected, and a fresh log for the next transaction.
+    func take() -> (StoreChanges, endedDownloads: [String], completedFiles: [String]) {
+        defer {
+            changes = StoreChanges()
+            endedDownloads = []
+            completedFiles = []
+        }
+        return (changes, endedDownloads, completedFiles)
+    }
+
+    func discard() { _ = take() }
+}

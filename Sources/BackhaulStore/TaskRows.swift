@@ -1,0 +1,177 @@
+import BackhaulCore
+import JSONCodec
+import SQLite
+
+/// How a task is stored: its row decoded without the client's validators (what was written was
+/// validated once, at the edge), throwing `StoreError.corrupt` on anything it cannot read rather
+/// than guessing; written whole once, then column by column as it changes.
+enum TaskRows {
+    static let columns = """
+        seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
+        priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
+        created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
+        cancellation, checkpoint, download, detached_from, last_error
+        """
+
+    static func decode(_ row: Row) throws -> TaskRecord {
+        let id = row.string(1)
+        func corrupt(_ what: String) -> StoreError { .corrupt("task \(id) has \(what)") }
+        func object(_ column: Int32, _ name: String) throws -> JSON {
+            let text = row.string(column)
+            do { return try JSON.parse(text, maxDepth: 64) } catch { throw corrupt("the \(name) \(text.prefix(200))") }
+        }
+        var task = TaskRecord(
+            id: id, sessionID: row.optionalString(29) ?? row.string(2),
+            file: FileInfo(path: row.string(6), size: row.int(7), modifiedAtNanoseconds: row.int(8)),
+            request: try request(object(9, "request")).orThrow(corrupt("the request \(row.string(9).prefix(200))")),
+            upload: try upload(object(10, "upload")).orThrow(corrupt("the upload \(row.string(10).prefix(200))")),
+            createdAt: row.double(18), deadlineAt: row.double(23))
+        task.sequence = row.int(0)
+        guard let kind = TaskKind(rawValue: row.string(3)), let state = TaskState(rawValue: row.string(4)) else {
+            throw StoreError.corrupt("task \(id) has kind \(row.string(3)) and state \(row.string(4))")
+        }
+        task.kind = kind
+        task.state = state
+        if let reason = row.optionalString(5) {
+            guard let parsed = WaitingReason(rawValue: reason) else { throw StoreError.corrupt("task \(id) waits for the reason \(reason)") }
+            task.waitingReason = parsed
+        }
+        task.priority = row.double(11)
+        task.description = row.optionalString(12)
+        task.idempotencyKey = row.optionalString(13)
+        task.deleteFileOnSuccess = row.int(14) != 0
+        task.configurationOverrides = try overrides(row.string(15), task: id)
+        task.attempts = Int(row.int(16))
+        task.bytesSent = row.int(17)
+        task.startedAt = row.optionalDouble(19)
+        task.finishedAt = row.optionalDouble(20)
+        task.nextAttemptAt = row.optionalDouble(21)
+        task.earliestBeginAt = row.optionalDouble(22)
+        if !row.isNull(24) { task.response = try ResponseRecord.decode(try object(24, "response")).orThrow(corrupt("a response it cannot read")) }
+        if !row.isNull(25) { task.error = try TaskRecord.decodeError(try object(25, "error")).orThrow(corrupt("an error it cannot read")) }
+        if let code = row.optionalInt(26) {
+            task.cancellation = try CancellationReason(rawValue: Int(code)).orThrow(corrupt("the cancellation reason \(code)"))
+        }
+        if !row.isNull(27) { task.checkpoint = try UploadCheckpoint(try object(27, "checkpoint")).orThrow(corrupt("a checkpoint it cannot read")) }
+        if !row.isNull(28) { task.download = try DownloadSpec(try object(28, "download")).orThrow(corrupt("a download it cannot read")) }
+        if !row.isNull(30) { task.lastError = try LastError.decode(try object(30, "last error")).orThrow(corrupt("a last error it cannot read")) }
+        return task
+    }
+
+    /// A task's stored configuration overrides: an object ("{}" when it has none).
+    static func overrides(_ text: String, task: String) throws -> JSONObject {
+        if text == "{}" { return [:] }
+        guard let object = (try? JSON.parse(text, maxDepth: 64))?.objectValue else {
+            throw StoreError.corrupt("task \(task) has the configuration \(text.prefix(200))")
+        }
+        return object
+    }
+
+    static func request(_ value: JSON) -> RequestSpec? {
+        guard let url = value["url"]?.stringValue, let method = value["method"]?.stringValue else { return nil }
+        var headers: [(String, String)] = []
+        for (name, header) in value["headers"]?.objectValue ?? [:] {
+            guard let text = header.stringValue else { return nil }
+            headers.append((name, text))
+        }
+        return RequestSpec(url: url, method: method, headers: headers)
+    }
+
+    /// The stored form of `UploadSpec.storedJSON`, read back as written.
+    static func upload(_ value: JSON) -> UploadSpec? {
+        guard let name = value["protocol"]?.stringValue, let protocolName = UploadProtocol(rawValue: name) else { return nil }
+        var spec = UploadSpec(protocolName: protocolName)
+        if let field = value["field"]?.stringValue { spec.field = field }
+        spec.filename = value["filename"]?.stringValue
+        spec.contentType = value["content_type"]?.stringValue
+        for (name, field) in value["fields"]?.objectValue ?? [:] {
+            guard let text = field.stringValue else { return nil }
+            spec.fields.append((name, text))
+        }
+        spec.chunkSize = value["chunk_size"]?.intValue
+        if let checksum = value["checksum"]?.stringValue {
+            guard let algorithm = UploadSpec.ChecksumAlgorithm(rawValue: checksum) else { return nil }
+            spec.checksum = algorithm
+        }
+        if let s3 = value["s3"] {
+            guard let region = s3["region"]?.stringValue, let key = s3["access_key_id"]?.stringValue,
+                let secret = s3["secret_access_key"]?.stringValue else { return nil }
+            spec.s3 = S3Credentials(region: region, accessKeyID: key, secretAccessKey: secret, sessionToken: s3["session_token"]?.stringValue)
+        }
+        return spec
+    }
+
+    static func requestColumn(_ request: RequestSpec) -> String { request.json(redacted: false).serialized() }
+
+    static func insert(_ db: Connection, _ task: TaskRecord) throws {
+        try db.run(
+            """
+            INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
+                upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
+                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download,
+                error, cancellation)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
+             task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
+             task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+             task.deleteFileOnSuccess, task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
+             task.attempts, task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
+             task.deadlineAt, task.download.map { $0.json.serialized() }, task.error.map { TaskRecord.errorJSON($0).serialized() },
+             task.cancellation?.rawValue])
+    }
+
+    /// Writes the columns in which `after` differs from `before` (the row as read), only while
+    /// the row still meets `condition` (SQL) when one is given. Returns whether it wrote.
+    @discardableResult
+    static func update(_ db: Connection, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil) throws -> Bool {
+        var columns: [String] = []
+        var values: [any SQLBindable] = []
+        func set<T: Equatable>(_ column: String, _ keyPath: KeyPath<TaskRecord, T>, _ value: @autoclosure () -> any SQLBindable) {
+            guard before[keyPath: keyPath] != after[keyPath: keyPath] else { return }
+            columns.append(column)
+            values.append(value())
+        }
+        set("state", \.state, after.state.rawValue)
+        set("waiting_reason", \.waitingReason, after.waitingReason?.rawValue)
+        if before.request != after.request {
+            columns += ["request", "host_key"]
+            values += [requestColumn(after.request), after.request.hostKey]
+        }
+        set("priority", \.priority, after.priority)
+        set("configuration", \.configurationOverrides,
+            after.configurationOverrides.isEmpty ? "{}" : JSON.object(after.configurationOverrides).serialized())
+        set("attempts", \.attempts, after.attempts)
+        set("bytes_sent", \.bytesSent, after.bytesSent)
+        set("started_at", \.startedAt, after.startedAt)
+        set("finished_at", \.finishedAt, after.finishedAt)
+        set("next_attempt_at", \.nextAttemptAt, after.nextAttemptAt)
+        set("earliest_begin_at", \.earliestBeginAt, after.earliestBeginAt)
+        set("deadline_at", \.deadlineAt, after.deadlineAt)
+        set("response", \.response, after.response?.json.serialized())
+        set("error", \.error, after.error.map { TaskRecord.errorJSON($0).serialized() })
+        set("cancellation", \.cancellation, after.cancellation?.rawValue)
+        set("last_error", \.lastError, after.lastError?.json.serialized())
+        set("checkpoint", \.checkpoint, after.checkpoint?.json.serialized())
+        guard !columns.isEmpty else { return true }
+        values.append(after.sequence)
+        let guarded = condition.map { " AND " + $0 } ?? ""
+        return try db.run("UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE seq = ?" + guarded, values) > 0
+    }
+
+    static func fetch(_ db: Connection, id: String) throws -> TaskRecord? {
+        try db.queryFirst("SELECT \(columns) FROM tasks WHERE id = ?", [id], decode)
+    }
+
+    static func fetch(_ db: Connection, sequence: Int64) throws -> TaskRecord? {
+        try db.queryFirst("SELECT \(columns) FROM tasks WHERE seq = ?", [sequence], decode)
+    }
+}
+
+extension Optional {
+    /// The value, or `error` thrown.
+    func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
+        guard let self else { throw error() }
+        return self
+    }
+}

@@ -1,0 +1,112 @@
+internal import CCurl
+import Glibc
+import Threads
+
+/// A part of the process whose transfers run on the shared `CurlWorker` (the transfer engine,
+/// the webhook dispatcher). Every method is called on the worker's thread.
+public protocol CurlClient: AnyObject {
+    /// One turn of the loop, before curl runs: start transfers, fire timers. `driver` adds and
+    /// removes this client's handles.
+    func turn(_ driver: CurlDriver)
+    /// A transfer of this client ended (curl's result; its handle is already out of the multi).
+    func finished(_ easy: EasyHandle, _ code: CurlCode, _ driver: CurlDriver)
+    /// After curl ran: progress, bookkeeping.
+    func afterPerform(_ driver: CurlDriver)
+    /// How long the worker may sleep before this client's next turn (seconds; nil: until woken).
+    var sleepLimit: Double? { get }
+    /// True once the client has stopped for good; the worker ends when all have and it was asked to.
+    var isDone: Bool { get }
+}
+
+/// The worker's multi handle as its clients see it, on the worker's thread only.
+public final class CurlDriver {
+    let multi: MultiHandle
+    fileprivate var owners: [UnsafeMutableRawPointer: any CurlClient] = [:]
+
+    init(multi: MultiHandle) { self.multi = multi }
+
+    /// Starts a transfer for `client` (`curl_multi_add_handle`).
+    public func add(_ easy: EasyHandle, for client: any CurlClient) throws(CurlMultiCode) {
+        try multi.add(easy)
+        owners[easy.raw] = client
+    }
+
+    /// Stops a transfer (`curl_multi_remove_handle`); nothing is reported for it afterwards.
+    public func remove(_ easy: EasyHandle) {
+        multi.remove(easy)
+        owners[easy.raw] = nil
+    }
+}
+
+/// One thread that drives every transfer of the process: one curl multi handle (so connections
+/// are pooled and reused across the engine's uploads and the webhooks), `curl_multi_poll`,
+/// woken from other threads by `curl_multi_wakeup`. Its clients take turns on that thread.
+public final class CurlWorker: Sendable {
+    private nonisolated(unsafe) let driver: CurlDriver  // used on the worker thread only
+    private let waker: MultiWaker
+    private let thread = WorkerThread()
+    private let state = Locked<(clients: [Client], stopping: Bool)>(([], false))
+    /// Errors of `curl_multi_perform`/`poll`, for the owner to log (rare: out of memory).
+    private let onError: @Sendable (String) -> Void
+
+    private struct Client: @unchecked Sendable {
+        // @unchecked: clients are touched on the worker's thread only; the list is locked.
+        let client: any CurlClient
+    }
+
+    public init(onError: @escaping @Sendable (String) -> Void = { _ in }) throws(CurlMultiCode) {
+        let multi = try MultiHandle()
+        driver = CurlDriver(multi: multi)
+        waker = multi.waker
+        self.onError = onError
+    }
+
+    /// Adds a client; call before `start`.
+    public func register(_ client: any CurlClient) {
+        state.withLock { $0.clients.append(Client(client: client)) }
+    }
+
+    /// Wakes the worker from any thread: its clients take a turn now.
+    public func wake() { waker.wake() }
+
+    public var wakeHandle: MultiWaker { waker }
+
+    public func start() {
+        let driver = UncheckedDriver(driver)
+        thread.start { [self] in run(driver.value) }
+    }
+
+    /// Ends the loop once every client is done, and joins the thread.
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        waker.wake()
+        thread.join()
+    }
+
+    private func run(_ driver: CurlDriver) {
+        while true {
+            let (clients, stopping) = state.withLock { ($0.clients.map(\.client), $0.stopping) }
+            if stopping, clients.allSatisfy(\.isDone) { break }
+            for client in clients where !client.isDone { client.turn(driver) }
+            do { try driver.multi.perform() } catch { onError("curl_multi_perform: \(error)") }
+            for (easy, code) in driver.multi.completed() {
+                guard let owner = driver.owners.removeValue(forKey: easy.raw) else { continue }
+                owner.finished(easy, code, driver)
+            }
+            for client in clients where !client.isDone { client.afterPerform(driver) }
+            var sleep = 1.0
+            for client in clients where !client.isDone { if let limit = client.sleepLimit { sleep = min(sleep, limit) } }
+            if stopping { sleep = min(sleep, 0.1) }
+            guard sleep > 0 else { continue }
+            do { try driver.multi.poll(timeoutMilliseconds: Int((sleep * 1000).rounded(.up))) } catch {
+                onError("curl_multi_poll: \(error)")
+            }
+        }
+    }
+}
+
+/// Hands the driver to the worker's thread, which is then its only user.
+private struct UncheckedDriver: @unchecked Sendable {
+    let value: CurlDriver
+    init(_ value: CurlDriver) { self.value = value }
+}

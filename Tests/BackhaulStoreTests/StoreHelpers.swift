@@ -1,0 +1,42 @@
+@testable import BackhaulStore
+import BackhaulCore
+import Threads
+
+/// The engine's store calls hand their answer to a callback on the writer's thread; tests wait
+/// for it.
+func waitFor<T: Sendable>(_ start: (@escaping @Sendable (Result<T, StoreError>) -> Void) -> Void) throws -> T {
+    let box = Locked<Result<T, StoreError>?>(nil)
+    start { result in box.withLockNotifyingAll { $0 = result } }
+    guard let result = box.wait(until: { $0 != nil }, timeout: 10, { $0 }) else { throw StoreError.database("no answer in 10 s") }
+    return try result.get()
+}
+
+extension Store {
+    /// Claims a queued task as the engine does (reading it first).
+    func startAttempt(id: String) throws -> TaskRecord? {
+        guard let task = try task(id: id) else { return nil }
+        return try waitFor { done in startAttempt(task, done: done) }
+    }
+
+    func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptEnd) throws -> TaskRecord? {
+        guard let task = try task(id: id) else { return nil }
+        let now = SystemClock().now()
+        let history = AttemptRecord(startedAt: now, endedAt: now, bytesSent: bytesSent, bytesReceived: 0, outcome: result.outcome)
+        return try waitFor { done in
+            finishAttempt(sequence: task.sequence, attempt: attempt, bytesSent: bytesSent, end: result, history: history, done: done)
+        }
+    }
+
+    func requeueRunning(except running: Set<String>) throws -> Int {
+        try waitFor { done in requeueRunning(except: running, done: done) }
+    }
+
+    func fireTimers(now: Timestamp) throws -> (expired: Int, next: Timestamp?) {
+        try waitFor { done in fireTimers(now: now, done: done) }
+    }
+
+    /// Waits until every write handed over so far has committed.
+    func settle() throws {
+        try write(.relaxed) { _ in () }
+    }
+}
