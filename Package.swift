@@ -31,25 +31,25 @@ let package = Package(
         .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "Threads"], swiftSettings: swiftSettings),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
         /// The JSON value type: pure Swift, what the domain holds.
-        .target(name: "JSON", swiftSettings: swiftSettings),
-        /// Parsing and printing JSON through json-c.
-        .target(name: "JSONCodec", dependencies: ["JSON", "CJSONC"], swiftSettings: swiftSettings),
+        .target(name: "JSONValue", swiftSettings: swiftSettings),
+        /// Parsing and printing JSON through json-c (re-exports the value type).
+        .target(name: "JSON", dependencies: ["JSONValue", "CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         /// pthread locks and threads.
         .target(name: "Threads", swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
-        .target(name: "BackhaulCore", dependencies: ["JSON"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulCore", dependencies: ["JSONValue"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulStore",
-            dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
+            dependencies: ["BackhaulCore", "SQLite", "JSON", "Threads"],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSONCodec", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSON", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -60,7 +60,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Digest", "JSONCodec", "MicroHTTP", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Digest", "JSON", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -68,7 +68,7 @@ let package = Package(
             name: "BackhaulServer",
             dependencies: [
                 "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles", "MicroHTTP",
-                "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
+                "JSON", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
@@ -76,30 +76,30 @@ let package = Package(
         // The command-line client: the API over HTTP, human tables or JSON.
         .target(
             name: "BackhaulCLI",
-            dependencies: ["BackhaulCore", "Curl", "JSONCodec", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["BackhaulCore", "Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
 
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "Curl", "JSONCodec", "BackhaulCore", "Digest", "Threads"],
+            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore", "Digest", "Threads"],
             swiftSettings: swiftSettings),
 
         .testTarget(
-            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSONCodec", "Threads"],
+            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSONCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSON"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSONCodec", "SQLite", "Threads"],
+            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
-            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "JSONCodec", "Threads"],
+            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "JSON", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSONCodec", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul"],
+            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul"],
             swiftSettings: swiftSettings),
     ]
 )

@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulFiles
 import BackhaulStore
-import JSONCodec
+import JSON
 import Logging
 import MicroHTTP
 

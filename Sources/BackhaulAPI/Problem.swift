@@ -1,4 +1,4 @@
-import JSONCodec
+import JSON
 import MicroHTTP
 
 /// The API's error catalogue (RFC 9457 problem details): one stable `code` per kind of error.

@@ -1,5 +1,5 @@
 import Curl
-import JSONCodec
+import JSON
 
 /// Exit codes scripts can rely on.
 public enum ExitStatus: Int32, Sendable {

@@ -2,7 +2,7 @@ import ArgumentParser
 import BackhaulCore
 import FoundationEssentials
 import Glibc
-import JSONCodec
+import JSON
 
 /// `backhaul`: the command-line client of backhauld.
 public struct Backhaul: ParsableCommand {

@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// The error of a task's latest failed attempt and when it happened (SPEC §4.2 `last_error`):
 /// what a task in `retrying` shows long before it fails.

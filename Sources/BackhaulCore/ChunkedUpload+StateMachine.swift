@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// `chunked`: the file in `chunk_size` pieces, each a PUT (or the task's method) with
 /// `Content-Range: bytes a-b/total`. Intermediate chunks accept 2xx and 308; the last one's 2xx

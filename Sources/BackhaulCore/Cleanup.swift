@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// What releases a cancelled task's server side (tus termination, S3 abort), queued in the
 /// cancelling transaction and carried out by the engine, retried a few times.

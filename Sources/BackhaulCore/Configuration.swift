@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// How transient failures are retried (SPEC §2.1 `retry`).
 public struct RetryPolicy: Sendable, Equatable {

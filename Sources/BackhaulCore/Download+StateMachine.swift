@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// Where a download task puts what it fetches (SPEC §2.2b).
 public struct DownloadSpec: Sendable, Equatable {

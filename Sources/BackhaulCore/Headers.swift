@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// Rules for request headers given by clients: valid tokens, no framing headers, redaction.
 public enum HeaderRules {

@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// The kinds of network the policy tells apart (SPEC §2.5).
 public enum NetworkType: String, Sendable, CaseIterable {

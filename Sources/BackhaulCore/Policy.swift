@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// A daily window in the daemon's local time, `from` included, `to` excluded; it may wrap past
 /// midnight (`22:00`–`06:00`).

@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// Credentials for SigV4 signing (SPEC §2.2 `s3`). The secret and the session token are stored
 /// to sign with and never shown.

@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 public enum TaskKind: String, Sendable, CaseIterable {
     case upload, download

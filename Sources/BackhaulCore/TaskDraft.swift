@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// A task create request, validated except for the file system checks.
 public struct TaskDraft: Sendable {

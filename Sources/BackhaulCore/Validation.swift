@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// A client input that does not fit the API: which field, and what is wrong with it.
 public struct ValidationError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import JSON
+import JSONValue
 
 /// The events of SPEC §2.4.
 public enum EventType: String, Sendable, CaseIterable {

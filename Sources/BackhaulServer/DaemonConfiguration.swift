@@ -2,7 +2,7 @@ import BackhaulAPI
 import BackhaulFiles
 import BackhaulCore
 import Glibc
-import JSONCodec
+import JSON
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
 /// then command-line flags, each overriding the one before.

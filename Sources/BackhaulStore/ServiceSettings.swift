@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import Threads
 
 /// The settings an operator changes at run time (SPEC §2.5): the network override a host agent

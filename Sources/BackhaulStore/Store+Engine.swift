@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// A task the policy holds, with what deciding again for it needs.

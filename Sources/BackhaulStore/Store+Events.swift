@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// An event written in the same transaction as the state change that caused it (SPEC §2.4).

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// What the policy layer keeps: run-time settings (network override, service policy) and the

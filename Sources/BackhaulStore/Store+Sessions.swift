@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// Sessions (SPEC §2.1): records, their task counts (kept by the schema's triggers), changes.

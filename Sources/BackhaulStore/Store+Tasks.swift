@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// A page of a session's tasks.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// A delivery ready to send: where, with which secrets, and the exact bytes.

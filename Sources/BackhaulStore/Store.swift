@@ -1,6 +1,6 @@
 import BackhaulCore
 import Glibc
-import JSONCodec
+import JSON
 import SQLite
 import Threads
 

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import SQLite
 
 /// How a task is stored: its row decoded without the client's validators (what was written was

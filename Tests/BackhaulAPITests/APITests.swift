@@ -3,7 +3,7 @@ import BackhaulFiles
 import BackhaulCore
 import BackhaulStore
 import Foundation
-import JSONCodec
+import JSON
 import Logging
 import MicroHTTP
 import Testing

@@ -1,6 +1,6 @@
 import BackhaulAPI
 import BackhaulCore
-import JSONCodec
+import JSON
 import MicroHTTP
 import Testing
 

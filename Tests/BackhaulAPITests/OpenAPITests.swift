@@ -1,6 +1,6 @@
 import BackhaulAPI
 import Foundation
-import JSONCodec
+import JSON
 import Testing
 
 @Suite("OpenAPI document")

@@ -1,5 +1,5 @@
 import BackhaulCLI
-import JSONCodec
+import JSON
 import Testing
 
 @Suite("watch: progress carried on between events")

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSONCodec
+import JSON
 import Testing
 
 @Suite("Task states")

@@ -1,4 +1,4 @@
-import JSONCodec
+import JSON
 import Testing
 
 @Suite("JSON over json-c")

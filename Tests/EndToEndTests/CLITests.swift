@@ -2,7 +2,7 @@ import BackhaulCLI
 import BackhaulTesting
 import Curl
 import Foundation
-import JSONCodec
+import JSON
 import Testing
 
 extension EndToEndTests {

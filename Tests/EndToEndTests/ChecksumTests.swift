@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Digest
 import Foundation
-import JSONCodec
+import JSON
 import Testing
 
 extension EndToEndTests {

@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSONCodec
+import JSON
 import Testing
 
 extension EndToEndTests {

@@ -5,7 +5,7 @@ import Foundation
 import BackhaulCore
 import Digest
 import Glibc
-import JSONCodec
+import JSON
 import Testing
 
 /// Defects found by review and by a new user's tries (issue 15): each test failed before its fix.

@@ -2,7 +2,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSONCodec
+import JSON
 import Testing
 
 extension Fixture {

@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSONCodec
+import JSON
 import Testing
 
 /// One test's world: a scratch directory with files to upload, a recording sink, a daemon.

@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Foundation
 import Glibc
-import JSONCodec
+import JSON
 import Testing
 
 extension EndToEndTests {
