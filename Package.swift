@@ -33,6 +33,13 @@ let package = Package(
         .target(name: "JSON", dependencies: ["CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
 
+        // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
+        .target(
+            name: "BackhaulUI", dependencies: ["Digest"],
+            resources: [.embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/app.js"),
+                        .embedInCode("Assets/icon.svg")],
+            swiftSettings: swiftSettings),
+
         // Backhaul's domain, inward to outward.
         .target(name: "BackhaulCore", dependencies: ["JSON"], swiftSettings: swiftSettings),
         .target(
@@ -50,7 +57,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "Digest", "JSON", "MicroHTTP",
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulUI", "Digest", "JSON", "MicroHTTP",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -85,7 +92,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
-            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "JSON"],
+            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulUI", "JSON"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",

@@ -66,6 +66,7 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.tokens = configuration.tokens
         apiOptions.destinations = configuration.destinations
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
+        apiOptions.dashboard = configuration.dashboard
         let requestMetrics = RequestMetrics()
         let router = API(store: store, engine: engine, eventFeed: feed, requestMetrics: requestMetrics, options: apiOptions,
                          logger: logger).router
