@@ -131,6 +131,37 @@ extension EndToEndTests {
         fixture.daemon.kill9()
     }
 
+    @Test("dashboard across a daemon restart: the page says the stream dropped, follows it again with Last-Event-ID, and the bar moves on")
+    func dashboardFollowsTheStreamAcrossARestart() throws {
+        let port = try freePort()
+        let fixture = try Fixture(daemonArguments: ["--listen", "127.0.0.1:\(port)", "--progress-interval", "0.5"],
+                                  sink: .throttle(bytesPerSecond: 200_000, then: .respond(status: 201)))
+        try fixture.session()
+        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 64 << 20))
+        let signals = fixture.scratch.file("signals")
+        try FileManager.default.createDirectory(atPath: signals, withIntermediateDirectories: true)
+        let finished = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var run: BrowserRun?
+        nonisolated(unsafe) var failure: (any Error)?
+        let url = fixture.daemon.url + "/"
+        DispatchQueue.global().async {
+            do { run = try BrowserRun("reconnect", url, ["--running", id, "--signal-dir", signals]) } catch { failure = error }
+            finished.signal()
+        }
+        let ready = eventually(timeout: 90, interval: 0.1) { FileManager.default.fileExists(atPath: signals + "/ready") }
+        if ready {
+            fixture.daemon.kill9()
+            Thread.sleep(forTimeInterval: 1)
+            try fixture.daemon.start()
+            #expect(fixture.daemon.port == port)
+        }
+        #expect(finished.wait(timeout: .now() + 300) == .success)
+        #expect(failure == nil)
+        fixture.expectLog(ready && run?.status == 0, "browser: \(run?.output ?? "did not finish")")
+        print("dashboard: followed the stream again after a restart (\(run?.result.serialized() ?? ""))")
+        fixture.daemon.kill9()
+    }
+
     /// The figure SPEC §4.3 asks for: 1,000 transfers running at once (four sessions of 250, each
     /// read by the sink at 4 KiB/s, so every one moves all the time and sends a progress event every
     /// 2 s: about 500 events a second), the page loaded on them and then left with the stream for

@@ -5,8 +5,10 @@ stdout and exits 0, or prints what went wrong and exits 1. Every wait is bounded
 
   dashboard.py interact URL --running ID --auth ID --retrying ID --failed ID --screenshot PNG
   dashboard.py token URL --token T --visible SESSION --hidden SESSION
+  dashboard.py reconnect URL --running ID --signal-dir DIR
   dashboard.py thousand URL --rows N --seconds S
 """
+import os
 import argparse
 import json
 import signal
@@ -205,6 +207,48 @@ def token(arguments):
         driver.quit()
 
 
+def event_stream_requests(driver):
+    """The headers of each request the page made for /v1/events, in order."""
+    found = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent" and urlsplit(message["params"]["request"]["url"]).path == "/v1/events":
+            found.append({name.lower(): value for name, value in message["params"]["request"]["headers"].items()})
+    return found
+
+
+def reconnect(arguments):
+    """The daemon is killed and started again on the same port while the page is open (the test
+    does it when DIR/ready appears): the page says so, follows the stream again with
+    Last-Event-ID, and the row moves again."""
+    driver = browser()
+    try:
+        driver.get(arguments.url)
+        wait("the page to render", lambda: page_state(driver) == "ready")
+        wait("the running row", lambda: progress_of(driver, arguments.running))
+        wait("a first event", lambda: driver.execute_script("return window.backhaulDashboard.events") > 0)
+        before = event_stream_requests(driver)
+        check(len(before) == 1 and "last-event-id" not in before[0], f"the first stream starts from now: {before}")
+        with open(os.path.join(arguments.signal_dir, "ready"), "w") as marker:
+            marker.write("ready\n")
+        wait("the page to see the stream drop", lambda: driver.find_element(By.ID, "stream").text == "reconnecting", timeout=30, interval=0.02)
+        wait("the stream to be followed again", lambda: driver.find_element(By.ID, "stream").text == "live", timeout=60)
+        after = event_stream_requests(driver)
+        check(after and all("last-event-id" in headers for headers in after),
+              f"every stream after the first sends Last-Event-ID: {after}")
+        resumed_from = after[-1]["last-event-id"]
+        check(resumed_from.isdigit() and int(resumed_from) > 0, f"Last-Event-ID {resumed_from!r}")
+        # The daemon re-queued the interrupted upload (a raw one starts again from zero): its bar
+        # changes, then moves forward.
+        stale = progress_of(driver, arguments.running)
+        wait("the bar to change after the restart", lambda: progress_of(driver, arguments.running) not in (None, stale), timeout=60)
+        again = progress_of(driver, arguments.running)
+        wait("the bar to move forward", lambda: (progress_of(driver, arguments.running) or 0) > again, timeout=60)
+        return {"streams": 1 + len(after), "last_event_id": resumed_from}
+    finally:
+        driver.quit()
+
+
 def thousand(arguments):
     driver = browser()
     origin = arguments.url.rstrip("/")
@@ -271,7 +315,7 @@ def thousand(arguments):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["interact", "token", "thousand"])
+    parser.add_argument("scenario", choices=["interact", "token", "reconnect", "thousand"])
     parser.add_argument("url")
     parser.add_argument("--running")
     parser.add_argument("--auth")
@@ -284,6 +328,7 @@ def main():
     parser.add_argument("--hidden")
     parser.add_argument("--hidden-task", default="")
     parser.add_argument("--event-wait", default="20")
+    parser.add_argument("--signal-dir")
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--deadline", type=int, default=240, help="seconds before the scenario gives up")
@@ -298,7 +343,8 @@ def main():
     signal.signal(signal.SIGALRM, stop)
     signal.alarm(arguments.deadline)
     try:
-        result = {"interact": interact, "token": token, "thousand": thousand}[arguments.scenario](arguments)
+        scenarios = {"interact": interact, "token": token, "reconnect": reconnect, "thousand": thousand}
+        result = scenarios[arguments.scenario](arguments)
     except Failure as failure:
         print(f"FAILED: {failure}")
         sys.exit(1)
