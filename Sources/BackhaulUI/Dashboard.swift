@@ -21,7 +21,8 @@ public enum Dashboard {
     }
 
     /// `GET /`.
-    public static let page = Asset(name: "index.html", contentType: "text/html; charset=utf-8", bytes: PackageResources.index_html)
+    public static let page = Asset(
+        name: "index.html", contentType: "text/html; charset=utf-8", bytes: PackageResources.index_html)
 
     /// `GET /ui/{name}`.
     public static let files: [String: Asset] = [
