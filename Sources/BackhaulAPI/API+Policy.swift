@@ -40,8 +40,20 @@ extension API {
         return API.json(200, try networkInForce(refresh: true).json)
     }
 
+    /// The policy in force, with what is left today of each discretionary budget (the engine's
+    /// figures, at most a loop turn old), so any token can see how much may still go.
     @Sendable func getPolicy(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        API.json(200, try serviceSettings().policy.json)
+        let policy = try serviceSettings().policy
+        guard case .object(var object) = policy.json else { return API.json(200, policy.json) }
+        var remaining = JSONObject()
+        let figures = status?.metrics.budgetRemaining ?? [:]
+        for type in NetworkType.allCases {
+            // A budget the engine has not counted yet (just set) is whole.
+            guard let budget = policy.discretionaryDailyBudget[type] else { continue }
+            remaining[type.rawValue] = .int(min(budget, figures[type] ?? budget))
+        }
+        object["budget_remaining"] = .object(remaining)
+        return API.json(200, .object(object))
     }
 
     /// Members given replace the policy's; members left out keep their values.

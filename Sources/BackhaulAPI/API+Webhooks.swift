@@ -151,11 +151,13 @@ extension API {
             }
             session = name
         }
+        var visible: (@Sendable (String) -> Bool)?
         if let principal = request.principal, principal != .admin {
-            // A client sees only its own sessions' events: it names one of them.
-            guard let session, principal.canAccess(session: session) else {
-                throw Problem(.forbidden, "a client token streams one of its sessions: add ?session=")
+            // A client sees only its own sessions' events: the one it names, or all of them.
+            if let session, !principal.canAccess(session: session) {
+                throw Problem(.forbidden, "this token may not stream the session \(session)")
             }
+            visible = { principal.canAccess(session: $0) }
         }
         let resume = request.http.header("last-event-id") ?? request.http.query["after"]
         let cursor: Int64
@@ -167,7 +169,7 @@ extension API {
         } else {
             cursor = try stored { () throws(StoreError) in try store.lastEventSequence() }
         }
-        let stream = EventStream(store: store, feed: feed, session: session, after: cursor)
+        let stream = EventStream(store: store, feed: feed, session: session, visible: visible, after: cursor)
         return HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"),
                                                    ("X-Accel-Buffering", "no")], stream: stream)
     }

@@ -18,6 +18,8 @@ public struct APIOptions: Sendable {
     public var tokens: AccessTokens?
     /// Where uploads and webhooks may go.
     public var destinations = DestinationRules()
+    /// Serve the dashboard (`GET /`, `/ui/…`); `--no-ui` turns it off.
+    public var dashboard = true
 
     public init(allowedRoots: AllowedRoots) { self.allowedRoots = allowedRoots }
 }

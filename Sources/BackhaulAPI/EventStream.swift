@@ -36,15 +36,18 @@ final class EventStream: ResponseStream, @unchecked Sendable {
     private let store: Store
     private let feed: EventFeed
     private let session: String?
+    /// For a client token streaming without `?session=`: the sessions it may see.
+    private let visible: (@Sendable (String) -> Bool)?
     private var cursor: Int64
     private var buffer: [UInt8]
     private var offset = 0
     static let keepAliveSeconds = 15.0
 
-    init(store: Store, feed: EventFeed, session: String?, after cursor: Int64) {
+    init(store: Store, feed: EventFeed, session: String?, visible: (@Sendable (String) -> Bool)? = nil, after cursor: Int64) {
         self.store = store
         self.feed = feed
         self.session = session
+        self.visible = visible
         self.cursor = cursor
         buffer = Array("retry: 2000\n: connected\n\n".utf8)
     }
@@ -56,8 +59,10 @@ final class EventStream: ResponseStream, @unchecked Sendable {
             let generation = feed.generation
             guard let events = try? store.events(after: cursor, session: session, limit: 200) else { return .error }
             if let last = events.last {
+                // Events of sessions the caller may not see are passed over, not waited on.
                 cursor = last.sequence
-                for event in events { buffer += Self.format(event) }
+                for event in events where visible?(event.sessionID) ?? true { buffer += Self.format(event) }
+                if buffer.isEmpty { continue }
                 break
             }
             guard feed.wait(after: generation, timeout: Self.keepAliveSeconds) else { return .end }

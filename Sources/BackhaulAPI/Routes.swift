@@ -35,6 +35,8 @@ extension API {
             Route("GET", "/v1/policy", .authenticated, getPolicy),
             Route("PUT", "/v1/policy", .admin, putPolicy),
             Route("DELETE", "/v1/policy", .admin, deletePolicy),
-        ]
+            Route("GET", "/", .open, dashboardPage),
+            Route("GET", "/ui/{file}", .open, dashboardFile),
+        ].filter { options.dashboard || !$0.isDashboard }
     }
 }

@@ -74,6 +74,7 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.tokens = configuration.tokens
         apiOptions.destinations = configuration.destinations
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
+        apiOptions.dashboard = configuration.dashboard
         let requestMetrics = RequestMetrics()
         let router = API(store: store, status: engine, settings: settings, eventFeed: feed, requestMetrics: requestMetrics,
                          options: apiOptions, logger: logger).router

@@ -36,6 +36,8 @@ public struct DaemonConfiguration: Sendable {
     public var tokenFile: String?
     /// Upload and webhook host allow-lists and the private-address switch.
     public var destinations = DestinationRules()
+    /// Serve the dashboard at `/` (`--no-ui`, `BACKHAUL_UI=0` or config `"ui": false` turn it off).
+    public var dashboard = true
 
     public init(workingDirectory: String) { allowedRoots = [workingDirectory] }
 
@@ -63,11 +65,12 @@ public struct DaemonConfiguration: Sendable {
           --allow-upload-host P    upload destinations allowed (host glob, optionally scheme://; repeatable; default any)
           --allow-webhook-host P   webhook receivers allowed (same form; repeatable; default any)
           --deny-private-destinations  refuse loopback, private and link-local destinations (checked on connect too)
+          --no-ui                  do not serve the dashboard at / (the API alone)
           --version, --help
         environment: BACKHAUL_LISTEN, BACKHAUL_STATE_DIR, BACKHAUL_ALLOWED_ROOTS (colon-separated),
           BACKHAUL_CONFIG, BACKHAUL_LOG_LEVEL, BACKHAUL_MAX_TRANSFERS, BACKHAUL_MAX_BODY_BYTES,
           BACKHAUL_SHUTDOWN_GRACE, BACKHAUL_CA_BUNDLE, BACKHAUL_WEBHOOK_RETRY_SCHEDULE, BACKHAUL_PROGRESS_INTERVAL,
-          BACKHAUL_ROUTE_FILE, BACKHAUL_TOKENS (token entries separated by ";"), BACKHAUL_DENY_PRIVATE_DESTINATIONS (1)
+          BACKHAUL_ROUTE_FILE, BACKHAUL_TOKENS (token entries separated by ";"), BACKHAUL_DENY_PRIVATE_DESTINATIONS (1), BACKHAUL_UI (0: no dashboard)
         config file only: "network" (interface patterns, check_interval) and "policy" (see README)
         """
 
@@ -91,8 +94,8 @@ public struct DaemonConfiguration: Sendable {
             var value: String?
             if name == "--help" || name == "-h" { return (configuration, .help) }
             if name == "--version" { return (configuration, .version) }
-            if name == "--deny-private-destinations" {
-                flags.append((name, "true"))
+            if name == "--deny-private-destinations" || name == "--no-ui" {
+                flags.append(name == "--no-ui" ? ("--ui", "false") : (name, "true"))
                 index += 1
                 continue
             }
@@ -132,6 +135,7 @@ public struct DaemonConfiguration: Sendable {
         if let value = environment["BACKHAUL_PROGRESS_INTERVAL"] { try configuration.set("progress_interval", value) }
         if let value = environment["BACKHAUL_ROUTE_FILE"] { try configuration.set("route_file", value) }
         if let value = environment["BACKHAUL_DENY_PRIVATE_DESTINATIONS"] { try configuration.set("deny_private_destinations", value) }
+        if let value = environment["BACKHAUL_UI"] { try configuration.set("ui", value) }
         if let value = environment["BACKHAUL_TOKENS"] {
             do { configuration.tokens = try AccessTokens(parsing: value) } catch { throw Invalid(description: "BACKHAUL_TOKENS: \(error)") }
         }
@@ -199,6 +203,9 @@ public struct DaemonConfiguration: Sendable {
         case "deny_private_destinations":
             guard ["true", "1", "false", "0"].contains(value) else { throw Invalid(description: "deny_private_destinations is true or false") }
             destinations.denyPrivate = value == "true" || value == "1"
+        case "ui":
+            guard ["true", "1", "false", "0"].contains(value) else { throw Invalid(description: "ui is true or false") }
+            dashboard = value == "true" || value == "1"
         case "token_file":
             guard let text = SmallFile.read(value) else { throw Invalid(description: "cannot read the token file \(value)") }
             do { tokens = try AccessTokens(parsing: String(decoding: text, as: UTF8.self)) } catch {
@@ -238,6 +245,8 @@ public struct DaemonConfiguration: Sendable {
                 destinations.webhookHosts = items.compactMap(\.stringValue)
             case ("deny_private_destinations", .bool(let value)):
                 destinations.denyPrivate = value
+            case ("ui", .bool(let value)):
+                dashboard = value
             case ("webhook_retry_schedule", .array(let items)):
                 try set(key, items.compactMap(\.doubleValue).map { String($0) }.joined(separator: ","))
             case (_, .string(let text)): try set(key, text)
@@ -283,6 +292,7 @@ public struct DaemonConfiguration: Sendable {
             "upload_hosts": .array(destinations.uploadHosts.map { .string($0) }),
             "webhook_hosts": .array(destinations.webhookHosts.map { .string($0) }),
             "deny_private_destinations": .bool(destinations.denyPrivate),
+            "ui": .bool(dashboard),
         ]
     }
 }

@@ -19,7 +19,7 @@ extension EndToEndTests {
         #expect(try daemon.call("GET", "/healthz").0 == 200)
         #expect(try daemon.call("PUT", "/v1/sessions/cam-1", ["configuration": [:]], headers: ["Authorization: Bearer \(admin)"]).0 == 201)
         #expect(try daemon.call("GET", "/v1/sessions/cam-1", headers: ["Authorization: Bearer client-secret-token-77"]).0 == 200)
-        #expect(try daemon.call("GET", "/v1/events", headers: ["Authorization: Bearer client-secret-token-77"]).0 == 403)
+        #expect(try daemon.call("GET", "/v1/events?session=dog-1", headers: ["Authorization: Bearer client-secret-token-77"]).0 == 403)
         let info = try daemon.call("GET", "/v1/info", headers: ["Authorization: Bearer \(admin)"])
         #expect(info.1["authentication"]?.stringValue == "bearer tokens")
         #expect(!info.1.serialized().contains(admin))
