@@ -29,18 +29,27 @@ public struct TransferConfiguration: Sendable, Equatable {
     /// The most bytes (sum of file sizes) a session's unfinished tasks may hold; a task past it is
     /// cancelled with reason 2 as it is created. Read from the session's configuration only.
     public var quotaBytes: Int64?
+    /// How long the session's finished tasks are kept (seconds from `finished_at`); nil: the
+    /// daemon's `--finished-task-retention`. Read from the session's configuration only.
+    public var finishedTaskRetention: Double?
 
     public init() {}
 
+    /// Field by field; default headers as a set of name-value pairs (their order does not matter).
     public static func == (lhs: TransferConfiguration, rhs: TransferConfiguration) -> Bool {
-        lhs.json == rhs.json
+        lhs.allowsCellularAccess == rhs.allowsCellularAccess && lhs.allowsExpensiveNetworkAccess == rhs.allowsExpensiveNetworkAccess
+            && lhs.allowsConstrainedNetworkAccess == rhs.allowsConstrainedNetworkAccess && lhs.discretionary == rhs.discretionary
+            && lhs.waitsForConnectivity == rhs.waitsForConnectivity && lhs.timeoutIntervalForRequest == rhs.timeoutIntervalForRequest
+            && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource && lhs.maxConnectionsPerHost == rhs.maxConnectionsPerHost
+            && lhs.retry == rhs.retry && lhs.quotaBytes == rhs.quotaBytes && lhs.finishedTaskRetention == rhs.finishedTaskRetention
+            && HeaderRules.sameSet(lhs.defaultHeaders, rhs.defaultHeaders)
     }
 
     static let fields: Set<String> = [
         "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
         "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
         "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
-        "quota_bytes",
+        "quota_bytes", "finished_task_retention",
     ]
 
     /// This configuration with the fields present in `overrides` replaced (retry and default
@@ -75,6 +84,9 @@ public struct TransferConfiguration: Sendable, Equatable {
             }
         }
         if reader.has("quota_bytes") { result.quotaBytes = try reader.integer("quota_bytes", in: 0...(1 << 60)) }
+        if reader.has("finished_task_retention") {
+            result.finishedTaskRetention = try reader.number("finished_task_retention", in: 1...(10 * 366 * 86_400))
+        }
         if let headers = try reader.stringMap("default_headers") {
             for (name, value) in headers {
                 try HeaderRules.validate(name: name, value: value, field: reader.field("default_headers"))
@@ -103,6 +115,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         object["retry"] = .object(retry)
         object["default_headers"] = HeaderRules.json(defaultHeaders, redacted: redacted)
         object["quota_bytes"] = quotaBytes.map { .int($0) } ?? .null
+        object["finished_task_retention"] = finishedTaskRetention.map { .double($0) } ?? .null
         return .object(object)
     }
 

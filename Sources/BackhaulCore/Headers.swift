@@ -2,6 +2,14 @@ import JSONValue
 
 /// Rules for request headers given by clients: valid tokens, no framing headers, redaction.
 public enum HeaderRules {
+    /// The same name-value pairs, in whatever order.
+    public static func sameSet(_ lhs: [(String, String)], _ rhs: [(String, String)]) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        if lhs.elementsEqual(rhs, by: ==) { return true }
+        let order: ((String, String), (String, String)) -> Bool = { $0.0 != $1.0 ? $0.0 < $1.0 : $0.1 < $1.1 }
+        return lhs.sorted(by: order).elementsEqual(rhs.sorted(by: order), by: ==)
+    }
+
     /// Headers the transfer layer owns; a client may not set them.
     static let reserved: Set<String> = ["content-length", "transfer-encoding", "host", "connection", "expect", "upgrade", "te"]
 

@@ -25,7 +25,7 @@ public struct RequestSpec: Sendable, Equatable {
     }
 
     public static func == (lhs: RequestSpec, rhs: RequestSpec) -> Bool {
-        lhs.url == rhs.url && lhs.method == rhs.method && lhs.json(redacted: false) == rhs.json(redacted: false)
+        lhs.url == rhs.url && lhs.method == rhs.method && HeaderRules.sameSet(lhs.headers, rhs.headers)
     }
 
     /// The URL's scheme://host:port, the key of per-host connection limits.
@@ -53,7 +53,21 @@ public struct UploadSpec: Sendable, Equatable {
 
     public init(protocolName: UploadProtocol = .raw) { self.protocolName = protocolName }
 
-    public static func == (lhs: UploadSpec, rhs: UploadSpec) -> Bool { lhs.storedJSON == rhs.storedJSON }
+    /// Field by field, the chunk size as it takes effect (unset is the protocol's default).
+    public static func == (lhs: UploadSpec, rhs: UploadSpec) -> Bool {
+        lhs.protocolName == rhs.protocolName && lhs.field == rhs.field && lhs.filename == rhs.filename
+            && lhs.contentType == rhs.contentType && lhs.fields.elementsEqual(rhs.fields, by: ==)
+            && lhs.effectiveChunkSize == rhs.effectiveChunkSize && lhs.s3 == rhs.s3 && lhs.checksum == rhs.checksum
+    }
+
+    /// The chunk size the protocol uses (what `json` shows).
+    var effectiveChunkSize: Int64? {
+        switch protocolName {
+        case .chunked, .tus: return chunkSize ?? ChunkedUpload.defaultChunkSize
+        case .s3: return S3Upload.partSize(chunkSize)
+        default: return chunkSize
+        }
+    }
 
     /// What the database keeps: the API's view plus the S3 secrets needed to sign.
     public var storedJSON: JSON {
@@ -166,7 +180,9 @@ public struct ResponseRecord: Sendable, Equatable {
         self.body = Array(body.prefix(Self.maxBodyBytes))
     }
 
-    public static func == (lhs: ResponseRecord, rhs: ResponseRecord) -> Bool { lhs.json == rhs.json }
+    public static func == (lhs: ResponseRecord, rhs: ResponseRecord) -> Bool {
+        lhs.status == rhs.status && lhs.body == rhs.body && lhs.headers.elementsEqual(rhs.headers, by: ==)
+    }
 
     public var json: JSON {
         var headerObject = JSONObject()
@@ -257,41 +273,43 @@ public struct TaskRecord: Sendable, Equatable {
         let total = knownTotal ?? 0
         let moved = live?.bytesSent ?? (state == .completed ? total : bytesSent)
         let rate = live?.bytesPerSecond ?? 0
-        var progress: JSONObject = [:]
-        progress["bytes_sent"] = .int(download == nil ? moved : 0)
-        progress["bytes_received"] = .int(download == nil ? 0 : moved)
-        progress["bytes_total"] = knownTotal.map { .int($0) } ?? .null
-        progress["fraction"] = .double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0))
-        progress["bytes_per_second"] = .int(Int64(rate.rounded()))
-        progress["eta_seconds"] = rate > 0 && state == .running && knownTotal != nil
-            ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null
+        var progress = JSONObject()
+        progress.reserveCapacity(6)
+        progress.append("bytes_sent", .int(download == nil ? moved : 0))
+        progress.append("bytes_received", .int(download == nil ? 0 : moved))
+        progress.append("bytes_total", knownTotal.map { .int($0) } ?? .null)
+        progress.append("fraction", .double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0)))
+        progress.append("bytes_per_second", .int(Int64(rate.rounded())))
+        progress.append("eta_seconds", rate > 0 && state == .running && knownTotal != nil
+            ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null)
 
-        var object: JSONObject = [:]
-        object["id"] = .string(id)
-        object["session_id"] = .string(sessionID)
-        object["kind"] = .string(kind.rawValue)
-        object["state"] = .string(state.rawValue)
-        object["waiting_reason"] = waitingReason.map { .string($0.rawValue) } ?? .null
-        object["file"] = download == nil ? file.json : .null
-        object["request"] = request.json(redacted: true)
-        object["upload"] = download == nil ? upload.json : .null
-        object["download"] = download?.json ?? .null
-        object["priority"] = .double(priority)
-        object["description"] = description.map { .string($0) } ?? .null
-        object["idempotency_key"] = idempotencyKey.map { .string($0) } ?? .null
-        object["delete_file_on_success"] = .bool(deleteFileOnSuccess)
-        object["configuration"] = Self.redactedOverrides(configurationOverrides)
-        object["attempts"] = .int(Int64(attempts))
-        object["progress"] = .object(progress)
-        object["created_at"] = .string(RFC3339.format(createdAt))
-        object["started_at"] = startedAt.map { .string(RFC3339.format($0)) } ?? .null
-        object["finished_at"] = finishedAt.map { .string(RFC3339.format($0)) } ?? .null
-        object["next_attempt_at"] = nextAttemptAt.map { .string(RFC3339.format($0)) } ?? .null
-        object["earliest_begin_at"] = earliestBeginAt.map { .string(RFC3339.format($0)) } ?? .null
-        object["response"] = response?.json ?? .null
-        object["error"] = error.map(Self.errorJSON) ?? .null
-        object["last_error"] = lastError?.json ?? .null
-        object["cancellation"] = cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null
+        var object = JSONObject()
+        object.reserveCapacity(26)
+        object.append("id", .string(id))
+        object.append("session_id", .string(sessionID))
+        object.append("kind", .string(kind.rawValue))
+        object.append("state", .string(state.rawValue))
+        object.append("waiting_reason", waitingReason.map { .string($0.rawValue) } ?? .null)
+        object.append("file", download == nil ? file.json : .null)
+        object.append("request", request.json(redacted: true))
+        object.append("upload", download == nil ? upload.json : .null)
+        object.append("download", download?.json ?? .null)
+        object.append("priority", .double(priority))
+        object.append("description", description.map { .string($0) } ?? .null)
+        object.append("idempotency_key", idempotencyKey.map { .string($0) } ?? .null)
+        object.append("delete_file_on_success", .bool(deleteFileOnSuccess))
+        object.append("configuration", Self.redactedOverrides(configurationOverrides))
+        object.append("attempts", .int(Int64(attempts)))
+        object.append("progress", .object(progress))
+        object.append("created_at", .string(RFC3339.format(createdAt)))
+        object.append("started_at", startedAt.map { .string(RFC3339.format($0)) } ?? .null)
+        object.append("finished_at", finishedAt.map { .string(RFC3339.format($0)) } ?? .null)
+        object.append("next_attempt_at", nextAttemptAt.map { .string(RFC3339.format($0)) } ?? .null)
+        object.append("earliest_begin_at", earliestBeginAt.map { .string(RFC3339.format($0)) } ?? .null)
+        object.append("response", response?.json ?? .null)
+        object.append("error", error.map(Self.errorJSON) ?? .null)
+        object.append("last_error", lastError?.json ?? .null)
+        object.append("cancellation", cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null)
         return .object(object)
     }
 

@@ -11,12 +11,31 @@ public enum RFC3339 {
         if milliseconds >= 1000 { seconds += 1; milliseconds -= 1000 }
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
+        // Written digit by digit into 24 bytes: this runs several times for every task shown.
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            func put(_ value: Int, _ width: Int, at offset: Int) {
+                var rest = value
+                for position in stride(from: offset + width - 1, through: offset, by: -1) {
+                    buffer[position] = UInt8(48 + rest % 10)
+                    rest /= 10
+                }
+            }
+            put(Int(parts.tm_year) + 1900, 4, at: 0)
+            buffer[4] = 45
+            put(Int(parts.tm_mon) + 1, 2, at: 5)
+            buffer[7] = 45
+            put(Int(parts.tm_mday), 2, at: 8)
+            buffer[10] = 84
+            put(Int(parts.tm_hour), 2, at: 11)
+            buffer[13] = 58
+            put(Int(parts.tm_min), 2, at: 14)
+            buffer[16] = 58
+            put(Int(parts.tm_sec), 2, at: 17)
+            buffer[19] = 46
+            put(milliseconds, 3, at: 20)
+            buffer[23] = 90
+            return 24
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(milliseconds), 3))Z"
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; nil when it is not that.

@@ -86,19 +86,18 @@ extension EngineLoop {
     /// Writes how a transfer's attempt ended, with its entry in the task's attempt history.
     /// `bytesSent` defaults to what the server acknowledged.
     func record(_ transfer: Transfer, bytesSent: Int64? = nil, _ end: AttemptEnd) {
-        record(transfer.task.id, sequence: transfer.task.sequence, attempt: transfer.attempt,
-               bytesSent: bytesSent ?? transfer.machine.bytesAcknowledged, end, history: history(of: transfer))
+        record(transfer.started, bytesSent: bytesSent ?? transfer.machine.bytesAcknowledged, end, history: history(of: transfer))
     }
 
-    /// Writes how attempt `attempt` ended; without `history`, as one that ended as it began (it
-    /// could not start). A write that fails leaves the task shown running: it is put back in the
-    /// queue by `requeueOrphans`.
-    func record(_ id: String, sequence: Int64, attempt: Int, bytesSent: Int64, _ end: AttemptEnd, history: AttemptRecord? = nil) {
+    /// Writes how the attempt of `task` (as it started) ended; without `history`, as one that
+    /// ended as it began (it could not start). A write that fails leaves the task shown running:
+    /// it is put back in the queue by `requeueOrphans`.
+    func record(_ task: TaskRecord, bytesSent: Int64, _ end: AttemptEnd, history: AttemptRecord? = nil) {
         let now = clock.now()
         let entry = history ?? AttemptRecord(startedAt: now, endedAt: now, bytesSent: 0, bytesReceived: 0, outcome: end.outcome,
                                              networkType: network.type)
-        store.finishAttempt(sequence: sequence, attempt: attempt, bytesSent: bytesSent, end: end, history: entry) {
-            [inbox = engine.inbox] result in
+        let id = task.id
+        store.finishAttempt(task, bytesSent: bytesSent, end: end, history: entry) { [inbox = engine.inbox] result in
             guard case .failure(let error) = result else { return }
             inbox.post { loop in
                 loop.fault(.storeWrite, "cannot record the end of an attempt", ["task.id": "\(id)", "error": "\(error)"])

@@ -64,7 +64,7 @@ extension EngineLoop {
         case .success(let started?):
             // Claimed while stopping: straight back to the queue, no attempt counted.
             scheduler.ended(entry.key)
-            record(started.id, sequence: started.sequence, attempt: started.attempts, bytesSent: 0, .interrupted)
+            record(started, bytesSent: 0, .interrupted)
         case .success(nil):
             scheduler.ended(entry.key)
         case .failure(let error):
@@ -101,7 +101,7 @@ extension EngineLoop {
             ?? OpenedFile.open(task.file).map { file = $0 }
         if case .failure(let error) = opened {
             logger.warning("the file cannot be opened", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
-            record(task.id, sequence: task.sequence, attempt: task.attempts, bytesSent: 0, .failed(error, nil))
+            record(started, bytesSent: 0, .failed(error, nil))
             return false
         }
         if let part, let offset = task.checkpoint?.offset, offset > 0, part.size < offset {
@@ -114,8 +114,8 @@ extension EngineLoop {
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
-            transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part,
-                                    startedAt: clock.now())
+            transfer = try Transfer(task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
+                                    file: file, part: part, startedAt: clock.now())
             active[task.id] = transfer
             bandwidthDirty = true
             guard case .send(let request) = step else {
@@ -126,8 +126,7 @@ extension EngineLoop {
         } catch {
             logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
             if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }
-            record(task.id, sequence: task.sequence, attempt: task.attempts, bytesSent: 0,
-                   .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
+            record(started, bytesSent: 0, .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
             return false
         }
         logger.debug("attempt started", metadata: [

@@ -7,6 +7,8 @@ import Digest
 /// and what has come back so far. Lives on the engine thread only.
 final class Transfer {
     var task: TaskRecord
+    /// The task as the store started it: what the end of the attempt is written against.
+    let started: TaskRecord
     let attempt: Int
     /// When the attempt began (wall clock), for its entry in the task's history.
     let startedAt: Timestamp
@@ -81,9 +83,10 @@ final class Transfer {
     var rate: Double = 0
     var lastSample: (time: Double, bytes: Int64)
 
-    init(task: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key, machine: any UploadStateMachine,
-         file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
+    init(task: TaskRecord, started: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key,
+         machine: any UploadStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
         self.task = task
+        self.started = started
         self.attempt = task.attempts
         self.startedAt = startedAt
         self.configuration = configuration

@@ -6,7 +6,7 @@ import SQLite
 /// transaction's `ChangeLog`: whatever code path writes a task, the engine hears of it.
 extension Store {
     static func installChangeFeed(_ db: Connection, log: ChangeLog) throws {
-        try db.defineFunction("backhaul_task_changed", arguments: 13) { arguments in
+        try db.defineFunction("backhaul_task_changed", arguments: 14) { arguments in
             Store.noteTaskChange(arguments, log: log)
         }
         let new = """
@@ -19,17 +19,19 @@ extension Store {
         try db.execute(
             """
             CREATE TEMP TRIGGER feed_insert AFTER INSERT ON main.tasks
-            BEGIN SELECT backhaul_task_changed(NULL, \(new), 0); END;
+            BEGIN SELECT backhaul_task_changed(NULL, \(new), 0, NULL); END;
             CREATE TEMP TRIGGER feed_update AFTER UPDATE OF state, priority, host_key, session_id, configuration, next_attempt_at,
                 earliest_begin_at, deadline_at ON main.tasks
-            BEGIN SELECT backhaul_task_changed(OLD.state, \(new), \(configurationChanged)); END;
+            BEGIN SELECT backhaul_task_changed(OLD.state, \(new), \(configurationChanged), OLD.session_id); END;
             CREATE TEMP TRIGGER feed_delete AFTER DELETE ON main.tasks
-            BEGIN SELECT backhaul_task_changed(OLD.state, OLD.seq, NULL, 0, '', '', NULL, OLD.id, NULL, NULL, NULL, NULL, 0); END;
+            BEGIN SELECT backhaul_task_changed(OLD.state, OLD.seq, NULL, 0, '', '', NULL, OLD.id, NULL, NULL, NULL, NULL, 0,
+                OLD.session_id); END;
             """)
     }
 
     /// Arguments: old state, seq, new state, priority, session, host, own limit, id, next attempt,
-    /// earliest begin, deadline, download destination, whether its own configuration changed.
+    /// earliest begin, deadline, download destination, whether its own configuration changed, old
+    /// session.
     private static func noteTaskChange(_ arguments: FunctionArguments, log: ChangeLog) {
         let wasQueued = arguments.text(0, is: "queued")
         let wasRunning = arguments.text(0, is: "running")
@@ -49,6 +51,12 @@ extension Store {
             if !arguments.isNull(2), !isFinal(arguments, 2) { changes.noteTimer(arguments.optionalDouble(10)) }
             // A held task whose own configuration changed may be allowed now: the policy decides again.
             if arguments.int(12) != 0, arguments.text(2, is: "waiting") { changes.policyReview = true }
+        }
+        // The per-session counts follow every change of state or session.
+        let oldState = arguments.string(0), newState = arguments.string(2)
+        let oldSession = arguments.string(13), newSession = arguments.isNull(2) ? nil : arguments.string(4)
+        if oldState != newState || oldSession != newSession {
+            log.countMove(from: oldSession, oldState, to: newSession, newState)
         }
         // A download that ends without completing leaves no `.part` file (removed after the commit).
         if let destination = arguments.string(11), isFinal(arguments, 2), !arguments.text(2, is: "completed"),

@@ -33,7 +33,7 @@ extension Store {
                 """
                 SELECT seq, priority, session_id, host_key,
                     CASE WHEN configuration = '{}' THEN NULL ELSE json_extract(configuration, '$.max_connections_per_host') END
-                FROM tasks WHERE state = 'queued' AND seq > ? ORDER BY seq LIMIT ?
+                FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > ? ORDER BY seq LIMIT ?
                 """, [sequence, limit]) { row in
                 Scheduler.Entry(sequence: row.int(0), priority: row.double(1),
                                 key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
@@ -60,20 +60,26 @@ extension Store {
         }, done: done)
     }
 
-    /// Records how attempt `attempt` of the task `sequence` ended, with its entry in the task's
-    /// history; nil when the task left that attempt meanwhile.
-    public func finishAttempt(sequence: Int64, attempt: Int, bytesSent: Int64, end: AttemptEnd, history: AttemptRecord,
+    /// Records how the engine's attempt of `task` (the record as it started) ended, with its entry
+    /// in the task's history; nil when the task left that attempt meanwhile. The row is not read
+    /// again unless a client changed the task while it ran: the update is guarded by the attempt.
+    public func finishAttempt(_ task: TaskRecord, bytesSent: Int64, end: AttemptEnd, history: AttemptRecord,
                               done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
         submit({ [self] db -> TaskRecord? in
-            guard let current = try TaskRows.fetch(db, sequence: sequence),
-                case .success(let next) = current.applying(.attemptEnded(attempt: attempt, bytesSent: bytesSent, end), now: now)
+            var current = task
+            if writerState.patchedWhileRunning.remove(task.sequence) != nil {
+                guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
+                current = read
+            }
+            guard case .success(let next) = current.applying(.attemptEnded(attempt: task.attempts, bytesSent: bytesSent, end), now: now),
+                try TaskRows.update(db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)")
             else { return nil }
             var entry = history
             entry.outcome = end.outcome
             if let error = end.error { entry.error = error }
-            try Store.appendAttempt(db, taskSequence: sequence, entry)
-            try save(db, from: current, to: next, now: now)
+            try Store.appendAttempt(db, taskSequence: task.sequence, entry)
+            try recorded(db, from: current, to: next, now: now)
             return next
         }, done: done)
     }
@@ -148,12 +154,14 @@ extension Store {
     public func fireTimers(now: Timestamp, done: @escaping @Sendable (Result<(expired: Int, next: Timestamp?), StoreError>) -> Void) {
         submit({ [self] db -> (expired: Int, next: Timestamp?) in
             let due: [(String, TaskInput)] =
-                try db.query("SELECT id FROM tasks WHERE state = 'retrying' AND next_attempt_at <= ?", [now]) { ($0.string(0), .retryDue) }
+                try db.query("SELECT id FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying' AND next_attempt_at <= ?", [now]) {
+                    ($0.string(0), .retryDue)
+                }
                 + db.query("SELECT id FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?",
                            [now]) { ($0.string(0), .scheduledDue) }
             for (id, input) in due { try transition(db, id: id, input, now: now) }
             let expired = try db.query(
-                "SELECT id FROM tasks WHERE deadline_at <= ? AND state NOT IN ('completed', 'failed', 'cancelled')", [now]) { $0.string(0) }
+                "SELECT id FROM tasks WHERE deadline_at <= ? AND \(Store.unfinishedCondition)", [now]) { $0.string(0) }
             for id in expired { try transition(db, id: id, .deadlinePassed, now: now) }
             return (expired.count, try Store.nextTimer(db))
         }, done: done)
@@ -165,13 +173,13 @@ extension Store {
     }
 
     static func nextTimer(_ db: Connection) throws -> Timestamp? {
-        let retry = try db.queryFirst("SELECT MIN(next_attempt_at) FROM tasks WHERE state = 'retrying'") { $0.optionalDouble(0) } ?? nil
+        let retry = try db.queryFirst("SELECT MIN(next_attempt_at) FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying'") { $0.optionalDouble(0) } ?? nil
         let scheduled = try db.queryFirst(
             "SELECT MIN(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'") {
                 $0.optionalDouble(0)
             } ?? nil
         let deadline = try db.queryFirst(
-            "SELECT MIN(deadline_at) FROM tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')") { $0.optionalDouble(0) } ?? nil
+            "SELECT MIN(deadline_at) FROM tasks WHERE \(Store.unfinishedCondition)") { $0.optionalDouble(0) } ?? nil
         return [retry, scheduled, deadline].compactMap { $0 }.min()
     }
 
@@ -213,7 +221,7 @@ extension Store {
         let now = self.now
         return try write { [self] db in
             let tasks = try db.query(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE state NOT IN ('completed', 'failed', 'cancelled')", [], TaskRows.decode)
+                "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.unfinishedCondition)", [], TaskRows.decode)
             for task in tasks { try transition(db, task, .serviceCancelled(reason, nil), now: now) }
             return tasks.count
         }

@@ -62,11 +62,11 @@ extension Store {
             let cutoff = now - min(defaultRetention, shortest ?? defaultRetention)
             let due = try db.query(
                 """
-                SELECT t.seq, t.id FROM tasks t LEFT JOIN sessions s ON s.id = t.session_id
-                WHERE t.state IN ('completed', 'failed', 'cancelled') AND t.finished_at < ?
+                SELECT t.seq, t.id FROM tasks t INDEXED BY tasks_finished LEFT JOIN sessions s ON s.id = t.session_id
+                WHERE (t.state = 'completed' OR t.state = 'failed' OR t.state = 'cancelled') AND t.finished_at < ?
                     AND t.finished_at < ? - COALESCE(json_extract(s.configuration, '$.finished_task_retention'), ?)
-                    AND NOT EXISTS (SELECT 1 FROM events e JOIN deliveries d ON d.event_seq = e.seq
-                                    WHERE e.task_id = t.id AND d.state = 'pending')
+                    AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id
+                                    AND EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq AND d.state = 'pending'))
                 ORDER BY t.finished_at LIMIT ?
                 """, [cutoff, now, defaultRetention, batch]) { ($0.int(0), $0.string(1)) }
             guard !due.isEmpty else { return 0 }
@@ -131,7 +131,7 @@ extension Store {
     /// How long ago the oldest finished task still kept finished (nil: none), for `/metrics`.
     public func oldestFinishedTask(now: Timestamp) throws(StoreError) -> Double? {
         try read { db in
-            try db.queryFirst("SELECT MIN(finished_at) FROM tasks WHERE state IN ('completed', 'failed', 'cancelled')") {
+            try db.queryFirst("SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE \(Store.finalCondition)") {
                 $0.optionalDouble(0)
             }?.map { now - $0 }
         }

@@ -4,8 +4,13 @@ import SQLite
 
 /// Sessions (SPEC §2.1): records, their task counts (kept by the schema's triggers), changes.
 extension Store {
-    /// The unfinished states as an SQL list, for index seeks.
+    /// The unfinished states as an SQL list, for index seeks (`state IN …`): not on hot paths, where
+    /// SQLite builds an ephemeral table for the list on every execution.
     static let unfinishedStates = "(" + TaskState.unfinished.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+    /// Conditions on `state` without IN lists, as the partial indexes are written (a query must use
+    /// the same words for SQLite to use them).
+    static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"
+    static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
 
     static func fetchSession(_ db: Connection, id: String) throws -> SessionRecord? {
         try db.queryFirst("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
@@ -40,7 +45,24 @@ extension Store {
         log.update { $0.sessions.insert(session.id) }
     }
 
-    /// The session's tasks by state, from the counts the schema's triggers keep.
+    /// The session's tasks by state, with what the open transaction changed (on the writer).
+    func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
+        var counts = try Store.counts(db, sessionID: sessionID)
+        for (name, delta) in log.pendingCounts(sessionID) {
+            guard let state = TaskState(rawValue: name) else { continue }
+            counts[state, default: 0] += delta
+            if counts[state] == 0 { counts[state] = nil }
+        }
+        return counts
+    }
+
+    /// The session's unfinished tasks, with what the open transaction changed (on the writer).
+    func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
+        let pending = log.pendingCounts(sessionID).filter { TaskState(rawValue: $0.key).map { !$0.isFinal } ?? false }
+        return try Store.openTaskCount(db, sessionID: sessionID) + pending.values.reduce(0, +)
+    }
+
+    /// The session's tasks by state, as committed in `session_counts`.
     static func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
         var counts: [TaskState: Int] = [:]
         for (name, count) in try db.query(
@@ -57,7 +79,7 @@ extension Store {
     /// The session's unfinished tasks, counted without walking them.
     static func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
         Int(try db.queryFirst(
-            "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND state IN \(Store.unfinishedStates)",
+            "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND \(Store.unfinishedCondition)",
             [sessionID]) { $0.int(0) } ?? 0)
     }
 
@@ -66,6 +88,7 @@ extension Store {
     /// one they had, and leave the id and their idempotency keys free for a new session.
     func removeSession(_ db: Connection, id: String) throws {
         try db.run("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = ?", [id])
+        log.forgetCounts(id)
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])
         log.update { $0.sessions.insert(id) }
@@ -144,7 +167,7 @@ extension Store {
                 }
             }
             guard let updated = try Store.fetchSession(db, id: id) else { return (session, [:]) }
-            return (updated, try Store.counts(db, sessionID: id))
+            return (updated, try counts(db, sessionID: id))
         }
     }
 

@@ -22,7 +22,7 @@ extension Store {
                 throw StoreError.conflict("the session is finishing and accepts no new tasks")
             }
             if maxOpen < .max {
-                let open = try Store.openTaskCount(db, sessionID: sessionID)
+                let open = try openTaskCount(db, sessionID: sessionID)
                 if open + tasks.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
             }
             var results: [(TaskRecord, Bool)] = []
@@ -107,6 +107,7 @@ extension Store {
                 throw StoreError.conflict("the task is \(current.state.rawValue)")
             }
             try save(db, from: current, to: next, now: now)
+            if next.state == .running { writerState.patchedWhileRunning.insert(next.sequence) }
             return next
         }
     }

@@ -64,9 +64,9 @@ extension Store {
     /// After a task of the session finished: `session.drained` when nothing is left to do, and
     /// a finishing session's record goes.
     func sessionTaskReachedFinalState(_ db: Connection, sessionID: String, now: Timestamp) throws {
-        guard !sessionID.isEmpty, try Store.openTaskCount(db, sessionID: sessionID) == 0 else { return }
+        guard !sessionID.isEmpty, try openTaskCount(db, sessionID: sessionID) == 0 else { return }
         var summary = JSONObject()
-        for (state, count) in try Store.counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
+        for (state, count) in try counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
         try appendEvent(db, type: "session.drained", sessionID: sessionID, taskID: nil,
                         data: ["session_id": .string(sessionID), "task_counts": .object(summary)], now: now)
         if let session = try Store.fetchSession(db, id: sessionID), session.lifecycle == .finishing {

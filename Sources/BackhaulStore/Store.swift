@@ -41,6 +41,8 @@ public final class Store: Sendable {
     let writer: StoreWriter
     /// The changes of the open transaction; touched on the writer's thread only.
     nonisolated(unsafe) let log: ChangeLog
+    /// What the writer remembers between transactions; touched on the writer's thread only.
+    nonisolated(unsafe) let writerState = WriterState()
     private let readers: ReaderPool
     private let clock: any Clock
     /// The database file, and whether it is a scratch file of `Store(path: ":memory:")`.
@@ -137,6 +139,13 @@ public final class Store: Sendable {
             throw StoreError.corrupt("tasks are in the state \(name), which this build does not know")
         }
     }
+}
+
+/// What the writer keeps between its transactions (its thread only).
+final class WriterState {
+    /// Running tasks a client changed (PATCH) since they started: their end reads the row again
+    /// rather than trust the engine's copy.
+    var patchedWhileRunning: Set<Int64> = []
 }
 
 /// The WAL's frames after the last commit, written and read on the writer's thread.

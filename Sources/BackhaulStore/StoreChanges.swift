@@ -65,19 +65,44 @@ final class ChangeLog {
     /// Files of completed tasks with `delete_file_on_success`, removed after the commit.
     private(set) var completedFiles: [String] = []
 
+    /// Changes of the per-session task counts not yet written to `session_counts`, by session and
+    /// state: written once per transaction (`flushCounts`), read with the table meanwhile.
+    private(set) var countDeltas: [String: [String: Int]] = [:]
+
     /// What is there now, to undo a savepoint that is rolled back.
     struct Mark {
         fileprivate let changes: StoreChanges
         fileprivate let downloads: Int
         fileprivate let files: Int
+        fileprivate let counts: [String: [String: Int]]
     }
 
-    var mark: Mark { Mark(changes: changes, downloads: endedDownloads.count, files: completedFiles.count) }
+    var mark: Mark { Mark(changes: changes, downloads: endedDownloads.count, files: completedFiles.count, counts: countDeltas) }
 
     func rollBack(to mark: Mark) {
         changes = mark.changes
         endedDownloads.removeSubrange(mark.downloads...)
         completedFiles.removeSubrange(mark.files...)
+        countDeltas = mark.counts
+    }
+
+    /// A task moved from (`oldSession`, `oldState`) to (`newSession`, `newState`); nil: it was
+    /// created, or deleted. Tasks of no session ('') are not counted.
+    func countMove(from oldSession: String?, _ oldState: String?, to newSession: String?, _ newState: String?) {
+        if let oldSession, let oldState, !oldSession.isEmpty { countDeltas[oldSession, default: [:]][oldState, default: 0] -= 1 }
+        if let newSession, let newState, !newSession.isEmpty { countDeltas[newSession, default: [:]][newState, default: 0] += 1 }
+    }
+
+    /// Pending count changes of one session's states.
+    func pendingCounts(_ session: String) -> [String: Int] { countDeltas[session] ?? [:] }
+
+    /// The session's rows go: its pending count changes with them.
+    func forgetCounts(_ session: String) { countDeltas[session] = nil }
+
+    /// Takes the pending count changes (to write them).
+    func takeCounts() -> [String: [String: Int]] {
+        defer { countDeltas = [:] }
+        return countDeltas
     }
 
     func update(_ body: (inout StoreChanges) -> Void) { body(&changes) }
@@ -96,5 +121,8 @@ final class ChangeLog {
         return (changes, endedDownloads, completedFiles)
     }
 
-    func discard() { _ = take() }
+    func discard() {
+        _ = take()
+        countDeltas = [:]
+    }
 }

@@ -80,6 +80,11 @@ final class StoreWriter: @unchecked Sendable {
         }
     }
 
+    /// Runs a batch in one transaction. First without savepoints (most batches have no job that
+    /// throws, and a savepoint copies every page it touches); if a job throws, the whole batch is
+    /// rolled back and run again with a savepoint per job, so only that job is undone. Job bodies
+    /// may therefore run twice: they write only through the connection and the change log, both
+    /// rolled back in between.
     private func commit(_ batch: [Job]) {
         var results = [StoreError?](repeating: nil, count: batch.count)
         do {
@@ -89,19 +94,32 @@ final class StoreWriter: @unchecked Sendable {
                 synchronousFull = durable
             }
             try connection.run("BEGIN IMMEDIATE")
-            for (index, job) in batch.enumerated() {
-                let mark = log.mark
-                do {
-                    try connection.run("SAVEPOINT job")
-                    try job.body(connection, log)
-                    try connection.run("RELEASE job")
-                } catch {
-                    _ = try? connection.run("ROLLBACK TO job")
-                    _ = try? connection.run("RELEASE job")
-                    log.rollBack(to: mark)
-                    results[index] = StoreError(error)
+            var failed = false
+            for job in batch {
+                do { try job.body(connection, log) } catch {
+                    failed = true
+                    break
                 }
             }
+            if failed {
+                try connection.run("ROLLBACK")
+                log.discard()
+                try connection.run("BEGIN IMMEDIATE")
+                for (index, job) in batch.enumerated() {
+                    let mark = log.mark
+                    do {
+                        try connection.run("SAVEPOINT job")
+                        try job.body(connection, log)
+                        try connection.run("RELEASE job")
+                    } catch {
+                        _ = try? connection.run("ROLLBACK TO job")
+                        _ = try? connection.run("RELEASE job")
+                        log.rollBack(to: mark)
+                        results[index] = StoreError(error)
+                    }
+                }
+            }
+            try flushCounts()
             try connection.run("COMMIT")
         } catch {
             _ = try? connection.run("ROLLBACK")
@@ -120,6 +138,22 @@ final class StoreWriter: @unchecked Sendable {
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         for (job, result) in zip(batch, results) { job.done(result) }
+    }
+}
+
+extension StoreWriter {
+    /// Writes the transaction's changes of the per-session task counts: one upsert per session
+    /// and state it touched, instead of two statements per task change.
+    private func flushCounts() throws {
+        for (session, states) in log.takeCounts() {
+            for (state, delta) in states where delta != 0 {
+                try connection.run(
+                    """
+                    INSERT INTO session_counts (session_id, state, count) VALUES (?, ?, ?)
+                    ON CONFLICT (session_id, state) DO UPDATE SET count = count + excluded.count
+                    """, [session, state, delta])
+            }
+        }
     }
 }
 

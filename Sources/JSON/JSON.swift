@@ -114,8 +114,91 @@ extension JSON {
 }
 
 extension JSON {
-    /// Serialises compactly through json-c (`json_object_to_json_string_length`).
+    /// Compact JSON text, written directly (no intermediate tree): this is on every task's path
+    /// (the API's answers, the event a task's end records), where building a json-c tree and
+    /// printing it cost about ten times as much. json-c remains the parser; `serializedWithJSONC`
+    /// is the reference printer the tests compare this one with.
     public func serialized() -> String {
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
+        write(to: &output)
+        return String(decoding: output, as: UTF8.self)
+    }
+
+    public func serializedBytes() -> [UInt8] {
+        var output: [UInt8] = []
+        output.reserveCapacity(256)
+        write(to: &output)
+        return output
+    }
+
+    /// Appends the compact text of this value.
+    public func write(to output: inout [UInt8]) {
+        switch self {
+        case .null: output += [110, 117, 108, 108]
+        case .bool(let value): output += value ? [116, 114, 117, 101] : [102, 97, 108, 115, 101]
+        case .int(let value): output += Array(String(value).utf8)
+        case .double(let value):
+            guard value.isFinite else { output += [110, 117, 108, 108]; return }
+            if value == value.rounded(), abs(value) < 1e15 {
+                // A whole double keeps a fraction, as json-c prints it, so it reads back a double.
+                output += Array(String(Int64(value)).utf8) + [46, 48]
+            } else {
+                output += Array(String(value).utf8)
+            }
+        case .string(let text): JSON.writeString(text, to: &output)
+        case .array(let items):
+            output.append(91)
+            for (index, item) in items.enumerated() {
+                if index > 0 { output.append(44) }
+                item.write(to: &output)
+            }
+            output.append(93)
+        case .object(let members):
+            output.append(123)
+            var first = true
+            for (key, value) in members {
+                if !first { output.append(44) }
+                first = false
+                JSON.writeString(key, to: &output)
+                output.append(58)
+                value.write(to: &output)
+            }
+            output.append(125)
+        }
+    }
+
+    private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// A string literal: `"` and `\\` escaped, control characters as `\uXXXX` (the short forms
+    /// for the common ones), everything else as UTF-8.
+    static func writeString(_ text: String, to output: inout [UInt8]) {
+        output.append(34)
+        var text = text
+        text.withUTF8 { bytes in
+            var start = 0
+            for (index, byte) in bytes.enumerated() where byte < 0x20 || byte == 34 || byte == 92 {
+                output.append(contentsOf: bytes[start..<index])
+                start = index + 1
+                switch byte {
+                case 34: output += [92, 34]
+                case 92: output += [92, 92]
+                case 10: output += [92, 110]
+                case 13: output += [92, 114]
+                case 9: output += [92, 116]
+                case 8: output += [92, 98]
+                case 12: output += [92, 102]
+                default: output += [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+                }
+            }
+            output.append(contentsOf: bytes[start...])
+        }
+        output.append(34)
+    }
+
+    /// The same value printed by json-c (`json_object_to_json_string_length`): the reference the
+    /// tests hold `serialized` to.
+    public func serializedWithJSONC() -> String {
         let object = makeObject()
         defer { if let object { json_object_put(object) } }
         guard let object else { return "null" }
@@ -124,8 +207,6 @@ extension JSON {
         guard let text = json_object_to_json_string_length(object, flags, &length) else { return "null" }
         return String(decoding: UnsafeRawBufferPointer(start: text, count: length), as: UTF8.self)
     }
-
-    public func serializedBytes() -> [UInt8] { Array(serialized().utf8) }
 
     /// Builds a new json-c tree; the caller owns the returned reference.
     private func makeObject() -> OpaquePointer? {

@@ -52,6 +52,14 @@ public struct JSONObject: Sendable, Equatable, Sequence, ExpressibleByDictionary
         }
     }
 
+    /// Adds a member the object does not have yet, without looking for it first: for building an
+    /// object from known, distinct keys (a task's JSON, on every API answer and event).
+    public mutating func append(_ key: String, _ value: JSON) {
+        entries.append((key, value))
+    }
+
+    public mutating func reserveCapacity(_ count: Int) { entries.reserveCapacity(count) }
+
     public func makeIterator() -> IndexingIterator<[(key: String, value: JSON)]> { entries.makeIterator() }
 
     public static func == (lhs: JSONObject, rhs: JSONObject) -> Bool {

@@ -57,3 +57,59 @@ struct JSONTests {
         #expect(try JSON.parse(#"{"a":1}"#) != JSON.parse(#"{"a":1,"b":2}"#))
     }
 }
+
+@Suite("JSON writer")
+struct JSONWriterTests {
+    struct Seeded: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return state
+        }
+    }
+
+    static let strings = ["", "plain", "quote \" and \\ backslash", "tab\tnew\nline\rcr", "nul \u{0}", "\u{1}\u{1f}\u{7f}",
+                          "héllo 😀", "/slash/", "\u{2028}", "{\"not\": \"json\"}"]
+
+    static func value(_ random: inout Seeded, depth: Int) -> JSON {
+        switch random.next() % (depth > 3 ? 5 : 7) {
+        case 0: return .null
+        case 1: return .bool(random.next() % 2 == 0)
+        case 2: return .int(Int64(bitPattern: random.next()) >> Int64(random.next() % 60))
+        case 3:
+            let doubles: [Double] = [0.1, -2.5, 1e-7, 123456789.125, 1e300, -0.0, 3.0, Double(Int64.max), 5e-324]
+            return .double(doubles[Int(random.next() % UInt64(doubles.count))])
+        case 4: return .string(strings[Int(random.next() % UInt64(strings.count))])
+        case 5: return .array((0..<Int(random.next() % 4)).map { _ in value(&random, depth: depth + 1) })
+        default:
+            var object = JSONObject()
+            for index in 0..<Int(random.next() % 4) { object["k\(index)\(strings[index % strings.count])"] = value(&random, depth: depth + 1) }
+            return .object(object)
+        }
+    }
+
+    @Test("what the writer prints, json-c parses back to the same value, as it does json-c's own print")
+    func differential() throws {
+        var random = Seeded(state: 0x9e37_79b9_7f4a_7c15)
+        for _ in 0..<2_000 {
+            // In an array: json-c reads a bare top-level number only once it knows it ended.
+            let value = JSON.array([Self.value(&random, depth: 0)])
+            let written = value.serialized()
+            #expect(try JSON.parse(written, maxDepth: 64) == value, "\(written)")
+            #expect(try JSON.parse(written, maxDepth: 64) == JSON.parse(value.serializedWithJSONC(), maxDepth: 64))
+            #expect(value.serializedBytes() == Array(written.utf8))
+        }
+    }
+
+    @Test("control characters are escaped; nothing else is", arguments: [
+        (JSON.string("a\"b\\c\n\u{0}"), #""a\"b\\c\n\u0000""#),
+        (JSON.string("é/😀"), "\"é/😀\""),
+        (JSON.double(3), "3.0"), (JSON.double(0.5), "0.5"), (JSON.int(-7), "-7"), (JSON.double(.infinity), "null"),
+        (["b": 1, "a": [true, nil]], #"{"b":1,"a":[true,null]}"#),
+    ] as [(JSON, String)])
+    func exact(value: JSON, text: String) {
+        #expect(value.serialized() == text)
+    }
+}

@@ -22,9 +22,10 @@ extension Store {
         guard let task = try task(id: id) else { return nil }
         let now = SystemClock().now()
         let history = AttemptRecord(startedAt: now, endedAt: now, bytesSent: bytesSent, bytesReceived: 0, outcome: result.outcome)
-        return try waitFor { done in
-            finishAttempt(sequence: task.sequence, attempt: attempt, bytesSent: bytesSent, end: result, history: history, done: done)
-        }
+        var started = task
+        started.attempts = attempt
+        started.state = .running
+        return try waitFor { done in finishAttempt(started, bytesSent: bytesSent, end: result, history: history, done: done) }
     }
 
     func requeueRunning(except running: Set<String>) throws -> Int {
