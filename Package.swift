@@ -89,7 +89,7 @@ let package = Package(
         .testTarget(
             name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSONCodec"], swiftSettings: swiftSettings),
+        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSONCodec"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
