@@ -40,8 +40,9 @@ public struct APIProblem: Sendable, Equatable, CustomStringConvertible {
     /// Reads an error answer's body; a body that is not a problem object still gives the status.
     public init(status: Int, body: [UInt8]) {
         let value = (try? JSON.parse(body, maxDepth: 16)) ?? .null
-        self.init(status: status, code: value["code"]?.stringValue.map(ProblemCode.init(rawValue:)), title: value["title"]?.stringValue,
-                  detail: value["detail"]?.stringValue ?? "HTTP \(status)", field: value["field"]?.stringValue)
+        self.init(
+            status: status, code: value["code"]?.stringValue.map(ProblemCode.init(rawValue:)), title: value["title"]?.stringValue,
+            detail: value["detail"]?.stringValue ?? "HTTP \(status)", field: value["field"]?.stringValue)
     }
 
     /// `detail (code)`: what the command line prints.

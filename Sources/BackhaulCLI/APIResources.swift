@@ -108,7 +108,9 @@ public struct APIInfo: Sendable {
 
     /// The configuration members, in the daemon's order.
     public var settings: [(name: String, value: JSON)] {
-        (json.objectValue ?? [:]).entries.filter { !["version", "protocols", "task_counts"].contains($0.key) }.map { ($0.key, $0.value) }
+        (json.objectValue ?? [:]).entries.filter { !["version", "protocols", "task_counts"].contains($0.key) }.map {
+            ($0.key, $0.value)
+        }
     }
 }
 
@@ -123,7 +125,9 @@ public struct APIEvent: Sendable {
     public init(_ event: ServerSentEvent) {
         id = event.id
         type = event.type
-        task = type.hasPrefix("task.") ? (try? JSON.parse(event.data, maxDepth: 64))?["data"].flatMap { try? APITask(json: $0) } : nil
+        task =
+            type.hasPrefix("task.")
+            ? (try? JSON.parse(event.data, maxDepth: 64))?["data"].flatMap { try? APITask(json: $0) } : nil
     }
 }
 
@@ -141,7 +145,9 @@ public enum NewTask: Sendable, Equatable {
             if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
             return ["file": .string(file), "request": Self.request(url, method, headers), "upload": .object(upload)]
         case .download(let url, let destination, let headers, let overwrite, let sha256):
-            var task: JSONObject = ["kind": "download", "request": Self.request(url, nil, headers), "destination": .string(destination)]
+            var task: JSONObject = [
+                "kind": "download", "request": Self.request(url, nil, headers), "destination": .string(destination),
+            ]
             if overwrite { task["overwrite"] = true }
             if let sha256 { task["expected_sha256"] = .string(sha256) }
             return .object(task)

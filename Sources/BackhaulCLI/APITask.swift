@@ -66,8 +66,10 @@ public struct TaskProgress: Sendable, Equatable {
     public var bytesPerSecond: Int64
     public var etaSeconds: Double?
 
-    public init(bytesSent: Int64 = 0, bytesReceived: Int64 = 0, bytesTotal: Int64?, fraction: Double, bytesPerSecond: Int64 = 0,
-                etaSeconds: Double? = nil) {
+    public init(
+        bytesSent: Int64 = 0, bytesReceived: Int64 = 0, bytesTotal: Int64?, fraction: Double, bytesPerSecond: Int64 = 0,
+        etaSeconds: Double? = nil
+    ) {
         self.bytesSent = bytesSent
         self.bytesReceived = bytesReceived
         self.bytesTotal = bytesTotal
@@ -77,9 +79,10 @@ public struct TaskProgress: Sendable, Equatable {
     }
 
     init(_ reader: AnswerReader) throws(APIError) {
-        self.init(bytesSent: try reader.optionalInt("bytes_sent") ?? 0, bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
-                  bytesTotal: try reader.optionalInt("bytes_total"), fraction: try reader.optionalDouble("fraction") ?? 0,
-                  bytesPerSecond: try reader.optionalInt("bytes_per_second") ?? 0, etaSeconds: try reader.optionalDouble("eta_seconds"))
+        self.init(
+            bytesSent: try reader.optionalInt("bytes_sent") ?? 0, bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
+            bytesTotal: try reader.optionalInt("bytes_total"), fraction: try reader.optionalDouble("fraction") ?? 0,
+            bytesPerSecond: try reader.optionalInt("bytes_per_second") ?? 0, etaSeconds: try reader.optionalDouble("eta_seconds"))
     }
 
     /// Bytes moved either way (a task counts only one of them).

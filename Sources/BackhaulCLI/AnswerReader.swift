@@ -42,7 +42,9 @@ struct AnswerReader {
     /// A member that is one of an enumeration's raw values.
     func value<T: RawRepresentable<String>>(_ key: String, as type: T.Type) throws(APIError) -> T {
         let text = try string(key)
-        guard let value = T(rawValue: text) else { throw .unexpectedAnswer("\(location(key)) is \(text), which this client does not know") }
+        guard let value = T(rawValue: text) else {
+            throw .unexpectedAnswer("\(location(key)) is \(text), which this client does not know")
+        }
         return value
     }
 

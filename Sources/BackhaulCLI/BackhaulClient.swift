@@ -21,7 +21,9 @@ public final class BackhaulClient {
     public func info() throws(APIError) -> APIInfo { try APIInfo(json: call("GET", .info)) }
 
     public func sessions() throws(APIError) -> [APISession] {
-        try AnswerReader(call("GET", .sessions)).array("sessions") { (item, path) throws(APIError) in try APISession(json: item, at: path) }
+        try AnswerReader(call("GET", .sessions)).array("sessions") { (item, path) throws(APIError) in
+            try APISession(json: item, at: path)
+        }
     }
 
     public func session(_ id: String) throws(APIError) -> APISession { try APISession(json: call("GET", .session(id))) }
@@ -42,7 +44,10 @@ public final class BackhaulClient {
         return try AnswerReader(answer).array("tasks") { (item, path) throws(APIError) in try APITask(json: item, at: path) }
     }
 
-    public func tasks(session: String, state: String? = nil, limit: Int = 500, cursor: String? = nil) throws(APIError) -> TaskPage {
+    /// One page of a session's tasks (in `state`, when given).
+    public func tasks(session: String, state: String? = nil, limit: Int = 500, cursor: String? = nil)
+        throws(APIError) -> TaskPage
+    {
         try TaskPage(json: call("GET", .tasks(session: session, state: state, limit: limit, cursor: cursor)))
     }
 
@@ -96,8 +101,10 @@ public final class BackhaulClient {
     /// it or `tick` (about once a second) returns false, or the stream ends. A stream that broke
     /// after it opened has ended too; only one that never opened is `.transport`. `lastEventID`
     /// resumes after that event. Returns the id of the last event received.
-    public func followEvents(session: String?, after lastEventID: String?, receive: @escaping (APIEvent) -> Bool,
-                             tick: @escaping () -> Bool) throws(APIError) -> String? {
+    public func followEvents(
+        session: String?, after lastEventID: String?, receive: @escaping (APIEvent) -> Bool,
+        tick: @escaping () -> Bool
+    ) throws(APIError) -> String? {
         var parser = ServerSentEventParser()
         var last = lastEventID
         var opened = false
@@ -105,20 +112,23 @@ public final class BackhaulClient {
         let request = APIRequest(method: "GET", url: baseURL + Endpoint.events(session: session).pathAndQuery, headers: headers)
         let response: APIResponse
         do {
-            response = try transport.stream(request, receive: { bytes in
-                opened = true
-                for event in parser.feed(bytes) {
-                    last = event.id ?? last
-                    guard receive(APIEvent(event)) else { return false }
-                }
-                return true
-            }, tick: tick)
-        } catch where opened {
-            return last
+            response = try transport.stream(
+                request,
+                receive: { bytes in
+                    opened = true
+                    for event in parser.feed(bytes) {
+                        last = event.id ?? last
+                        guard receive(APIEvent(event)) else { return false }
+                    }
+                    return true
+                }, tick: tick)
         } catch {
-            throw .transport(TransportFailure(baseURL: baseURL, reason: error.message))
+            guard opened else { throw .transport(TransportFailure(baseURL: baseURL, reason: error.message)) }
+            return last
         }
-        guard (200..<300).contains(response.status) else { throw .problem(APIProblem(status: response.status, body: response.body)) }
+        guard (200..<300).contains(response.status) else {
+            throw .problem(APIProblem(status: response.status, body: response.body))
+        }
         return last
     }
 
@@ -128,18 +138,22 @@ public final class BackhaulClient {
 
     /// Sends one request; the answer's JSON for a 2xx, the problem otherwise.
     private func call(_ method: String, _ endpoint: Endpoint, body: JSON? = nil) throws(APIError) -> JSON {
-        let request = APIRequest(method: method, url: baseURL + endpoint.pathAndQuery, headers: authorization, body: body?.serializedBytes())
+        let request = APIRequest(
+            method: method, url: baseURL + endpoint.pathAndQuery, headers: authorization, body: body?.serializedBytes())
         let response: APIResponse
         do {
             response = try transport.send(request)
         } catch {
             throw .transport(TransportFailure(baseURL: baseURL, reason: error.message))
         }
-        guard (200..<300).contains(response.status) else { throw .problem(APIProblem(status: response.status, body: response.body)) }
+        guard (200..<300).contains(response.status) else {
+            throw .problem(APIProblem(status: response.status, body: response.body))
+        }
         do {
             return try JSON.parse(response.body, maxDepth: 64)
         } catch {
-            throw .unexpectedAnswer("\(method) \(endpoint.pathAndQuery) answered \(response.status) with a body that is not JSON (\(error))")
+            throw .unexpectedAnswer(
+                "\(method) \(endpoint.pathAndQuery) answered \(response.status) with a body that is not JSON (\(error))")
         }
     }
 }

@@ -21,7 +21,9 @@ public struct Endpoint: Sendable, Equatable {
     public static func tasks(session: String) -> Endpoint { Endpoint("v1", "sessions", session, "tasks") }
     public static func task(_ id: String) -> Endpoint { Endpoint("v1", "tasks", id) }
     public static func attempts(task id: String) -> Endpoint { Endpoint("v1", "tasks", id, "attempts") }
-    public static func command(_ command: TaskCommand, task id: String) -> Endpoint { Endpoint("v1", "tasks", id, command.rawValue) }
+    public static func command(_ command: TaskCommand, task id: String) -> Endpoint {
+        Endpoint("v1", "tasks", id, command.rawValue)
+    }
     public static let network = Endpoint("v1", "network")
     public static func webhooks(session: String) -> Endpoint { Endpoint("v1", "sessions", session, "webhooks") }
     public static func events(session: String?) -> Endpoint { Endpoint("v1", "events", query: [("session", session)]) }
@@ -47,7 +49,8 @@ public struct Endpoint: Sendable, Equatable {
         var result = ""
         for byte in text.utf8 {
             switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"),
                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
                 result.unicodeScalars.append(Unicode.Scalar(byte))
             default:

@@ -44,10 +44,12 @@ final class CannedTransport: APITransport {
 /// Canned API objects, shaped as the daemon writes them (BackhaulCore's `json`).
 enum Canned {
     static func task(id: String = "tsk_a", state: String = "running", kind: String = "upload", extra: String = "") -> String {
-        let local = kind == "upload"
+        let local =
+            kind == "upload"
             ? #""file": {"path": "/data/clip.bin", "size": 4096, "modified_at": "2026-11-20T10:00:00Z"}, "download": null, "upload": {"protocol": "chunked", "chunk_size": 1024}"#
             : #""file": null, "upload": null, "download": {"destination": "/data/map.tiles", "overwrite": false, "expected_sha256": null}"#
-        let progress = kind == "upload"
+        let progress =
+            kind == "upload"
             ? #"{"bytes_sent": 1024, "bytes_received": 0, "bytes_total": 4096, "fraction": 0.25, "bytes_per_second": 512, "eta_seconds": 6.0}"#
             : #"{"bytes_sent": 0, "bytes_received": 300, "bytes_total": null, "fraction": 0, "bytes_per_second": 0, "eta_seconds": null}"#
         return """
@@ -60,7 +62,8 @@ enum Canned {
             """
     }
 
-    static let problem404 = #"{"type": "https://backhaul.dev/problems/not_found", "title": "No such resource", "status": 404, "code": "not_found", "detail": "no task tsk_nope"}"#
+    static let problem404 =
+        #"{"type": "https://backhaul.dev/problems/not_found", "title": "No such resource", "status": 404, "code": "not_found", "detail": "no task tsk_nope"}"#
 
     static let session = """
         {"id": "cli", "configuration": {}, "enabled": true, "state": "active", "created_at": "2026-11-20T10:00:00Z",
