@@ -91,6 +91,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSONCodec"], swiftSettings: swiftSettings),
         .testTarget(
+            name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec"],
+            swiftSettings: swiftSettings),
+        .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
