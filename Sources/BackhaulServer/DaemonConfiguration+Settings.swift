@@ -10,7 +10,7 @@ extension DaemonConfiguration {
         static let all: [any AnySetting] = [
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, routeFile, tokens, uploadHosts, webhookHosts, denyPrivateDestinations,
-            maxOpenTasks, network, policy,
+            maxOpenTasks, finishedTaskRetention, network, policy,
         ]
 
         static let listen: Setting<ListenAddress> = Setting(
@@ -123,6 +123,13 @@ extension DaemonConfiguration {
             "max_open_tasks", flag: FlagSpelling("--max-open-tasks", "N"), environment: nil, file: FileSpelling("max_open_tasks"),
             default: 1_000_000, help: "unfinished tasks one session may hold (more: 429)", value: .integer(1...Int.max),
             property: \.maxOpenTasksPerSession)
+
+        static let finishedTaskRetention: Setting<Double> = Setting(
+            "finished_task_retention", flag: FlagSpelling("--finished-task-retention", "SECONDS"),
+            environment: EnvironmentSpelling("BACKHAUL_FINISHED_TASK_RETENTION"), file: FileSpelling("finished_task_retention"),
+            default: 604_800, help: "how long a finished task is kept before it is removed (7 days)",
+            value: .seconds(0, exclusive: true),
+            property: \.finishedTaskRetention)
 
         static let network: Setting<NetworkDetection> = Setting(
             "network", flag: nil, environment: nil, file: FileSpelling("network", note: "interface patterns, `check_interval`"),

@@ -38,6 +38,8 @@ public struct DaemonConfiguration: Sendable {
     public var tokenFile = Settings.tokens.defaultValue?.file
     /// Upload and webhook host allow-lists and the private-address switch.
     public var destinations = DestinationRules()
+    /// Seconds a finished task is kept before it is removed (`--finished-task-retention`).
+    public var finishedTaskRetention = Settings.finishedTaskRetention.defaultValue
 
     public init(workingDirectory: String) {
         allowedRoots = [workingDirectory]

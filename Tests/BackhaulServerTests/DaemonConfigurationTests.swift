@@ -123,6 +123,10 @@ struct DaemonConfigurationTests {
             setting: "max_open_tasks", file: 5, flags: ["7"], read: { .int(Int64($0.maxOpenTasksPerSession)) },
             expected: [1_000_000, 5, 7]),
         Sample(
+            setting: "finished_task_retention", file: 60, environment: "3600.5", flags: ["86400"],
+            read: { .double($0.finishedTaskRetention) },
+            expected: [604_800, 60, 3600.5, 86400]),
+        Sample(
             setting: "network", file: ["check_interval": 2, "cellular_interfaces": ["lte*"]],
             read: {
                 ["interval": .double($0.networkCheckInterval), "cellular": .array($0.classifier.cellular.map { .string($0) })]
@@ -213,6 +217,7 @@ struct DaemonConfigurationTests {
             if let file = setting.file { #expect(usage.contains("\"\(file.key)\""), "\(file.key)") }
             #expect(usage.contains(setting.flag == nil ? "\"\(setting.name)\"" : "default \(setting.defaultDescription.text)"))
         }
+        #expect(usage.contains("--finished-task-retention SECONDS") && usage.contains("default 604800"))
     }
 
     /// A refused value and what the message must say.
@@ -235,6 +240,23 @@ struct DaemonConfigurationTests {
             message: "--shutdown-grace 3601: must be a number of seconds, at least 0 and at most 3600"),
         Refusal(
             arguments: ["--progress-interval", "0.05"], message: "must be a number of seconds, at least 0.1 and at most 3600"),
+        Refusal(
+            arguments: ["--finished-task-retention", "0"],
+            message: "--finished-task-retention 0: must be a positive number of seconds"),
+        Refusal(
+            arguments: ["--finished-task-retention", "-60"],
+            message: "--finished-task-retention -60: must be a positive number of seconds"),
+        Refusal(arguments: ["--finished-task-retention", "a week"], message: "must be a positive number of seconds"),
+        Refusal(arguments: ["--finished-task-retention", "inf"], message: "must be a positive number of seconds"),
+        Refusal(arguments: ["--finished-task-retention", "nan"], message: "must be a positive number of seconds"),
+        Refusal(
+            environment: ["BACKHAUL_FINISHED_TASK_RETENTION": "0"],
+            message: "BACKHAUL_FINISHED_TASK_RETENTION=0: must be a positive"),
+        Refusal(
+            file: #"{"finished_task_retention": -1}"#, message: "finished_task_retention: must be a positive number of seconds"),
+        Refusal(
+            file: #"{"finished_task_retention": [1]}"#,
+            message: "finished_task_retention: is array, not a string, number or boolean"),
         Refusal(arguments: ["--listen", "8427"], message: "--listen 8427: must be HOST:PORT with a numeric IP (or localhost)"),
         Refusal(arguments: ["--listen", ":8427"], message: "must be HOST:PORT"),
         Refusal(arguments: ["--log-level", "loud"], message: "--log-level loud: must be one of trace, debug, info"),
@@ -284,7 +306,7 @@ struct DaemonConfigurationTests {
         }
     }
 
-    @Test("/v1/info shows each setting as the table says, never a token")
+    @Test("/v1/info shows each setting as the table says: the new retention, never a token")
     func info() throws {
         let info = try resolved(environment: ["BACKHAUL_TOKENS": "bbbbbbbbbbbbbbbb admin"]).infoJSON
         #expect(
@@ -292,12 +314,13 @@ struct DaemonConfigurationTests {
                 "listen", "state_dir", "allowed_roots", "log_level", "max_transfers", "max_body_bytes", "shutdown_grace",
                 "ca_bundle",
                 "webhook_retry_schedule", "progress_interval", "route_file", "authentication", "upload_hosts", "webhook_hosts",
-                "deny_private_destinations", "max_open_tasks", "network_check_interval",
+                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "network_check_interval",
             ])
-        #expect(info["max_transfers"] == .int(16))
+        #expect(info["finished_task_retention"] == .double(604_800) && info["max_transfers"] == .int(16))
         #expect(info["authentication"] == "bearer tokens" && info["ca_bundle"] == .null && info["listen"] == "127.0.0.1:8427")
         #expect(!JSON.object(info).serialized().contains("bbbbbbbbbbbbbbbb"))
         #expect(try resolved().infoJSON["authentication"] == "off (loopback only)")
+        #expect(try resolved(["--finished-task-retention", "90"]).infoJSON["finished_task_retention"] == .double(90))
     }
 
     /// The README's Configuration table is generated from the settings table, and this test keeps

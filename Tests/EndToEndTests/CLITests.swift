@@ -60,6 +60,7 @@ extension EndToEndTests {
         #expect(try cli(fixture, ["sessions"]).output.contains("cli"))
         let info = try cli(fixture, ["info"])
         #expect(info.status == 0 && info.output.contains("version") && info.output.contains("allowed_roots"), "\(info.output)")
+        #expect(info.output.contains("finished_task_retention    604800.0"), "\(info.output)")
         #expect((try JSON.parse(cli(fixture, ["info", "--json"]).output))["task_counts"]?["completed"]?.intValue == 2)
 
         // The network: override, then back to detection.
