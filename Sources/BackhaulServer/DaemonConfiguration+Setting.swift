@@ -62,9 +62,8 @@ protocol AnySetting: Sendable {
     func info(_ configuration: DaemonConfiguration) -> (String, JSON)?
 }
 
-/// Where a value came from, in rising precedence (the defaults come first, then these).
+/// Where a text came from (a config-file member is JSON, applied by `apply(json:to:)`).
 enum SettingSource: Sendable, Equatable {
-    case file(String)
     case environment
     case flag
 }
