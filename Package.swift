@@ -96,7 +96,10 @@ let package = Package(
         .testTarget(
             name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "JSON"], swiftSettings: swiftSettings),
+        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSON"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSON"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite", "Threads"],
             swiftSettings: swiftSettings),

@@ -1,0 +1,37 @@
+import ArgumentParser
+
+/// `network`: the network the policy sees, overridden or back to detection.
+struct Network: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the network the policy sees; `set TYPE` overrides it, `auto` returns to detection.")
+
+    @OptionGroup var connection: Connection
+    @Argument(help: "Nothing (show), set, or auto.") var action: String?
+    @Argument(help: "With set: wired, wifi, cellular, other or none.") var type: String?
+    @Flag(help: "With set: mark the network expensive.") var expensive = false
+    @Flag(help: "With set: mark the network constrained.") var constrained = false
+
+    mutating func run() throws {
+        try running {
+            let client = connection.client()
+            let state: APINetwork
+            switch action {
+            case nil: state = try client.network()
+            case "auto": state = try client.resetNetwork()
+            case "set":
+                guard let type else { throw CLIError(status: .usage, description: "network set needs a type") }
+                // A flag not given leaves the daemon's rule for the type (cellular is expensive).
+                state = try client.setNetwork(
+                    NetworkOverride(type: type, expensive: expensive ? true : nil, constrained: constrained ? true : nil))
+            default: throw CLIError(status: .usage, description: "network takes set TYPE or auto")
+            }
+            emit(
+                connection.json
+                    ? state.json.serialized()
+                    : [
+                        "type \(state.type)", "interface \(state.interface ?? "-")", "expensive \(state.expensive)",
+                        "constrained \(state.constrained)", "source \(state.source)",
+                    ].joined(separator: "  "))
+        }
+    }
+}

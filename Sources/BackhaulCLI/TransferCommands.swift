@@ -1,0 +1,142 @@
+import ArgumentParser
+import BackhaulCore
+import FoundationEssentials
+
+/// `upload` and `download`: tasks handed over, optionally waited for.
+struct Upload: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Upload files in the background.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "Files to upload (absolute or relative paths inside the daemon's allowed roots).")
+    var files: [String]
+
+    @Option(help: "Destination URL; {name} is replaced by the file's name, and a URL ending in / gets it appended.")
+    var to: String
+
+    @Option(name: .customLong("protocol"), help: "raw, multipart, chunked, tus or s3.")
+    var protocolName = "raw"
+
+    @Option(help: "HTTP method of the upload.")
+    var method: String?
+
+    @Option(help: "Chunk or part size in bytes (chunked, tus, s3).")
+    var chunkSize: Int?
+
+    @OptionGroup var submission: Submission
+
+    mutating func run() throws {
+        try running {
+            let headers = try submission.parsedHeaders()
+            // tus creates the upload and multipart posts a form: POST unless told otherwise.
+            let method = method ?? (protocolName == "tus" || protocolName == "multipart" ? "POST" : nil)
+            let tasks = files.map { file in
+                let path = absolute(file)
+                let name = URL(fileURLWithPath: path).lastPathComponent
+                let url = to.contains("{name}") ? to.replacing("{name}", with: name) : to.hasSuffix("/") ? to + name : to
+                return NewTask.upload(
+                    file: path, url: url, method: method, headers: headers, protocol: protocolName, chunkSize: chunkSize)
+            }
+            try submission.submit(tasks, connection: connection)
+        }
+    }
+}
+
+struct Download: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Download a URL in the background.")
+
+    @OptionGroup var connection: Connection
+
+    @Argument(help: "The URL to fetch (GET).")
+    var url: String
+
+    @Option(
+        help:
+            "Where the file goes (inside the daemon's allowed roots; its directory must exist). A path ending in / gets the URL's last segment."
+    )
+    var to: String
+
+    @Option(help: "The SHA-256 the file must have (hex); checked before it is put in place.")
+    var sha256: String?
+
+    @Flag(help: "Replace a file already at the destination.")
+    var overwrite = false
+
+    @OptionGroup var submission: Submission
+
+    mutating func run() throws {
+        try running {
+            var path = absolute(to)
+            if path.hasSuffix("/") {
+                let name = URL(string: url)?.lastPathComponent ?? ""
+                guard !name.isEmpty, name != "/" else {
+                    throw CLIError(status: .usage, description: "the URL has no file name: give --to a file path")
+                }
+                path += name
+            }
+            let task = NewTask.download(
+                url: url, destination: path, headers: try submission.parsedHeaders(), overwrite: overwrite,
+                sha256: sha256)
+            try submission.submit([task], connection: connection)
+        }
+    }
+}
+
+/// A path as given, or under the working directory.
+private func absolute(_ path: String) -> String {
+    path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+}
+
+/// What the commands that hand tasks over share: the session, request headers, and waiting for
+/// the outcome.
+struct Submission: ParsableArguments {
+    @Option(help: "The session the tasks belong to (created when missing).")
+    var session = "cli"
+
+    @Option(name: .customLong("header"), help: "A request header, Name: value (repeatable).")
+    var headers: [String] = []
+
+    @Flag(help: "Wait until every task has ended; exit 3 if any failed or was cancelled.")
+    var wait = false
+
+    @Option(help: "With --wait, give up after this many seconds (exit 3).")
+    var timeout: Double = 86_400
+
+    /// The `Name: value` options as pairs.
+    func parsedHeaders() throws(CLIError) -> [(String, String)] {
+        var pairs: [(String, String)] = []
+        for header in headers {
+            guard let colon = header.firstIndex(of: ":") else {
+                throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
+            }
+            pairs.append((String(header[..<colon]), String(header[header.index(after: colon)...].trimmed())))
+        }
+        return pairs
+    }
+
+    /// Creates the tasks in one batch (the session first, when missing), waits for them with
+    /// `--wait`, and prints them; exit 3 when a waited-for task did not complete.
+    func submit(_ tasks: [NewTask], connection: Connection) throws {
+        let client = connection.client()
+        try client.ensureSession(session)
+        var results = try client.createTasks(tasks, session: session)
+        if wait { results = try waitForAll(client, results.map(\.id), timeout: timeout) }
+        emit(connection.json ? Format.json(results.map(\.json)) : Format.tasks(results))
+        if wait, results.contains(where: { $0.state != .completed }) {
+            throw CLIError(status: .taskUnsuccessful, description: "not every task completed")
+        }
+    }
+}
+
+/// Polls until every task is final (or the timeout passes); returns the tasks as last seen.
+private func waitForAll(_ client: BackhaulClient, _ ids: [String], timeout: Double) throws(APIError) -> [APITask] {
+    let deadline = Date().addingTimeInterval(timeout)
+    var latest: [String: APITask] = [:]
+    func isFinal(_ id: String) -> Bool { latest[id]?.state.isFinal ?? false }
+    while true {
+        for id in ids where !isFinal(id) { latest[id] = try client.task(id) }
+        if ids.allSatisfy(isFinal) || Date() > deadline { break }
+        pause(0.2)
+    }
+    return ids.compactMap { latest[$0] }
+}
