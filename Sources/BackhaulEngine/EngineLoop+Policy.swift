@@ -33,12 +33,19 @@ extension EngineLoop {
         policy = engine.settings.policy
         budgetExceeded = false
         let context = policyContext()
+        var stopped: [(Transfer, PolicyDecision)] = []
         for transfer in Array(active.values) {
             let decision = Policy.decide(transfer.configuration, in: context)
             guard decision != .run else { continue }
             logger.info("the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
             if case .wait(let reason) = decision { metrics.policyStops[reason.rawValue, default: 0] += 1 } else { metrics.policyStops["failed", default: 0] += 1 }
             release(transfer)
+            stopped.append((transfer, decision))
+        }
+        // The figures (bytes sent, stops) are published before the stops are written, so a
+        // client that sees a task waiting finds them in /metrics.
+        if !stopped.isEmpty { publishProgress(force: true) }
+        for (transfer, decision) in stopped {
             switch decision {
             case .wait(let reason):
                 record(transfer, .held(reason))

@@ -57,9 +57,7 @@ extension Store {
     public func pruneFinishedTasks(defaultRetention: Double, batch: Int = 500) throws(StoreError) -> Int {
         let now = self.now
         return try write(.relaxed) { [self] db in
-            let shortest = try db.queryFirst(
-                "SELECT MIN(json_extract(configuration, '$.finished_task_retention')) FROM sessions") { $0.optionalDouble(0) } ?? nil
-            let cutoff = now - min(defaultRetention, shortest ?? defaultRetention)
+            let cutoff = now - (try Self.shortestRetention(db, defaultRetention: defaultRetention))
             let due = try db.query(
                 """
                 SELECT t.seq, t.id FROM tasks t INDEXED BY tasks_finished LEFT JOIN sessions s ON s.id = t.session_id
@@ -74,6 +72,17 @@ extension Store {
             maintenance.withLock { $0.tasksPruned += due.count }
             return due.count
         }
+    }
+
+    /// The shortest retention in force: the daemon's, or a session's own if shorter.
+    public func shortestRetention(defaultRetention: Double) throws(StoreError) -> Double {
+        try read { db in try Self.shortestRetention(db, defaultRetention: defaultRetention) }
+    }
+
+    static func shortestRetention(_ db: Connection, defaultRetention: Double) throws -> Double {
+        let shortest = try db.queryFirst(
+            "SELECT MIN(json_extract(configuration, '$.finished_task_retention')) FROM sessions") { $0.optionalDouble(0) } ?? nil
+        return min(defaultRetention, shortest ?? defaultRetention)
     }
 
     /// Deletes finished tasks with their events, those events' deliveries and (by trigger) their
@@ -140,13 +149,16 @@ extension Store {
 
 /// Runs the store's housekeeping on a thread of its own: retention of finished tasks, the event
 /// log, free pages. Each step is a short transaction of its own, so the writer is never held
-/// for long; a step with more to do comes back soon, else it sleeps `interval`.
+/// for long; a step with more to do comes back soon, else it sleeps `interval`, or a quarter of
+/// the shortest retention in force when that is shorter (never under half a second), so a task
+/// goes within a quarter of its retention after it is due.
 public final class Housekeeper: Sendable {
     private let store: Store
     private let retention: Double
     private let eventRetention: Double
     private let interval: Double
-    private let stopping = Locked(false)
+    /// Stopping, or woken early because a session changed (its retention may be shorter).
+    private let signal = Locked((stopping: false, woken: false))
     private let thread = WorkerThread()
     /// Called with what went wrong (the daemon logs it).
     private let report: @Sendable (String) -> Void
@@ -160,10 +172,16 @@ public final class Housekeeper: Sendable {
         self.report = report
     }
 
-    public func start() { thread.start { [self] in run() } }
+    public func start() {
+        store.observe { [signal] changes in
+            guard !changes.sessions.isEmpty else { return }
+            signal.withLockNotifyingAll { $0.woken = true }
+        }
+        thread.start { [self] in run() }
+    }
 
     public func stop() {
-        stopping.withLockNotifyingAll { $0 = true }
+        signal.withLockNotifyingAll { $0.stopping = true }
         thread.join()
     }
 
@@ -182,9 +200,19 @@ public final class Housekeeper: Sendable {
     }
 
     private func run() {
-        var pause = interval
-        while !stopping.wait(until: { $0 }, timeout: pause, { $0 }) {
-            pause = sweep() ? 0.05 : interval
+        var pause = restingPause()
+        while true {
+            let stopping = signal.wait(until: { $0.stopping || $0.woken }, timeout: pause) { state in
+                state.woken = false
+                return state.stopping
+            }
+            if stopping { return }
+            pause = sweep() ? 0.05 : restingPause()
         }
+    }
+
+    private func restingPause() -> Double {
+        let shortest = (try? store.shortestRetention(defaultRetention: retention)) ?? retention
+        return max(0.5, min(interval, shortest / 4))
     }
 }

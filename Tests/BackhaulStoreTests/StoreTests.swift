@@ -355,3 +355,89 @@ struct StoreQuotaTests {
         #expect(stored.error?.code == -999 && stored.finishedAt != nil)
     }
 }
+
+@Suite("Store upkeep")
+struct StoreUpkeepTests {
+    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("fixtures/state-v1/backhaul.db").path
+
+    func scratchCopy(_ name: String) throws -> String {
+        let path = "/tmp/backhaul-\(name)-\(getpid())-\(Int.random(in: 0..<1_000_000)).db"
+        let data = try #require(FileManager.default.contents(atPath: Self.fixture))
+        FileManager.default.createFile(atPath: path, contents: data)
+        return path
+    }
+
+    func version(_ path: String) throws -> Int64 {
+        let db = try Connection(path: path)
+        return try db.queryFirst("PRAGMA user_version") { $0.int(0) } ?? -1
+    }
+
+    @Test("a migration that fails leaves the old database as it was and its backup beside it; the next start migrates")
+    func migrationBackup() throws {
+        let path = try scratchCopy("migrate")
+        defer { for suffix in ["", "-wal", "-shm", ".v5.backup"] { unlink(path + suffix) } }
+        #expect(try version(path) == 5)
+        // Break migration 6 (it replaces this index).
+        try Connection(path: path).execute("DROP INDEX tasks_idempotency")
+        #expect(throws: (any Error).self) { _ = try Store(path: path) }
+        #expect(try version(path) == 5, "nothing of the failed migration stays")
+        #expect(FileManager.default.fileExists(atPath: path + ".v5.backup"), "the copy is kept")
+        try Connection(path: path).execute(
+            "CREATE UNIQUE INDEX tasks_idempotency ON tasks (session_id, idempotency_key) WHERE idempotency_key IS NOT NULL")
+        let store = try Store(path: path)
+        #expect(try store.sessions().count == 5)
+        store.close()
+        #expect(try version(path) == Int64(Migrator(migrations: Schema.migrations).latest))
+        #expect(!FileManager.default.fileExists(atPath: path + ".v5.backup"), "removed once every migration committed")
+    }
+
+    @Test("a database newer than this build is refused untouched")
+    func newerRefused() throws {
+        let path = try scratchCopy("newer")
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        try Connection(path: path).execute("PRAGMA user_version = 999")
+        #expect(throws: StoreError.newerSchema(found: 999, supported: Migrator(migrations: Schema.migrations).latest)) {
+            _ = try Store(path: path)
+        }
+        #expect(try version(path) == 999)
+    }
+
+    /// SQLite's own checkpoint is PASSIVE: while readers keep a snapshot it cannot reset the WAL,
+    /// which grows. The writer's TRUNCATE checkpoint waits for the short reads and empties it.
+    @Test("the WAL stays bounded while readers are busy", arguments: [true, false])
+    func walBounded(truncating: Bool) throws {
+        let path = "/tmp/backhaul-wal-\(getpid())-\(truncating).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        var policy = WALPolicy()
+        policy.passiveFrames = 100
+        policy.truncateFrames = truncating ? 400 : .max
+        let store = try Store(path: path, walPolicy: policy)
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        let stop = Locked(false)
+        let readers = DispatchGroup()
+        for _ in 0..<3 {
+            readers.enter()
+            Thread.detachNewThread {
+                while !stop.withLock({ $0 }) { _ = try? store.tasks(sessionID: "s", state: nil, cursor: nil, limit: 50) }
+                readers.leave()
+            }
+        }
+        var largest: Int64 = 0
+        for batch in 0..<150 {
+            _ = try store.createTasks(sessionID: "s", (0..<20).map { makeTask("w\(batch)-\($0)") })
+            let size = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)??.int64Value ?? 0
+            largest = max(largest, size)
+        }
+        stop.withLock { $0 = true }
+        readers.wait()
+        let figures = store.maintenanceFigures
+        print("WAL with readers busy, \(truncating ? "TRUNCATE past 400 frames" : "PASSIVE only"): largest \(largest) bytes; "
+              + "\(figures.truncateCheckpoints) truncating, \(figures.passiveCheckpoints) passive, \(figures.checkpointsBusy) held back")
+        if truncating {
+            #expect(figures.truncateCheckpoints > 0)
+            #expect(largest < 8 << 20, "the WAL reached \(largest) bytes")
+        }
+        store.close()
+    }
+}
