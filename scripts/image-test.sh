@@ -143,6 +143,7 @@ cleanup() {
         fi
         timeout 60 "${podman[@]}" image prune -f >/dev/null 2>&1
         printf 'image test cache %s: %s\n' "$cache" "$(du -sh "$cache/storage" 2>/dev/null | cut -f1)"
+        : >"$cache/lock.holder"
     fi
     [ -z "$work" ] || remove_tree "$work"
     exit "$rc"
