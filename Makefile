@@ -41,7 +41,8 @@ torture: test-deps
 
 ## Builds Deploy/Dockerfile with buildah (no Docker engine), starts it with podman and drives it:
 ## health check, an upload with its webhook, a download, state kept across a new container.
-## Prints the build time and the image size (about 10 minutes the first time: debootstrap).
+## Needs root and a Debian mirror (else: SKIPPED, exit 77; a failure when CI=true). The base
+## images are cached in /var/cache/backhaul-image-test; .ci/run runs it after make test.
 image-test:
 	bash scripts/image-test.sh
 
