@@ -245,6 +245,9 @@ final class EngineLoop {
     var bandwidthDirty = true
     var sendSpeedShare: Int64 = 0
     var metrics = EngineMetrics()
+    /// `auto`'s picks by session and host (`Transfer.limitKey`), for the daemon's run (see
+    /// EngineLoop+Resumable.swift).
+    var protocolSelections: [String: (choice: ProtocolSelection.Choice, at: Double)] = [:]
     /// Transfers whose next request waits for its body's digest (see `advanceHashing`).
     var hashing: [String: Transfer] = [:]
     static let hashBudget = 8 << 20
@@ -496,12 +499,13 @@ final class EngineLoop {
             task.checkpoint = nil
         }
         let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
-        var machine = UploadProtocols.machine(for: task, headers: headers)
+        var machine = makeMachine(for: task, headers: headers, key: key)
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
             transfer = try Transfer(task: task, configuration: configuration, limitKey: key, machine: machine, file: file, part: part,
                                     startedAt: clock.now())
+            watchInformational(transfer)
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)
                 return false
@@ -543,6 +547,7 @@ final class EngineLoop {
             transfer.endDownloadBody()
             step = transfer.machine.didReceive(transfer.responseHead, now: now)
             persistCheckpoint(transfer)
+            rememberSelection(transfer)
         }
         if case .send(let next) = step {
             do {
