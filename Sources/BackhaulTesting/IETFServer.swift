@@ -29,6 +29,7 @@ public final class IETFServer {
         self.port = try port ?? freePort()
         self.directory = directory + "/ietf"
         logFile = directory + "/ietf-requests.jsonl"
+        try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
         var arguments = ["--port", String(self.port), "--dir", self.directory, "--log", logFile,
                          "--versions", versions.map(String.init).joined(separator: ",")]

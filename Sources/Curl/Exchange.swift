@@ -46,7 +46,12 @@ public final class ResponseCollector {
         let text = String(scalars)
         if text.isEmpty {
             // The end of a header block: an informational response is complete.
-            if (100..<200).contains(status) { onInformational?(status, headers) }
+            if (100..<200).contains(status) {
+                onInformational?(status, headers)
+                // No final response yet: a transfer that ends here has no status.
+                status = 0
+                headers = []
+            }
             return
         }
         if text.hasPrefix("HTTP/") {

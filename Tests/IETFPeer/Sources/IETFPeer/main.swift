@@ -242,14 +242,20 @@ final class VersionGate: ChannelDuplexHandler {
                 response.headerFields[.contentLength] = "0"
                 context.write(wrapOutboundOut(.head(response)), promise: nil)
                 context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+                // Apple's handler asks for more input only after requests it saw end: ask here.
+                context.read()
                 return
             }
             refusing = false
         case .body:
-            if refusing { return }
+            if refusing {
+                context.read()
+                return
+            }
         case .end:
             if refusing {
                 refusing = false
+                context.read()
                 return
             }
         }
