@@ -62,8 +62,12 @@ struct Upload: ParsableCommand {
     @Option(help: "Destination URL; {name} is replaced by the file's name, and a URL ending in / gets it appended.")
     var to: String
 
-    @Option(name: .customLong("protocol"), help: "raw, multipart, chunked, tus or s3.")
+    @Option(name: .customLong("protocol"),
+            help: "raw, multipart, chunked, tus, s3, ietf (IETF resumable uploads) or auto (ask the server: ietf, else tus, else raw; recommended when the server is unknown).")
     var protocolName = "raw"
+
+    @Option(help: "ietf and auto: the draft interop version to speak (3, 5 or 6; default: the newest the server takes).")
+    var interopVersion: Int?
 
     @Option(help: "HTTP method of the upload.")
     var method: String?
@@ -87,6 +91,7 @@ struct Upload: ParsableCommand {
                 try submission.addHeaders(to: &request)
                 var upload: JSONObject = ["protocol": .string(protocolName)]
                 if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
+                if let interopVersion { upload["interop_version"] = .int(Int64(interopVersion)) }
                 tasks.append(["file": .string(path), "request": .object(request), "upload": .object(upload)])
             }
             try submission.submit(tasks, connection: connection)

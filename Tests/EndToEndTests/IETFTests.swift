@@ -271,3 +271,25 @@ extension EndToEndTests {
         #expect(requests(peer.server, "HEAD").contains { $0["status"]?.intValue == 404 }, "\(log(peer.server))")
     }
 }
+
+extension EndToEndTests {
+    @Test("cli: upload --protocol auto and --protocol ietf --interop-version 5 to Apple's server")
+    func commandLineIETF() throws {
+        let fixture = try Fixture()
+        let server = try IETFServer(directory: fixture.scratch.path)
+        let file = fixture.makeFile("cli-a.bin", size: 500_000)
+        _ = fixture.makeFile("cli-b.bin", size: 700_000)
+        let auto = try cli(fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "auto", "--wait", "--json"])
+        #expect(auto.status == 0, "\(auto.errors)")
+        let picked = try JSON.parse(auto.output).arrayValue?.first
+        #expect(picked?["state"]?.stringValue == "completed" && picked?["upload"]?["protocol_selected"]?.stringValue == "ietf", "\(auto.output)")
+        let pinned = try cli(fixture, ["upload", "cli-b.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "5",
+                                       "--wait", "--json"])
+        #expect(pinned.status == 0, "\(pinned.errors)")
+        #expect(try JSON.parse(pinned.output).arrayValue?.first?["upload"]?["interop_version"]?.intValue == 5)
+        #expect(requests(server, "PUT").compactMap { $0["interop_version"]?.stringValue } == ["6", "5"])
+        #expect(Bytes(fixture.contents(server.directory + "/uploads/cli-a.bin")) == Bytes(fixture.contents(file)))
+        let refused = try cli(fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "4"])
+        #expect(refused.status == 1 && refused.errors.contains("interop_version"), "\(refused.errors)")
+    }
+}
