@@ -121,7 +121,10 @@ extension EndToEndTests {
         #expect(resumedAt >= Int64(size / 2) && append["status"]?.intValue == 201 && append["content_type"]?.stringValue == "application/partial-upload")
         let sent = received(peer.server)
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
-        print("ietf SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file (resumed at \(resumedAt))")
+        let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue ?? []
+        let pushed = attempts.reduce(Int64(0)) { $0 + ($1["bytes_sent"]?.intValue ?? 0) }
+        print("ietf SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file (resumed at \(resumedAt)); "
+              + "the daemon's attempts record \(pushed) bytes sent")
     }
 
     @Test("ietf: SIGKILL right after the 104, before the final answer: the saved resource resumes, no second creation")
