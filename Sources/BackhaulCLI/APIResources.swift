@@ -133,16 +133,19 @@ public struct APIEvent: Sendable {
 
 /// A task handed over by `POST /v1/sessions/{id}/tasks`.
 public enum NewTask: Sendable, Equatable {
-    /// `file` (absolute) sent to `url` with `protocol` (`raw`, `multipart`, `chunked`, `tus`, `s3`).
-    case upload(file: String, url: String, method: String?, headers: [(String, String)], protocol: String, chunkSize: Int?)
+    /// `file` (absolute) sent to `url` with `protocol` (`raw`, `multipart`, `chunked`, `tus`, `s3`,
+    /// `ietf`, `auto`); `interopVersion` pins the IETF draft's version.
+    case upload(file: String, url: String, method: String?, headers: [(String, String)], protocol: String, chunkSize: Int?,
+                interopVersion: Int? = nil)
     /// `url` fetched into `destination` (absolute), checked against `sha256` when given.
     case download(url: String, destination: String, headers: [(String, String)], overwrite: Bool, sha256: String?)
 
     var json: JSON {
         switch self {
-        case .upload(let file, let url, let method, let headers, let protocolName, let chunkSize):
+        case .upload(let file, let url, let method, let headers, let protocolName, let chunkSize, let interopVersion):
             var upload: JSONObject = ["protocol": .string(protocolName)]
             if let chunkSize { upload["chunk_size"] = .int(Int64(chunkSize)) }
+            if let interopVersion { upload["interop_version"] = .int(Int64(interopVersion)) }
             return ["file": .string(file), "request": Self.request(url, method, headers), "upload": .object(upload)]
         case .download(let url, let destination, let headers, let overwrite, let sha256):
             var task: JSONObject = [

@@ -14,8 +14,12 @@ struct Upload: ParsableCommand {
     @Option(help: "Destination URL; {name} is replaced by the file's name, and a URL ending in / gets it appended.")
     var to: String
 
-    @Option(name: .customLong("protocol"), help: "raw, multipart, chunked, tus or s3.")
+    @Option(name: .customLong("protocol"),
+            help: "raw, multipart, chunked, tus, s3, ietf (IETF resumable uploads) or auto (ask the server: ietf, else tus, else raw; recommended when the server is unknown).")
     var protocolName = "raw"
+
+    @Option(help: "ietf and auto: the draft interop version to speak (3, 5 or 6; default: the newest the server takes).")
+    var interopVersion: Int?
 
     @Option(help: "HTTP method of the upload.")
     var method: String?
@@ -35,7 +39,8 @@ struct Upload: ParsableCommand {
                 let name = URL(fileURLWithPath: path).lastPathComponent
                 let url = to.contains("{name}") ? to.replacing("{name}", with: name) : to.hasSuffix("/") ? to + name : to
                 return NewTask.upload(
-                    file: path, url: url, method: method, headers: headers, protocol: protocolName, chunkSize: chunkSize)
+                    file: path, url: url, method: method, headers: headers, protocol: protocolName, chunkSize: chunkSize,
+                    interopVersion: interopVersion)
             }
             try submission.submit(tasks, connection: connection)
         }

@@ -137,6 +137,12 @@ public struct UploadCheckpoint: Sendable, Equatable {
     public var validator: String?
     /// Downloads: the size of the whole representation, once the server said it.
     public var total: Int64?
+    /// `auto`: the protocol picked for the task (it stays, unless the server forgets the upload).
+    public var protocolSelected: UploadProtocol?
+    /// `ietf`: the interop version the upload resource was created with.
+    public var interopVersion: Int?
+    /// `auto`: the last time the server forgot an upload and the protocol was picked again.
+    public var fallback: ProtocolFallback?
 
     public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = [], partChecksums: [String] = []) {
         self.offset = offset
@@ -153,6 +159,9 @@ public struct UploadCheckpoint: Sendable, Equatable {
         if partChecksums.contains(where: { !$0.isEmpty }) { object["part_checksums"] = .array(partChecksums.map { .string($0) }) }
         if let validator { object["validator"] = .string(validator) }
         if let total { object["total"] = .int(total) }
+        if let protocolSelected { object["protocol_selected"] = .string(protocolSelected.rawValue) }
+        if let interopVersion { object["interop_version"] = .int(Int64(interopVersion)) }
+        if let fallback { object["fallback"] = fallback.json }
         return .object(object)
     }
 
@@ -165,11 +174,21 @@ public struct UploadCheckpoint: Sendable, Equatable {
         self.partChecksums = json["part_checksums"]?.arrayValue?.compactMap(\.stringValue) ?? []
         self.validator = json["validator"]?.stringValue
         self.total = json["total"]?.intValue
+        if let name = json["protocol_selected"]?.stringValue {
+            guard let selected = UploadProtocol(rawValue: name) else { return nil }
+            self.protocolSelected = selected
+        }
+        self.interopVersion = json["interop_version"]?.intValue.map { Int($0) }
+        if let fallback = json["fallback"] {
+            guard let decoded = ProtocolFallback(fallback) else { return nil }
+            self.fallback = decoded
+        }
     }
 
     /// Same progress, ignoring which attempt recorded it.
     public func samePlace(as other: UploadCheckpoint) -> Bool {
         offset == other.offset && location == other.location && parts == other.parts && partChecksums == other.partChecksums
-            && validator == other.validator && total == other.total
+            && validator == other.validator && total == other.total && protocolSelected == other.protocolSelected
+            && interopVersion == other.interopVersion && fallback == other.fallback
     }
 }

@@ -7,9 +7,13 @@ public enum TaskKind: String, Sendable, CaseIterable {
 /// The protocols an upload can speak (SPEC §2.2 `upload.protocol`).
 public enum UploadProtocol: String, Sendable, CaseIterable {
     case raw, multipart, chunked, tus, s3
+    /// draft-ietf-httpbis-resumable-upload (SPEC §4.1).
+    case ietf
+    /// One `OPTIONS` picks `ietf`, `tus` or `raw` (SPEC §4.1); see `ProtocolSelection`.
+    case auto
 
     /// Protocols this build can carry out; the others are refused at enqueue.
-    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus, .s3]
+    public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus, .s3, .ietf, .auto]
 }
 
 /// The request a task makes (SPEC §2.2 `request`), headers unredacted.
@@ -48,6 +52,9 @@ public struct UploadSpec: Sendable, Equatable {
     public var s3: S3Credentials?
     /// A digest computed while the file is read and sent with it.
     public var checksum: ChecksumAlgorithm?
+    /// `ietf` (and `auto` when it picks ietf): the interop version to speak; nil: the newest the
+    /// server takes (see `IETFUpload`).
+    public var interopVersion: Int?
 
     public enum ChecksumAlgorithm: String, Sendable { case sha256 }
 
@@ -58,6 +65,7 @@ public struct UploadSpec: Sendable, Equatable {
         lhs.protocolName == rhs.protocolName && lhs.field == rhs.field && lhs.filename == rhs.filename
             && lhs.contentType == rhs.contentType && lhs.fields.elementsEqual(rhs.fields, by: ==)
             && lhs.effectiveChunkSize == rhs.effectiveChunkSize && lhs.s3 == rhs.s3 && lhs.checksum == rhs.checksum
+            && lhs.interopVersion == rhs.interopVersion
     }
 
     /// The chunk size the protocol uses (what `json` shows).
@@ -90,20 +98,36 @@ public struct UploadSpec: Sendable, Equatable {
             object["content_type"] = .string(contentType)
         }
         if let checksum { object["checksum"] = .string(checksum.rawValue) }
-        if protocolName == .chunked || protocolName == .tus { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
+        if protocolName == .ietf || protocolName == .auto { object["interop_version"] = interopVersion.map { .int(Int64($0)) } ?? .null }
+        if protocolName == .chunked || protocolName == .tus || protocolName == .auto { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
         else if protocolName == .s3 { object["chunk_size"] = .int(S3Upload.partSize(chunkSize)) }
         else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
+        return .object(object)
+    }
+
+    /// The API's view with what the upload learned from the server (SPEC §4.1): for `auto`, the
+    /// protocol it picked (`protocol_selected`, null until the server answered) and a fallback
+    /// after the server forgot the upload; for `ietf`, the interop version in use.
+    public func json(selection checkpoint: UploadCheckpoint?) -> JSON {
+        guard protocolName == .auto || protocolName == .ietf, case .object(var object) = json else { return json }
+        if protocolName == .auto {
+            object["protocol_selected"] = checkpoint?.protocolSelected.map { .string($0.rawValue) } ?? .null
+            object["protocol_fallback"] = checkpoint?.fallback?.json ?? .null
+        }
+        let speaksIETF = protocolName == .ietf || checkpoint?.protocolSelected == .ietf
+        object["interop_version_selected"] = speaksIETF ? checkpoint?.interopVersion.map { .int(Int64($0)) } ?? .null : .null
         return .object(object)
     }
 
     public static func decode(_ value: JSON?, path: String = "upload") throws(ValidationError) -> UploadSpec {
         guard let value, !value.isNull else { return UploadSpec() }
         let reader = try FieldReader(value, path: path)
-        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3", "checksum"])
+        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3", "checksum",
+                                  "interop_version"])
         var spec = UploadSpec()
         if let name = try reader.string("protocol", maxLength: 32) {
             guard let parsed = UploadProtocol(rawValue: name) else {
-                throw ValidationError(reader.field("protocol"), "must be one of raw, multipart, chunked, tus, s3")
+                throw ValidationError(reader.field("protocol"), "must be one of raw, multipart, chunked, tus, s3, ietf, auto")
             }
             guard UploadProtocol.supported.contains(parsed) else {
                 throw ValidationError(reader.field("protocol"), "\(name) is not available in this version")
@@ -123,6 +147,9 @@ public struct UploadSpec: Sendable, Equatable {
             spec.fields = fields
         }
         spec.chunkSize = try reader.integer("chunk_size", in: 1...(5 << 30))
+        if spec.protocolName == .ietf, spec.chunkSize != nil {
+            throw ValidationError(reader.field("chunk_size"), "is not used by the ietf protocol: the file goes in one request, resumed from the server's offset")
+        }
         if spec.protocolName != .multipart, !spec.fields.isEmpty {
             throw ValidationError(reader.field("fields"), "is only for the multipart protocol")
         }
@@ -135,6 +162,16 @@ public struct UploadSpec: Sendable, Equatable {
                 throw ValidationError(reader.field("fields"), "must not have a field named \(MultipartPlan.digestFieldName): the checksum goes there")
             }
             spec.checksum = algorithm
+        }
+        if let version = try reader.integer("interop_version", in: 0...1000) {
+            guard spec.protocolName == .ietf || spec.protocolName == .auto else {
+                throw ValidationError(reader.field("interop_version"), "is only for the ietf and auto protocols")
+            }
+            guard IETFUpload.interopVersions.contains(Int(version)) else {
+                throw ValidationError(reader.field("interop_version"),
+                                      "must be one of \(IETFUpload.interopVersions.map(String.init).joined(separator: ", "))")
+            }
+            spec.interopVersion = Int(version)
         }
         if spec.protocolName == .s3 {
             guard spec.s3 != nil else { throw ValidationError(reader.field("s3"), "is required for the s3 protocol") }
@@ -292,7 +329,7 @@ public struct TaskRecord: Sendable, Equatable {
         object.append("waiting_reason", waitingReason.map { .string($0.rawValue) } ?? .null)
         object.append("file", download == nil ? file.json : .null)
         object.append("request", request.json(redacted: true))
-        object.append("upload", download == nil ? upload.json : .null)
+        object.append("upload", download == nil ? upload.json(selection: checkpoint) : .null)
         object.append("download", download?.json ?? .null)
         object.append("priority", .double(priority))
         object.append("description", description.map { .string($0) } ?? .null)

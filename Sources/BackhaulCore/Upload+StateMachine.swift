@@ -29,13 +29,20 @@ public struct PlannedRequest: Sendable, Equatable {
     }
 }
 
-/// A header whose value is `prefix` + the base64 SHA-256 of the request's file body.
+/// A header whose value is `prefix` + the base64 SHA-256 of the request's file body (or of
+/// `hashedRange` of the file) + `suffix`.
 public struct DigestHeader: Sendable, Equatable {
     public var name: String
     public var prefix: String
-    public init(name: String, prefix: String = "") {
+    public var suffix: String
+    /// The bytes of the file hashed, when not the body's (an IETF `Repr-Digest` covers the whole
+    /// file while a `PATCH` carries its end).
+    public var hashedRange: Range<Int64>?
+    public init(name: String, prefix: String = "", suffix: String = "", hashedRange: Range<Int64>? = nil) {
         self.name = name
         self.prefix = prefix
+        self.suffix = suffix
+        self.hashedRange = hashedRange
     }
 }
 
@@ -119,6 +126,10 @@ extension UploadStep {
 public protocol UploadStateMachine: Sendable {
     mutating func start(now: Timestamp) -> UploadStep
     mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep
+    /// An informational (1xx) response to the request in flight, handed over as soon as its head
+    /// arrived while the request body may still be streaming (an IETF `104` naming the upload
+    /// resource). True when `checkpoint` changed: the engine persists it at once.
+    mutating func didReceiveInformational(_ response: ResponseHead) -> Bool
     /// Bytes the server has acknowledged (what survives a failure).
     var bytesAcknowledged: Int64 { get }
     /// What a resumable protocol persists as it goes (nil: the protocol starts over each attempt).
@@ -128,6 +139,7 @@ public protocol UploadStateMachine: Sendable {
 }
 
 extension UploadStateMachine {
+    public mutating func didReceiveInformational(_ response: ResponseHead) -> Bool { false }
     public var checkpoint: UploadCheckpoint? { nil }
     public var cancellation: CleanupPlan? { nil }
 }
@@ -185,9 +197,16 @@ public struct SingleRequestUpload: UploadStateMachine {
 
 /// Makes the state machine for a task's protocol.
 public enum UploadProtocols {
-    public static func machine(for task: TaskRecord, headers: [(String, String)]) -> any UploadStateMachine {
+    /// `cachedSelection`: for `auto`, what an `OPTIONS` to the same host found lately (the engine
+    /// keeps it); a task that picked before keeps its own pick (its checkpoint).
+    public static func machine(for task: TaskRecord, headers: [(String, String)],
+                               cachedSelection: ProtocolSelection.Choice? = nil) -> any UploadStateMachine {
         if task.kind == .download { return DownloadMachine(task: task, headers: headers, checkpoint: task.checkpoint) }
         switch task.upload.protocolName {
+        case .ietf:
+            return IETFUpload(task: task, headers: headers, checkpoint: task.checkpoint)
+        case .auto:
+            return AutoUpload(task: task, headers: headers, checkpoint: task.checkpoint, cachedSelection: cachedSelection)
         case .chunked:
             return ChunkedUpload(task: task, headers: headers, checkpoint: task.checkpoint)
         case .tus:

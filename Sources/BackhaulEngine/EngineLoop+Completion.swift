@@ -26,6 +26,7 @@ extension EngineLoop {
             transfer.endDownloadBody()
             step = transfer.machine.didReceive(transfer.responseHead, now: now)
             persistCheckpoint(transfer)
+            rememberSelection(transfer)
         }
         if case .send(let next) = step {
             do {

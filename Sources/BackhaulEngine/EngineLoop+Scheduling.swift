@@ -110,13 +110,14 @@ extension EngineLoop {
             task.checkpoint = nil
         }
         let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
-        var machine = UploadProtocols.machine(for: task, headers: headers)
+        var machine = makeMachine(for: task, headers: headers, key: key)
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
             transfer = try Transfer(task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
                                     file: file, part: part, startedAt: clock.now())
             active[task.id] = transfer
+            watchInformational(transfer)
             bandwidthDirty = true
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)

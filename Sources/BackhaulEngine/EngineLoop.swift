@@ -43,6 +43,8 @@ final class EngineLoop: CurlClient {
     var budgetExceeded = false
     var bandwidthDirty = true
     var metrics = EngineMetrics()
+    /// `auto`'s picks by session and host, for the daemon's run (EngineLoop+Resumable.swift).
+    var protocolSelections: [Scheduler.Key: (choice: ProtocolSelection.Choice, at: Double)] = [:]
 
     /// Requests that release a cancelled task's server side (see EngineLoop+Cleanups).
     var cleanups: [ObjectIdentifier: Cleanup] = [:]

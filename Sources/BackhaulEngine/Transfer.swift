@@ -224,8 +224,9 @@ final class Transfer {
     /// Starts hashing the body when the request carries a digest header, and says so; the hashing
     /// then goes on in slices through `hashSlice`, so other transfers keep moving.
     func startHashingIfNeeded(_ request: PlannedRequest) -> Bool {
-        guard request.digestHeader != nil, case .file(let offset, let length) = request.body else { return false }
-        pendingDigest = (request, SHA256Hasher(), offset, offset + length)
+        guard let header = request.digestHeader, case .file(let offset, let length) = request.body else { return false }
+        let range = header.hashedRange ?? offset..<(offset + length)
+        pendingDigest = (request, SHA256Hasher(), range.lowerBound, range.upperBound)
         return true
     }
 
@@ -255,7 +256,7 @@ final class Transfer {
         }
         pendingDigest = nil
         var request = pending.request
-        request.headers.append((header.name, header.prefix + Base64.encode(pending.hasher.finish())))
+        request.headers.append((header.name, header.prefix + Base64.encode(pending.hasher.finish()) + header.suffix))
         request.digestHeader = nil
         return request
     }

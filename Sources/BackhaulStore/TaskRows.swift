@@ -93,6 +93,7 @@ enum TaskRows {
             guard let algorithm = UploadSpec.ChecksumAlgorithm(rawValue: checksum) else { return nil }
             spec.checksum = algorithm
         }
+        spec.interopVersion = value["interop_version"]?.intValue.map { Int($0) }
         if let s3 = value["s3"] {
             guard let region = s3["region"]?.stringValue, let key = s3["access_key_id"]?.stringValue,
                 let secret = s3["secret_access_key"]?.stringValue else { return nil }

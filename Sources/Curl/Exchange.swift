@@ -5,6 +5,10 @@ public final class ResponseCollector {
     public private(set) var headers: [(String, String)] = []
     public private(set) var body: [UInt8] = []
     public let bodyLimit: Int
+    /// Called with the status and headers of each informational (1xx) response once its header
+    /// block has ended, before the final response (libcurl hands their lines to the header
+    /// callback too). Survives `reset`.
+    public var onInformational: ((Int, [(String, String)]) -> Void)?
 
     public init(bodyLimit: Int) { self.bodyLimit = bodyLimit }
 
@@ -40,6 +44,16 @@ public final class ResponseCollector {
         var scalars = Substring(line).unicodeScalars
         while let last = scalars.last, last == "\r" || last == "\n" { scalars.removeLast() }
         let text = String(scalars)
+        if text.isEmpty {
+            // The end of a header block: an informational response is complete.
+            if (100..<200).contains(status) {
+                onInformational?(status, headers)
+                // No final response yet: a transfer that ends here has no status.
+                status = 0
+                headers = []
+            }
+            return
+        }
         if text.hasPrefix("HTTP/") {
             let parts = text.split(separator: " ", maxSplits: 2)
             status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0

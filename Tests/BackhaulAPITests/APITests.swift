@@ -75,6 +75,10 @@ struct APITests {
         ("unknown field", ["colour": "blue"], 422, "validation_failed"),
         ("bad configuration", ["configuration": ["max_connections_per_host": -1]], 422, "validation_failed"),
         ("fields on raw", ["upload": ["protocol": "raw", "fields": ["a": "b"]]], 422, "validation_failed"),
+        ("interop_version on raw", ["upload": ["protocol": "raw", "interop_version": 6]], 422, "validation_failed"),
+        ("interop_version not spoken", ["upload": ["protocol": "ietf", "interop_version": 4]], 422, "validation_failed"),
+        ("interop_version as text", ["upload": ["protocol": "auto", "interop_version": "6"]], 422, "validation_failed"),
+        ("chunk_size on ietf", ["upload": ["protocol": "ietf", "chunk_size": 1048576]], 422, "validation_failed"),
     ]
 
     @Test("every bad task input answers problem+json with its code", arguments: badTasks.indices)
@@ -93,6 +97,18 @@ struct APITests {
         #expect(body["title"]?.stringValue?.isEmpty == false)
         #expect(body["detail"]?.stringValue?.isEmpty == false)
         #expect(response.header("Content-Type") == "application/problem+json")
+    }
+
+    @Test("ietf and auto are accepted and shown with what the server has not told yet; /v1/info lists them")
+    func ietfAndAuto() throws {
+        let (status, ietf, _) = api.call("POST", "/v1/sessions/s/tasks", api.task(["upload": ["protocol": "ietf", "interop_version": 5]]))
+        #expect(status == 201, "\(ietf.serialized())")
+        #expect(ietf["upload"] == ["protocol": "ietf", "interop_version": 5, "interop_version_selected": .null])
+        let (_, auto, _) = api.call("POST", "/v1/sessions/s/tasks", api.task(["upload": ["protocol": "auto"]]))
+        #expect(auto["upload"] == ["protocol": "auto", "interop_version": .null, "chunk_size": 8388608, "protocol_selected": .null,
+                                   "protocol_fallback": .null, "interop_version_selected": .null])
+        let protocols = api.call("GET", "/v1/info").1["protocols"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        #expect(protocols.contains("ietf") && protocols.contains("auto"))
     }
 
     @Test("malformed JSON is invalid_json; deep nesting too")

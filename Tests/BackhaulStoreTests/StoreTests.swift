@@ -60,6 +60,36 @@ struct StoreTests {
         #expect(loaded.configurationOverrides["allows_cellular_access"] == .bool(false))
     }
 
+    /// Every protocol's options, as the API accepts them, come back equal from the row decoder.
+    static let uploadSpecs: [UploadSpec] = {
+        var multipart = UploadSpec(protocolName: .multipart)
+        multipart.field = "clip"
+        multipart.filename = "a.mp4"
+        multipart.contentType = "video/mp4"
+        multipart.fields = [("camera", "7"), ("site", "north")]
+        multipart.checksum = .sha256
+        var chunked = UploadSpec(protocolName: .chunked)
+        chunked.chunkSize = 1 << 20
+        var s3 = UploadSpec(protocolName: .s3)
+        s3.s3 = S3Credentials(region: "eu-west-1", accessKeyID: "AK", secretAccessKey: "SK", sessionToken: "ST")
+        var ietf = UploadSpec(protocolName: .ietf)
+        ietf.interopVersion = 5
+        var auto = UploadSpec(protocolName: .auto)
+        auto.interopVersion = 3
+        auto.chunkSize = 2 << 20
+        return [UploadSpec(), multipart, chunked, UploadSpec(protocolName: .tus), s3, ietf, auto]
+    }()
+
+    @Test("every protocol's upload options round-trip (the pinned IETF version included)", arguments: uploadSpecs)
+    func uploadRoundTrip(spec: UploadSpec) throws {
+        var task = makeTask("u")
+        task.upload = spec
+        _ = try store.createTasks(sessionID: "s", [task])
+        let loaded = try #require(try store.task(id: "u"))
+        #expect(loaded.upload == spec)
+        #expect(loaded.upload.interopVersion == spec.interopVersion)
+    }
+
     @Test("an idempotency key returns the first task, within a batch and across calls")
     func idempotency() throws {
         let first = try store.createTasks(sessionID: "s", [makeTask("a", key: "k"), makeTask("b", key: "k")])
