@@ -1,6 +1,7 @@
 # backhauld: the two commands are `make run` and `make test`.
 SWIFT ?= swift
 ARGS ?=
+SHELL := /bin/bash
 
 .PHONY: deps test-deps bench-deps build release run test ietf-peer torture bench image-test lint clean
 
@@ -25,11 +26,13 @@ run: build
 
 ## Builds everything and runs every test: unit tables, store, API, end to end against real servers.
 ## The run takes about 4 minutes; past TEST_TIME_LIMIT seconds it is stopped and fails, so a test
-## that hangs costs CI minutes, not its whole 90-minute budget.
+## that hangs costs CI minutes, not its whole 90-minute budget. The whole log is kept in
+## .build/test.log; its failures are printed again at the end, where CI's tail shows them.
 TEST_TIME_LIMIT ?= 1200
 test: test-deps ietf-peer
 	$(SWIFT) build --build-tests
-	timeout --kill-after=30 $(TEST_TIME_LIMIT) $(SWIFT) test --skip-build
+	@set -o pipefail; timeout --kill-after=30 $(TEST_TIME_LIMIT) $(SWIFT) test --skip-build 2>&1 | tee .build/test.log \
+	  || { echo "==== failures (from .build/test.log)"; grep -a -E 'recorded an issue|✘ Test .* failed|error:' .build/test.log | tail -60; exit 1; }
 
 ## The IETF resumable-upload test peer: Apple's NIOResumableUpload (swift-nio-extras, from the
 ## package mirror) in a package of its own under Tests/IETFPeer, so that the daemon never depends on

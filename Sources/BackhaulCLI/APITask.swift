@@ -58,7 +58,7 @@ public struct APITask: Sendable {
 
 /// A task's `progress`: one of `bytes_sent` (uploads) and `bytes_received` (downloads) moves.
 public struct TaskProgress: Sendable, Equatable {
-    public var bytesSent: Int64
+    public var bytesTransferred: Int64
     public var bytesReceived: Int64
     /// Nil while a download's size is unknown.
     public var bytesTotal: Int64?
@@ -67,10 +67,10 @@ public struct TaskProgress: Sendable, Equatable {
     public var etaSeconds: Double?
 
     public init(
-        bytesSent: Int64 = 0, bytesReceived: Int64 = 0, bytesTotal: Int64?, fraction: Double, bytesPerSecond: Int64 = 0,
+        bytesTransferred: Int64 = 0, bytesReceived: Int64 = 0, bytesTotal: Int64?, fraction: Double, bytesPerSecond: Int64 = 0,
         etaSeconds: Double? = nil
     ) {
-        self.bytesSent = bytesSent
+        self.bytesTransferred = bytesTransferred
         self.bytesReceived = bytesReceived
         self.bytesTotal = bytesTotal
         self.fraction = fraction
@@ -80,13 +80,13 @@ public struct TaskProgress: Sendable, Equatable {
 
     init(_ reader: AnswerReader) throws(APIError) {
         self.init(
-            bytesSent: try reader.optionalInt("bytes_sent") ?? 0, bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
+            bytesTransferred: try reader.optionalInt("bytes_sent") ?? 0, bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
             bytesTotal: try reader.optionalInt("bytes_total"), fraction: try reader.optionalDouble("fraction") ?? 0,
             bytesPerSecond: try reader.optionalInt("bytes_per_second") ?? 0, etaSeconds: try reader.optionalDouble("eta_seconds"))
     }
 
     /// Bytes moved either way (a task counts only one of them).
-    public var moved: Int64 { bytesSent + bytesReceived }
+    public var moved: Int64 { bytesTransferred + bytesReceived }
 }
 
 /// A task error object (SPEC §2.3): code, name, message, the HTTP status when one caused it, and
@@ -113,7 +113,7 @@ public struct APIAttempt: Sendable {
     public var number: Int
     public var startedAt: String
     public var endedAt: String?
-    public var bytesSent: Int64
+    public var bytesTransferred: Int64
     public var bytesReceived: Int64
     /// `completed`, `retry`, `failed`, `cancelled`, …
     public var outcome: String
@@ -125,7 +125,7 @@ public struct APIAttempt: Sendable {
         number = Int(try reader.int("number"))
         startedAt = try reader.string("started_at")
         endedAt = try reader.optionalString("ended_at")
-        bytesSent = try reader.optionalInt("bytes_sent") ?? 0
+        bytesTransferred = try reader.optionalInt("bytes_sent") ?? 0
         bytesReceived = try reader.optionalInt("bytes_received") ?? 0
         outcome = try reader.string("outcome")
         error = try reader.optionalObject("error").map { (error) throws(APIError) in try TaskFailure(error) }

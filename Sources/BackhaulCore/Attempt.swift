@@ -37,7 +37,7 @@ public struct AttemptRecord: Sendable, Equatable {
     public var number: Int
     public var startedAt: Timestamp
     public var endedAt: Timestamp
-    public var bytesSent: Int64
+    public var bytesTransferred: Int64
     public var bytesReceived: Int64
     public var outcome: Outcome
     public var httpStatus: Int?
@@ -47,12 +47,12 @@ public struct AttemptRecord: Sendable, Equatable {
     /// The most attempts a task keeps in its history (older ones are dropped).
     public static let historyLimit = 50
 
-    public init(number: Int = 0, startedAt: Timestamp, endedAt: Timestamp, bytesSent: Int64, bytesReceived: Int64,
+    public init(number: Int = 0, startedAt: Timestamp, endedAt: Timestamp, bytesTransferred: Int64, bytesReceived: Int64,
                 outcome: Outcome, httpStatus: Int? = nil, error: TaskError? = nil, networkType: NetworkType? = nil) {
         self.number = number
         self.startedAt = startedAt
         self.endedAt = endedAt
-        self.bytesSent = bytesSent
+        self.bytesTransferred = bytesTransferred
         self.bytesReceived = bytesReceived
         self.outcome = outcome
         self.httpStatus = httpStatus
@@ -63,7 +63,7 @@ public struct AttemptRecord: Sendable, Equatable {
     public var json: JSON {
         [
             "number": .int(Int64(number)), "started_at": .string(RFC3339.format(startedAt)),
-            "ended_at": .string(RFC3339.format(endedAt)), "bytes_sent": .int(bytesSent), "bytes_received": .int(bytesReceived),
+            "ended_at": .string(RFC3339.format(endedAt)), "bytes_sent": .int(bytesTransferred), "bytes_received": .int(bytesReceived),
             "outcome": .string(outcome.rawValue), "http_status": httpStatus.map { .int(Int64($0)) } ?? .null,
             "error": error.map(TaskRecord.errorJSON) ?? .null, "network_type": networkType.map { .string($0.rawValue) } ?? .null,
         ]

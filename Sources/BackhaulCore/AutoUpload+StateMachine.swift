@@ -70,7 +70,7 @@ public struct ProtocolFallback: Sendable, Equatable {
 /// to the same host asks nothing. If the server later answers `404`/`410` to the picked protocol's
 /// upload resource, it is asked again (bypassing that cache), the new pick starts afresh, and the
 /// task records the fallback.
-public struct AutoUpload: UploadStateMachine {
+public struct AutoUpload: TransferStateMachine {
     private enum State: Equatable { case idle, selecting, delegating }
 
     private var state = State.idle
@@ -79,11 +79,11 @@ public struct AutoUpload: UploadStateMachine {
     /// The protocol picked (nil until the server answered).
     public private(set) var selection: ProtocolSelection.Choice?
     public private(set) var fallback: ProtocolFallback?
-    private var inner: (any UploadStateMachine)?
+    private var inner: (any TransferStateMachine)?
     /// Where the request in flight went (a `404` there is about the upload resource or not).
     private var lastURL: String?
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?,
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?,
                 cachedSelection: ProtocolSelection.Choice? = nil) {
         self.task = task
         self.headers = headers
@@ -101,23 +101,23 @@ public struct AutoUpload: UploadStateMachine {
 
     /// The picked protocol's machine, from the task as if it had named that protocol.
     static func machine(task: TaskRecord, headers: [(String, String)], selection: ProtocolSelection.Choice,
-                        checkpoint: UploadCheckpoint?) -> any UploadStateMachine {
+                        checkpoint: TransferCheckpoint?) -> any TransferStateMachine {
         var picked = task
         picked.upload.protocolName = selection.protocolName
         var checkpoint = checkpoint
         if selection.protocolName == .ietf, checkpoint?.interopVersion == nil, let version = selection.interopVersion {
             // The version the OPTIONS found: the ietf machine need not ask again.
-            checkpoint = checkpoint ?? UploadCheckpoint(offset: 0)
+            checkpoint = checkpoint ?? TransferCheckpoint(offset: 0)
             checkpoint?.interopVersion = version
         }
         picked.checkpoint = checkpoint
-        return UploadProtocols.machine(for: picked, headers: headers)
+        return TransferMachines.machine(for: picked, headers: headers)
     }
 
     public var bytesAcknowledged: Int64 { inner?.bytesAcknowledged ?? 0 }
 
-    public var checkpoint: UploadCheckpoint? {
-        var checkpoint = inner?.checkpoint ?? UploadCheckpoint(offset: 0)
+    public var checkpoint: TransferCheckpoint? {
+        var checkpoint = inner?.checkpoint ?? TransferCheckpoint(offset: 0)
         checkpoint.protocolSelected = selection?.protocolName
         checkpoint.interopVersion = selection?.protocolName == .ietf ? checkpoint.interopVersion ?? selection?.interopVersion : nil
         checkpoint.fallback = fallback
@@ -126,7 +126,7 @@ public struct AutoUpload: UploadStateMachine {
 
     public var cancellation: CleanupPlan? { inner?.cancellation }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         lastURL = nil
         guard inner != nil else { return select() }
         state = .delegating
@@ -139,7 +139,7 @@ public struct AutoUpload: UploadStateMachine {
         return machine.didReceiveInformational(response)
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         switch state {
         case .selecting:
             guard let picked = ProtocolSelection.choose(response) else {
@@ -166,14 +166,14 @@ public struct AutoUpload: UploadStateMachine {
         }
     }
 
-    private mutating func select() -> UploadStep {
+    private mutating func select() -> TransferStep {
         state = .selecting
         let probe = ProtocolSelection.probe(url: task.request.url, headers: headers)
         lastURL = probe.url
         return .send(probe)
     }
 
-    private mutating func delegate(_ event: (inout any UploadStateMachine) -> UploadStep) -> UploadStep {
+    private mutating func delegate(_ event: (inout any TransferStateMachine) -> TransferStep) -> TransferStep {
         var machine = inner!
         let step = event(&machine)
         inner = machine

@@ -5,7 +5,7 @@ import JSONValue
 /// completes the task. On resume (a checkpoint with an offset) it first asks the server where
 /// it is (`Content-Range: bytes */total`, answered 308 with `Range: bytes=0-n`, as resumable
 /// upload servers do) and trusts its local record only when the server cannot say.
-public struct ChunkedUpload: UploadStateMachine {
+public struct ChunkedUpload: TransferStateMachine {
     public static let defaultChunkSize: Int64 = 8 << 20
 
     private enum State: Equatable {
@@ -25,7 +25,7 @@ public struct ChunkedUpload: UploadStateMachine {
     /// Bytes the server has acknowledged (the next chunk starts here).
     public private(set) var offset: Int64
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         method = task.request.method
         url = task.request.url
         self.headers = headers
@@ -37,7 +37,7 @@ public struct ChunkedUpload: UploadStateMachine {
 
     public var bytesAcknowledged: Int64 { state == .done ? total : offset }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         if total == 0 {
             // Nothing to range over: one empty request.
             state = .sending(first: 0, last: -1)
@@ -51,7 +51,7 @@ public struct ChunkedUpload: UploadStateMachine {
         return nextChunk()
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         let status = response.status
         switch state {
         case .querying:
@@ -88,7 +88,7 @@ public struct ChunkedUpload: UploadStateMachine {
         }
     }
 
-    private mutating func nextChunk() -> UploadStep {
+    private mutating func nextChunk() -> TransferStep {
         let first = offset
         let last = min(total, first + chunkSize) - 1
         state = .sending(first: first, last: last)
@@ -100,12 +100,12 @@ public struct ChunkedUpload: UploadStateMachine {
         return .send(request)
     }
 
-    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
         return .failed(response, now: now)
     }
 
-    private mutating func fail(_ message: String) -> UploadStep {
+    private mutating func fail(_ message: String) -> TransferStep {
         state = .idle
         return .protocolViolation(message)
     }
@@ -118,77 +118,5 @@ public struct ChunkedUpload: UploadStateMachine {
         return last + 1
     }
 
-    public var checkpoint: UploadCheckpoint? { UploadCheckpoint(offset: offset) }
-}
-
-/// What a resumable upload persists between attempts and across restarts.
-public struct UploadCheckpoint: Sendable, Equatable {
-    /// Bytes the server acknowledged.
-    public var offset: Int64
-    /// The attempt in which the offset last advanced (retry limits count failures after it).
-    public var attempt: Int
-    /// The upload's own identity at the server: a tus upload URL, an S3 UploadId.
-    public var location: String?
-    /// S3: the ETags of the parts uploaded, in order.
-    public var parts: [String]
-    /// S3 with checksums: each part's base64 SHA-256 as the server confirmed it ("" if none).
-    public var partChecksums: [String]
-    /// Downloads: what identifies the representation the offset belongs to (`etag:` or `date:`).
-    public var validator: String?
-    /// Downloads: the size of the whole representation, once the server said it.
-    public var total: Int64?
-    /// `auto`: the protocol picked for the task (it stays, unless the server forgets the upload).
-    public var protocolSelected: UploadProtocol?
-    /// `ietf`: the interop version the upload resource was created with.
-    public var interopVersion: Int?
-    /// `auto`: the last time the server forgot an upload and the protocol was picked again.
-    public var fallback: ProtocolFallback?
-
-    public init(offset: Int64, attempt: Int = 0, location: String? = nil, parts: [String] = [], partChecksums: [String] = []) {
-        self.offset = offset
-        self.attempt = attempt
-        self.location = location
-        self.parts = parts
-        self.partChecksums = partChecksums
-    }
-
-    public var json: JSON {
-        var object: JSONObject = ["offset": .int(offset), "attempt": .int(Int64(attempt))]
-        if let location { object["location"] = .string(location) }
-        if !parts.isEmpty { object["parts"] = .array(parts.map { .string($0) }) }
-        if partChecksums.contains(where: { !$0.isEmpty }) { object["part_checksums"] = .array(partChecksums.map { .string($0) }) }
-        if let validator { object["validator"] = .string(validator) }
-        if let total { object["total"] = .int(total) }
-        if let protocolSelected { object["protocol_selected"] = .string(protocolSelected.rawValue) }
-        if let interopVersion { object["interop_version"] = .int(Int64(interopVersion)) }
-        if let fallback { object["fallback"] = fallback.json }
-        return .object(object)
-    }
-
-    public init?(_ json: JSON?) {
-        guard let json, let offset = json["offset"]?.intValue else { return nil }
-        self.offset = offset
-        self.attempt = Int(json["attempt"]?.intValue ?? 0)
-        self.location = json["location"]?.stringValue
-        self.parts = json["parts"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        self.partChecksums = json["part_checksums"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        self.validator = json["validator"]?.stringValue
-        self.total = json["total"]?.intValue
-        if let name = json["protocol_selected"]?.stringValue {
-            guard let selected = UploadProtocol(rawValue: name) else { return nil }
-            self.protocolSelected = selected
-        }
-        self.interopVersion = json["interop_version"]?.intValue.map { Int($0) }
-        if let fallback = json["fallback"] {
-            guard let decoded = ProtocolFallback(fallback) else { return nil }
-            self.fallback = decoded
-        }
-    }
-
-    /// Same progress, ignoring which attempt recorded it.
-    public func samePlace(as other: UploadCheckpoint) -> Bool {
-        offset == other.offset && location == other.location && parts == other.parts && partChecksums == other.partChecksums
-            && validator == other.validator && total == other.total && protocolSelected == other.protocolSelected
-            && interopVersion == other.interopVersion && fallback == other.fallback
-    }
+    public var checkpoint: TransferCheckpoint? { TransferCheckpoint(offset: offset) }
 }

@@ -52,7 +52,7 @@ public enum ResponseBodyTarget: Sendable, Equatable {
 /// The engine writes the body and tells the machine (`didWrite`), makes the written bytes
 /// durable (fsync) and then says so (`didPersist`): the checkpoint's offset never runs ahead of
 /// the data on disk.
-public struct DownloadMachine: UploadStateMachine {
+public struct DownloadMachine: TransferStateMachine {
     private enum State: Equatable { case idle, sent(ranged: Bool), receiving, discarding, restarting, done }
     private var state = State.idle
     private let url: String
@@ -71,7 +71,7 @@ public struct DownloadMachine: UploadStateMachine {
     /// request would otherwise loop).
     public static let maxRestarts = 3
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
         self.headers = headers.filter { !["range", "if-range"].contains($0.0.lowercased()) }
         durableOffset = checkpoint?.offset ?? 0
@@ -80,7 +80,7 @@ public struct DownloadMachine: UploadStateMachine {
         attemptOfOffset = checkpoint?.attempt ?? 0
     }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         written = 0
         restarts = 0
         return .send(request())
@@ -154,7 +154,7 @@ public struct DownloadMachine: UploadStateMachine {
         durableOffset = offset
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         switch state {
         case .receiving:
             let end = writeStart + written
@@ -190,8 +190,8 @@ public struct DownloadMachine: UploadStateMachine {
     /// Bytes of the file received so far (what progress shows).
     public var bytesAcknowledged: Int64 { state == .receiving || state == .done ? writeStart + written : durableOffset }
 
-    public var checkpoint: UploadCheckpoint? {
-        var checkpoint = UploadCheckpoint(offset: durableOffset, attempt: attemptOfOffset)
+    public var checkpoint: TransferCheckpoint? {
+        var checkpoint = TransferCheckpoint(offset: durableOffset, attempt: attemptOfOffset)
         checkpoint.validator = validator
         checkpoint.total = total
         return checkpoint

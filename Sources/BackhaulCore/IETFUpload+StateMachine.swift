@@ -26,7 +26,7 @@
 ///   with its status (the bytes it holds are not the file's).
 /// - Requests go without `Expect: 100-continue`: the version is settled before any body is sent,
 ///   and servers that never answer 100 (Apple's among them) would cost a second per request.
-public struct IETFUpload: UploadStateMachine {
+public struct IETFUpload: TransferStateMachine {
     /// The interop versions spoken here, oldest first.
     public static let interopVersions = [3, 5, 6]
     public static var newestVersion: Int { interopVersions.last! }
@@ -60,7 +60,7 @@ public struct IETFUpload: UploadStateMachine {
     private var refused: Set<Int> = []
     private var conflicts = 0
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
         method = task.request.method
         self.headers = headers
@@ -77,8 +77,8 @@ public struct IETFUpload: UploadStateMachine {
 
     public var bytesAcknowledged: Int64 { state == .done ? total : offset }
 
-    public var checkpoint: UploadCheckpoint? {
-        var checkpoint = UploadCheckpoint(offset: offset, location: location)
+    public var checkpoint: TransferCheckpoint? {
+        var checkpoint = TransferCheckpoint(offset: offset, location: location)
         checkpoint.interopVersion = version
         return checkpoint
     }
@@ -90,7 +90,7 @@ public struct IETFUpload: UploadStateMachine {
         return CleanupPlan(request: PlannedRequest(method: "DELETE", url: location, headers: versioned(version), body: .empty))
     }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         refused = []
         conflicts = 0
         if version == nil || (wantsChecksum && digestsWanted == nil) {
@@ -119,7 +119,7 @@ public struct IETFUpload: UploadStateMachine {
         return changed
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         let status = response.status
         switch state {
         case .discovering:
@@ -190,18 +190,18 @@ public struct IETFUpload: UploadStateMachine {
 
     // MARK: Requests
 
-    private mutating func resume() -> UploadStep {
+    private mutating func resume() -> TransferStep {
         location == nil ? create() : probe()
     }
 
     /// The server forgot the upload: a new one.
-    private mutating func restart() -> UploadStep {
+    private mutating func restart() -> TransferStep {
         location = nil
         offset = 0
         return create()
     }
 
-    private mutating func create() -> UploadStep {
+    private mutating func create() -> TransferStep {
         let version = version ?? Self.newestVersion
         self.version = version
         state = .creating
@@ -212,12 +212,12 @@ public struct IETFUpload: UploadStateMachine {
         return .send(withDigest(PlannedRequest(method: method, url: url, headers: headers, body: .file(offset: 0, length: total))))
     }
 
-    private mutating func probe() -> UploadStep {
+    private mutating func probe() -> TransferStep {
         state = .probing
         return .send(PlannedRequest(method: "HEAD", url: location!, headers: versioned(version!), body: .empty))
     }
 
-    private mutating func append() -> UploadStep {
+    private mutating func append() -> TransferStep {
         let version = version!
         state = .appending(from: offset)
         let headers = versioned(version).filter { $0.0.lowercased() != "content-type" } + [
@@ -252,12 +252,12 @@ public struct IETFUpload: UploadStateMachine {
         return complete ?? incomplete.map { !$0 } ?? false
     }
 
-    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
         return .failed(response, now: now)
     }
 
-    private mutating func fail(_ message: String) -> UploadStep {
+    private mutating func fail(_ message: String) -> TransferStep {
         state = .idle
         return .protocolViolation(message)
     }

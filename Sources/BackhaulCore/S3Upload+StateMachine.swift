@@ -46,7 +46,7 @@ public struct S3Credentials: Sendable, Equatable {
 /// With `checksum: sha256` every part (and a single PUT) carries `x-amz-checksum-sha256`, the
 /// upload is created with `x-amz-checksum-algorithm: SHA256`, Complete lists each part's
 /// checksum, and a `BadDigest` answer sends the part again.
-public struct S3Upload: UploadStateMachine {
+public struct S3Upload: TransferStateMachine {
     public static let minimumPartSize: Int64 = 5 << 20
     public static let maximumParts: Int64 = 10_000
 
@@ -70,7 +70,7 @@ public struct S3Upload: UploadStateMachine {
     /// Whether an attempt began: only then can there be an upload whose id was never learned.
     private let ran: Bool
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
         ran = task.attempts > 0
         credentials = task.upload.s3
@@ -97,8 +97,8 @@ public struct S3Upload: UploadStateMachine {
         state == .done ? total : min(total, Int64(etags.count) * partSize)
     }
 
-    public var checkpoint: UploadCheckpoint? {
-        UploadCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags, partChecksums: checksum ? checksums : [])
+    public var checkpoint: TransferCheckpoint? {
+        TransferCheckpoint(offset: bytesAcknowledged, location: uploadID, parts: etags, partChecksums: checksum ? checksums : [])
     }
 
     /// The abort of the multipart upload. When its id is not known but an attempt may have
@@ -159,7 +159,7 @@ public struct S3Upload: UploadStateMachine {
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         guard partCount <= Self.maximumParts else {
             return .failed(.fatal(TaskError(.dataLengthExceedsMaximum,
                                             message: "\(partCount) parts of \(partSize) bytes: S3 allows at most 10,000; raise chunk_size")))
@@ -178,7 +178,7 @@ public struct S3Upload: UploadStateMachine {
         return create()
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         let status = response.status
         let ok = (200..<300).contains(status)
         switch state {
@@ -224,7 +224,7 @@ public struct S3Upload: UploadStateMachine {
         }
     }
 
-    private mutating func create() -> UploadStep {
+    private mutating func create() -> TransferStep {
         state = .creating
         var created = request("POST", query: "uploads=", body: .file(offset: 0, length: 0))
         if let contentType { created.headers.append(("Content-Type", contentType)) }
@@ -232,7 +232,7 @@ public struct S3Upload: UploadStateMachine {
         return .send(created)
     }
 
-    private mutating func nextPart() -> UploadStep {
+    private mutating func nextPart() -> TransferStep {
         let number = etags.count + 1
         let first = Int64(number - 1) * partSize
         guard first < total else { return complete() }
@@ -245,7 +245,7 @@ public struct S3Upload: UploadStateMachine {
         return .send(part)
     }
 
-    private mutating func complete() -> UploadStep {
+    private mutating func complete() -> TransferStep {
         state = .completing
         var document = "<CompleteMultipartUpload>"
         for (index, etag) in etags.enumerated() {
@@ -264,7 +264,7 @@ public struct S3Upload: UploadStateMachine {
     }
 
     /// Ends the attempt on an error answer; a checksum mismatch sends the piece again.
-    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
         return isBadDigest(response) ? .checksumMismatch(response) : .failed(response, now: now)
     }

@@ -42,9 +42,9 @@ public enum AttemptEnd: Sendable, Equatable {
 public enum TaskInput: Sendable, Equatable {
     /// The engine starts attempt `attempts + 1` of a queued task.
     case attemptStarted
-    /// Attempt `attempt` ended after `bytesSent` acknowledged bytes. Refused when the task left
+    /// Attempt `attempt` ended after `bytesTransferred` acknowledged bytes. Refused when the task left
     /// that attempt meanwhile (cancelled, suspended, expired): a stale result writes nothing.
-    case attemptEnded(attempt: Int, bytesSent: Int64, AttemptEnd)
+    case attemptEnded(attempt: Int, bytesTransferred: Int64, AttemptEnd)
     /// The store found it `running` with no transfer behind it (after a crash, or a lost write):
     /// back to the queue. `counted`: the interrupted attempt still counts (a crash), or not.
     case requeued(counted: Bool)
@@ -79,15 +79,15 @@ extension TaskRecord {
             task.attempts += 1
             if task.startedAt == nil { task.startedAt = now }
 
-        case .attemptEnded(let attempt, let bytesSent, let end):
+        case .attemptEnded(let attempt, let bytesTransferred, let end):
             guard state == .running, attempts == attempt else { return refused("end an attempt") }
-            task.bytesSent = bytesSent
+            task.bytesTransferred = bytesTransferred
             if let error = end.error { task.lastError = LastError(error, at: now) }
             switch end {
             case .completed(let response):
                 task.enter(.completed, now: now)
                 task.response = response
-                if download == nil { task.bytesSent = file.size }
+                if download == nil { task.bytesTransferred = file.size }
             case .failed(let error, let response):
                 task.enter(.failed, now: now)
                 task.error = error

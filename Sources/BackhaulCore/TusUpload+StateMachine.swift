@@ -11,7 +11,7 @@
 ///   checksum extension with sha256; if it does, each `PATCH` carries `Upload-Checksum: sha256
 ///   <base64>` and a `460 Checksum Mismatch` sends that chunk again. A server without it gets
 ///   plain PATCHes.
-public struct TusUpload: UploadStateMachine {
+public struct TusUpload: TransferStateMachine {
     public static let version = "1.0.0"
 
     private enum State: Equatable { case idle, discovering, creating, probing, patching(first: Int64, last: Int64), done }
@@ -31,7 +31,7 @@ public struct TusUpload: UploadStateMachine {
     /// Whether the server offers the checksum extension with sha256; nil until asked this attempt.
     public private(set) var checksumOffered: Bool?
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: UploadCheckpoint?) {
+    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         creationURL = task.request.url
         self.headers = headers + [("Tus-Resumable", Self.version)]
         total = task.file.size
@@ -46,7 +46,7 @@ public struct TusUpload: UploadStateMachine {
 
     public var bytesAcknowledged: Int64 { offset }
 
-    public var checkpoint: UploadCheckpoint? { UploadCheckpoint(offset: offset, location: location) }
+    public var checkpoint: TransferCheckpoint? { TransferCheckpoint(offset: offset, location: location) }
 
     /// Termination of the upload. A cancel that comes while the creation is in flight cannot
     /// release what the server may create: tus has no way to find it again.
@@ -54,7 +54,7 @@ public struct TusUpload: UploadStateMachine {
         location.map { CleanupPlan(request: PlannedRequest(method: "DELETE", url: $0, headers: headers, body: .empty)) }
     }
 
-    public mutating func start(now: Timestamp) -> UploadStep {
+    public mutating func start(now: Timestamp) -> TransferStep {
         if wantsChecksum, checksumOffered == nil {
             state = .discovering
             return .send(PlannedRequest(method: "OPTIONS", url: creationURL, headers: headers, body: .empty))
@@ -62,17 +62,17 @@ public struct TusUpload: UploadStateMachine {
         return resume()
     }
 
-    private mutating func resume() -> UploadStep {
+    private mutating func resume() -> TransferStep {
         guard location != nil else { return create() }
         return probe()
     }
 
-    private mutating func probe() -> UploadStep {
+    private mutating func probe() -> TransferStep {
         state = .probing
         return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
     }
 
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         let status = response.status
         switch state {
         case .discovering:
@@ -121,14 +121,14 @@ public struct TusUpload: UploadStateMachine {
         }
     }
 
-    private mutating func create() -> UploadStep {
+    private mutating func create() -> TransferStep {
         state = .creating
         return .send(PlannedRequest(
             method: "POST", url: creationURL,
             headers: headers + [("Upload-Length", String(total)), ("Upload-Metadata", metadata)], body: .file(offset: 0, length: 0)))
     }
 
-    private mutating func next() -> UploadStep {
+    private mutating func next() -> TransferStep {
         guard offset < total else {
             state = .done
             return .completed
@@ -143,12 +143,12 @@ public struct TusUpload: UploadStateMachine {
         return .send(patch)
     }
 
-    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
         return .failed(response, now: now)
     }
 
-    private mutating func fail(_ message: String) -> UploadStep {
+    private mutating func fail(_ message: String) -> TransferStep {
         state = .idle
         return .protocolViolation(message)
     }

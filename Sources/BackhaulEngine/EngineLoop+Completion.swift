@@ -8,7 +8,7 @@ import Curl
 extension EngineLoop {
     func finished(_ transfer: Transfer, code: CurlCode, _ driver: CurlDriver) {
         let now = clock.now()
-        let step: UploadStep
+        let step: TransferStep
         if transfer.idleTimedOut {
             let seconds = transfer.configuration.timeoutIntervalForRequest
             step = .failed(.transport(.timedOut, message: "no bytes moved for \(seconds) s (timeout_interval_for_request)"))
@@ -43,7 +43,7 @@ extension EngineLoop {
 
     /// Writes the end of an attempt and frees its slot. A download whose body is complete is first
     /// made durable and verified by the `DownloadVerifier`, holding its slot meanwhile.
-    func conclude(_ transfer: Transfer, step: UploadStep) {
+    func conclude(_ transfer: Transfer, step: TransferStep) {
         if case .completed = step, let part = transfer.part, let spec = transfer.task.download, !transfer.verifying {
             transfer.verifying = true
             verifier.submit(DownloadVerifier.Job(taskID: transfer.task.id, attempt: transfer.attempt, part: part,
@@ -59,10 +59,10 @@ extension EngineLoop {
             return
         case .completed:
             if let changed = transfer.file?.checkUnchanged() {
-                record(transfer, bytesSent: bytes, .failed(changed, response))
+                record(transfer, bytesTransferred: bytes, .failed(changed, response))
                 return
             }
-            record(transfer, bytesSent: bytes, .completed(response))
+            record(transfer, bytesTransferred: bytes, .completed(response))
         case .failed(let failure):
             let decision = RetryPlanner.decide(failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
                                                now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
@@ -73,32 +73,32 @@ extension EngineLoop {
                     "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
                     "failure": "\(failure)",
                 ])
-                record(transfer, bytesSent: bytes, .retry(at: at, failure.error, response))
+                record(transfer, bytesTransferred: bytes, .retry(at: at, failure.error, response))
                 nextTimer = min(nextTimer ?? at, at)
             case .fail(let error):
                 logger.info("task failed", metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
-                record(transfer, bytesSent: bytes, .failed(error, response))
+                record(transfer, bytesTransferred: bytes, .failed(error, response))
             case .authenticationRequired:
-                record(transfer, bytesSent: bytes, .authenticationRequired(response))
+                record(transfer, bytesTransferred: bytes, .authenticationRequired(response))
             }
         }
     }
 
     /// Writes how a transfer's attempt ended, with its entry in the task's attempt history.
-    /// `bytesSent` defaults to what the server acknowledged.
-    func record(_ transfer: Transfer, bytesSent: Int64? = nil, _ end: AttemptEnd) {
-        record(transfer.started, bytesSent: bytesSent ?? transfer.machine.bytesAcknowledged, end, history: history(of: transfer))
+    /// `bytesTransferred` defaults to what the server acknowledged.
+    func record(_ transfer: Transfer, bytesTransferred: Int64? = nil, _ end: AttemptEnd) {
+        record(transfer.started, bytesTransferred: bytesTransferred ?? transfer.machine.bytesAcknowledged, end, history: history(of: transfer))
     }
 
     /// Writes how the attempt of `task` (as it started) ended; without `history`, as one that
     /// ended as it began (it could not start). A write that fails leaves the task shown running:
     /// it is put back in the queue by `requeueOrphans`.
-    func record(_ task: TaskRecord, bytesSent: Int64, _ end: AttemptEnd, history: AttemptRecord? = nil) {
+    func record(_ task: TaskRecord, bytesTransferred: Int64, _ end: AttemptEnd, history: AttemptRecord? = nil) {
         let now = clock.now()
-        let entry = history ?? AttemptRecord(startedAt: now, endedAt: now, bytesSent: 0, bytesReceived: 0, outcome: end.outcome,
+        let entry = history ?? AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: 0, bytesReceived: 0, outcome: end.outcome,
                                              networkType: network.type)
         let id = task.id
-        store.finishAttempt(task, bytesSent: bytesSent, end: end, history: entry) { [inbox = engine.inbox] result in
+        store.finishAttempt(task, bytesTransferred: bytesTransferred, end: end, history: entry) { [inbox = engine.inbox] result in
             guard case .failure(let error) = result else { return }
             inbox.post { loop in
                 loop.fault(.storeWrite, "cannot record the end of an attempt", ["task.id": "\(id)", "error": "\(error)"])
@@ -109,10 +109,10 @@ extension EngineLoop {
 
     /// A transfer's attempt as its history shows it (the outcome is filled in when it is written).
     func history(of transfer: Transfer) -> AttemptRecord {
-        let moved = max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded)
+        let moved = max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded)
         let status = transfer.response.status
         return AttemptRecord(
-            startedAt: transfer.startedAt, endedAt: clock.now(), bytesSent: transfer.part == nil ? moved : 0,
+            startedAt: transfer.startedAt, endedAt: clock.now(), bytesTransferred: transfer.part == nil ? moved : 0,
             bytesReceived: transfer.part == nil ? 0 : moved, outcome: .stopped, httpStatus: status == 0 ? nil : status,
             networkType: network.type)
     }
@@ -124,7 +124,7 @@ extension EngineLoop {
         // next attempt asks only for the rest.
         if transfer.part != nil, !transfer.insufficientSpace, !transfer.verifying, transfer.syncPart() { persistCheckpoint(transfer) }
         // Bytes a short transfer sent between two progress rounds still count.
-        countSent(transfer, bytes: max(transfer.bytesSent, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
+        countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
         if transfer.configuration.discretionary { flushBudget(force: true) }
         curl.remove(transfer.easy)
         hashing[transfer.task.id] = nil

@@ -16,9 +16,9 @@ extension EngineLoop {
             let bytes = transfer.machine.bytesAcknowledged
             if let error {
                 logger.info("download failed", metadata: ["task.id": "\(outcome.taskID)", "error.name": "\(error.name)"])
-                record(transfer, bytesSent: bytes, .failed(error, transfer.responseRecord))
+                record(transfer, bytesTransferred: bytes, .failed(error, transfer.responseRecord))
             } else {
-                record(transfer, bytesSent: bytes, .completed(transfer.responseRecord))
+                record(transfer, bytesTransferred: bytes, .completed(transfer.responseRecord))
             }
         }
     }
@@ -29,7 +29,7 @@ extension EngineLoop {
         release(transfer)
         logger.warning("not enough disk space for a download", metadata: ["task.id": "\(transfer.task.id)"])
         let total = transfer.withDownload { $0.total } ?? nil
-        record(transfer, bytesSent: 0, .cancelled(.insufficientSystemResources,
+        record(transfer, bytesTransferred: 0, .cancelled(.insufficientSystemResources,
                                                   "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))
     }
 }

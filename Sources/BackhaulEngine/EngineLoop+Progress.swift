@@ -10,7 +10,7 @@ extension EngineLoop {
         lastPublish = now
         var live: [String: LiveProgress] = [:]
         for (id, transfer) in active {
-            let bytes = transfer.bytesSent
+            let bytes = transfer.bytesTransferred
             let elapsed = now - transfer.lastSample.time
             if elapsed >= 0.5 {
                 let instant = Double(bytes - transfer.lastSample.bytes) / elapsed
@@ -25,13 +25,13 @@ extension EngineLoop {
             {
                 persistCheckpoint(transfer)
             }
-            let progress = LiveProgress(bytesSent: bytes, bytesPerSecond: transfer.rate)
+            let progress = LiveProgress(bytesTransferred: bytes, bytesPerSecond: transfer.rate)
             live[id] = progress
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
                 transfer.lastProgressEvent = now
                 transfer.lastProgressBytes = bytes
                 store.recordProgress(sequence: transfer.task.sequence, attempt: transfer.attempt,
-                                     bytesSent: transfer.machine.bytesAcknowledged, live: progress)
+                                     bytesTransferred: transfer.machine.bytesAcknowledged, live: progress)
             }
         }
         metrics.running = active.count

@@ -11,14 +11,14 @@ extension EngineLoop {
 
     /// The machine of a task's attempt. An `auto` task that has not picked yet gets the pick a task
     /// of the same session made for the same host (`key`) within `selectionLifetime`.
-    func makeMachine(for task: TaskRecord, headers: [(String, String)], key: Scheduler.Key) -> any UploadStateMachine {
+    func makeMachine(for task: TaskRecord, headers: [(String, String)], key: Scheduler.Key) -> any TransferStateMachine {
         var cached: ProtocolSelection.Choice?
         if task.kind == .upload, task.upload.protocolName == .auto, let entry = protocolSelections[key],
             monotonicSeconds() - entry.at < Self.selectionLifetime
         {
             cached = entry.choice
         }
-        return UploadProtocols.machine(for: task, headers: headers, cachedSelection: cached)
+        return TransferMachines.machine(for: task, headers: headers, cachedSelection: cached)
     }
 
     /// After each response: keeps what an `auto` task picked for its session and host (a pick

@@ -64,7 +64,7 @@ extension EngineLoop {
         case .success(let started?):
             // Claimed while stopping: straight back to the queue, no attempt counted.
             scheduler.ended(entry.key)
-            record(started, bytesSent: 0, .interrupted)
+            record(started, bytesTransferred: 0, .interrupted)
         case .success(nil):
             scheduler.ended(entry.key)
         case .failure(let error):
@@ -101,7 +101,7 @@ extension EngineLoop {
             ?? OpenedFile.open(task.file).map { file = $0 }
         if case .failure(let error) = opened {
             logger.warning("the file cannot be opened", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
-            record(started, bytesSent: 0, .failed(error, nil))
+            record(started, bytesTransferred: 0, .failed(error, nil))
             return false
         }
         if let part, let offset = task.checkpoint?.offset, offset > 0, part.size < offset {
@@ -127,7 +127,7 @@ extension EngineLoop {
         } catch {
             logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
             if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }
-            record(started, bytesSent: 0, .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
+            record(started, bytesTransferred: 0, .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
             return false
         }
         logger.debug("attempt started", metadata: [

@@ -14,7 +14,7 @@ final class Transfer {
     let startedAt: Timestamp
     let configuration: TransferConfiguration
     let limitKey: Scheduler.Key
-    var machine: any UploadStateMachine
+    var machine: any TransferStateMachine
     /// The file an upload reads (nil for a download).
     let file: OpenedFile?
     /// The `.part` file a download writes (nil for an upload).
@@ -60,7 +60,7 @@ final class Transfer {
     var bytesBeforeRequest: Int64 = 0
 
     /// What the server acknowledged, as last persisted.
-    var checkpoint: UploadCheckpoint
+    var checkpoint: TransferCheckpoint
 
     /// When the last `task.progress` event was written (monotonic), and at what byte count.
     var lastProgressEvent = monotonicSeconds()
@@ -84,7 +84,7 @@ final class Transfer {
     var lastSample: (time: Double, bytes: Int64)
 
     init(task: TaskRecord, started: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key,
-         machine: any UploadStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
+         machine: any TransferStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
         self.task = task
         self.started = started
         self.attempt = task.attempts
@@ -96,12 +96,12 @@ final class Transfer {
         self.part = part
         self.easy = try EasyHandle()
         self.lastSample = (monotonicSeconds(), 0)
-        self.checkpoint = task.checkpoint ?? UploadCheckpoint(offset: 0)
+        self.checkpoint = task.checkpoint ?? TransferCheckpoint(offset: 0)
         installHandlers()
     }
 
     /// Bytes moved so far: sent for an upload, received into the `.part` file for a download.
-    var bytesSent: Int64 {
+    var bytesTransferred: Int64 {
         guard part != nil else { return bytesBeforeRequest + requestBytesSent }
         if case .write(let offset, _) = disposition { return offset + received }
         return machine.bytesAcknowledged

@@ -63,7 +63,7 @@ extension Store {
     /// Records how the engine's attempt of `task` (the record as it started) ended, with its entry
     /// in the task's history; nil when the task left that attempt meanwhile. The row is not read
     /// again unless a client changed the task while it ran: the update is guarded by the attempt.
-    public func finishAttempt(_ task: TaskRecord, bytesSent: Int64, end: AttemptEnd, history: AttemptRecord,
+    public func finishAttempt(_ task: TaskRecord, bytesTransferred: Int64, end: AttemptEnd, history: AttemptRecord,
                               done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
         submit({ [self] db -> TaskRecord? in
@@ -72,7 +72,7 @@ extension Store {
                 guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
                 current = read
             }
-            guard case .success(let next) = current.applying(.attemptEnded(attempt: task.attempts, bytesSent: bytesSent, end), now: now),
+            guard case .success(let next) = current.applying(.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now),
                 try TaskRows.update(db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)")
             else { return nil }
             var entry = history
@@ -105,7 +105,7 @@ extension Store {
             INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error,
                 network_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
-            [taskSequence, number, record.startedAt, record.endedAt, record.bytesSent, record.bytesReceived, record.outcome.rawValue,
+            [taskSequence, number, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived, record.outcome.rawValue,
              record.httpStatus ?? record.error?.httpStatus, record.error.map { TaskRecord.errorJSON($0).serialized() },
              record.networkType?.rawValue])
         if number > Int64(AttemptRecord.historyLimit) {
@@ -127,7 +127,7 @@ extension Store {
 
     /// Persists what the server acknowledged of a resumable transfer, if the task is still in
     /// that attempt.
-    public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: UploadCheckpoint) {
+    public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: TransferCheckpoint) {
         let text = checkpoint.json.serialized()
         submit({ db in
             try db.run("UPDATE tasks SET checkpoint = ?, bytes_sent = ? WHERE seq = ? AND state = 'running' AND attempts = ?",
@@ -137,12 +137,12 @@ extension Store {
 
     /// Persists a running attempt's progress and records a `task.progress` event (the engine
     /// calls this at a bounded rate).
-    public func recordProgress(sequence: Int64, attempt: Int, bytesSent: Int64, live: LiveProgress) {
+    public func recordProgress(sequence: Int64, attempt: Int, bytesTransferred: Int64, live: LiveProgress) {
         let now = self.now
         submit({ [self] db in
             guard var task = try TaskRows.fetch(db, sequence: sequence), task.state == .running, task.attempts == attempt else { return }
-            task.bytesSent = bytesSent
-            try db.run("UPDATE tasks SET bytes_sent = ? WHERE seq = ?", [bytesSent, sequence])
+            task.bytesTransferred = bytesTransferred
+            try db.run("UPDATE tasks SET bytes_sent = ? WHERE seq = ?", [bytesTransferred, sequence])
             try appendEvent(db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
                             data: task.json(live: live), now: now)
         }, done: { _ in })

@@ -144,7 +144,7 @@ extension Store {
                     throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
                 }
                 return AttemptRecord(
-                    number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesSent: row.int(3),
+                    number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesTransferred: row.int(3),
                     bytesReceived: row.int(4), outcome: outcome, httpStatus: row.optionalInt(6).map { Int($0) },
                     error: try row.optionalString(7).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) },
                     networkType: row.optionalString(8).flatMap(NetworkType.init(rawValue:)))

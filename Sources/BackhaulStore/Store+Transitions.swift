@@ -50,7 +50,7 @@ extension Store {
     /// the cancel still releases it after the restart.
     func scheduleCleanup(_ db: Connection, for task: TaskRecord, now: Timestamp) throws {
         let defaults = try Store.fetchSession(db, id: task.sessionID)?.configuration.defaultHeaders ?? []
-        let machine = UploadProtocols.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
+        let machine = TransferMachines.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
         guard let plan = machine.cancellation else { return }
         try insertCleanup(db, taskID: task.id, plan, now: now)
     }

@@ -42,7 +42,7 @@ enum TaskRows {
         task.deleteFileOnSuccess = row.int(14) != 0
         task.configurationOverrides = try overrides(row.string(15), task: id)
         task.attempts = Int(row.int(16))
-        task.bytesSent = row.int(17)
+        task.bytesTransferred = row.int(17)
         task.startedAt = row.optionalDouble(19)
         task.finishedAt = row.optionalDouble(20)
         task.nextAttemptAt = row.optionalDouble(21)
@@ -52,7 +52,7 @@ enum TaskRows {
         if let code = row.optionalInt(26) {
             task.cancellation = try CancellationReason(rawValue: Int(code)).orThrow(corrupt("the cancellation reason \(code)"))
         }
-        if !row.isNull(27) { task.checkpoint = try UploadCheckpoint(try object(27, "checkpoint")).orThrow(corrupt("a checkpoint it cannot read")) }
+        if !row.isNull(27) { task.checkpoint = try TransferCheckpoint(try object(27, "checkpoint")).orThrow(corrupt("a checkpoint it cannot read")) }
         if !row.isNull(28) { task.download = try DownloadSpec(try object(28, "download")).orThrow(corrupt("a download it cannot read")) }
         if !row.isNull(30) { task.lastError = try LastError.decode(try object(30, "last error")).orThrow(corrupt("a last error it cannot read")) }
         return task
@@ -117,7 +117,7 @@ enum TaskRows {
              task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
              task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
              task.deleteFileOnSuccess, task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
-             task.attempts, task.bytesSent, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
+             task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
              task.deadlineAt, task.download.map { $0.json.serialized() }, task.error.map { TaskRecord.errorJSON($0).serialized() },
              task.cancellation?.rawValue])
     }
@@ -143,7 +143,7 @@ enum TaskRows {
         set("configuration", \.configurationOverrides,
             after.configurationOverrides.isEmpty ? "{}" : JSON.object(after.configurationOverrides).serialized())
         set("attempts", \.attempts, after.attempts)
-        set("bytes_sent", \.bytesSent, after.bytesSent)
+        set("bytes_sent", \.bytesTransferred, after.bytesTransferred)
         set("started_at", \.startedAt, after.startedAt)
         set("finished_at", \.finishedAt, after.finishedAt)
         set("next_attempt_at", \.nextAttemptAt, after.nextAttemptAt)

@@ -265,5 +265,5 @@ public final class DownloadServer {
     public func url(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/\(name)" }
     public var requests: [JSON] { PythonPeer.lines(logFile) }
     /// Body bytes the server sent, over every request.
-    public var bytesSent: Int64 { requests.reduce(Int64(0)) { $0 + ($1["bytes"]?.intValue ?? 0) } }
+    public var bytesTransferred: Int64 { requests.reduce(Int64(0)) { $0 + ($1["bytes"]?.intValue ?? 0) } }
 }

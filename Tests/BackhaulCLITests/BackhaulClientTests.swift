@@ -19,7 +19,7 @@ struct BackhaulClientTests {
         #expect(task.localPath == "/data/clip.bin" && task.destination == nil && task.uploadProtocol == "chunked")
         #expect(task.url == "https://ingest.example/clips/clip.bin" && task.attempts == 2)
         #expect(
-            task.progress == TaskProgress(bytesSent: 1024, bytesTotal: 4096, fraction: 0.25, bytesPerSecond: 512, etaSeconds: 6))
+            task.progress == TaskProgress(bytesTransferred: 1024, bytesTotal: 4096, fraction: 0.25, bytesPerSecond: 512, etaSeconds: 6))
         #expect(
             task.error == nil && task.lastError == nil && task.responseStatus == nil && task.createdAt == "2026-11-20T10:00:01Z")
         #expect(task.json == (try JSON.parse(Canned.task())))
@@ -247,7 +247,7 @@ struct BackhaulClientTests {
         #expect(
             attempts.count == 1 && attempts[0].number == 2 && attempts[0].outcome == "retry"
                 && attempts[0].error?.httpStatus == 503)
-        #expect(attempts[0].endedAt == "2026-11-20T10:01:10Z" && attempts[0].bytesSent == 10)
+        #expect(attempts[0].endedAt == "2026-11-20T10:01:10Z" && attempts[0].bytesTransferred == 10)
         let state = try client.setNetwork(NetworkOverride(type: "cellular", expensive: true))
         #expect(
             state.type == "cellular" && state.interface == nil && state.expensive && !state.constrained
@@ -278,7 +278,7 @@ struct BackhaulClientTests {
                 return true
             }, tick: { true })
         #expect(last == "8" && received.map(\.type) == ["task.progress", "session.created"])
-        #expect(received[0].task?.id == "tsk_a" && received[0].task?.progress.bytesSent == 1024 && received[1].task == nil)
+        #expect(received[0].task?.id == "tsk_a" && received[0].task?.progress.bytesTransferred == 1024 && received[1].task == nil)
         #expect(transport.sent == ["GET /v1/events?session=cli"])
 
         // Broken after it opened: the stream has ended, and the next follow resumes after the last event.

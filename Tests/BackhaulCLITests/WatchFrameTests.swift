@@ -37,8 +37,8 @@ struct WatchFrameTests {
         for (task, seconds, download, moved, fraction, eta) in cases {
             let progress = WatchFrame.extrapolated(task, by: seconds).progress
             let comment = Comment(rawValue: "\(task.json.serialized()) after \(seconds) s")
-            #expect((download ? progress.bytesReceived : progress.bytesSent) == moved, comment)
-            #expect((download ? progress.bytesSent : progress.bytesReceived) == 0, comment)
+            #expect((download ? progress.bytesReceived : progress.bytesTransferred) == moved, comment)
+            #expect((download ? progress.bytesTransferred : progress.bytesReceived) == 0, comment)
             #expect(progress.fraction == fraction, comment)
             #expect(progress.etaSeconds == eta, comment)
         }

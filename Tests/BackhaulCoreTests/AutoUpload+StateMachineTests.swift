@@ -16,7 +16,7 @@ struct AutoUploadStateMachineTests {
                           request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
-    static let probe = UploadStep.send(PlannedRequest(method: "OPTIONS", url: url, headers: [("Upload-Draft-Interop-Version", "6")],
+    static let probe = TransferStep.send(PlannedRequest(method: "OPTIONS", url: url, headers: [("Upload-Draft-Interop-Version", "6")],
                                                       body: .empty))
 
     // MARK: The rules
@@ -67,7 +67,7 @@ struct AutoUploadStateMachineTests {
         #expect(machine.didReceiveInformational(ResponseHead(status: 104, headers: [
             "upload-draft-interop-version": "3", "location": Self.resource,
         ])) == true)
-        var expected = UploadCheckpoint(offset: 0, location: Self.resource)
+        var expected = TransferCheckpoint(offset: 0, location: Self.resource)
         expected.interopVersion = 3
         expected.protocolSelected = .ietf
         #expect(machine.checkpoint == expected)
@@ -124,7 +124,7 @@ struct AutoUploadStateMachineTests {
 
     @Test("a task that picked keeps its pick across restarts: no OPTIONS, the picked protocol resumes")
     func keepsPick() {
-        var checkpoint = UploadCheckpoint(offset: 1000, location: "http://h:8080/files/abc")
+        var checkpoint = TransferCheckpoint(offset: 1000, location: "http://h:8080/files/abc")
         checkpoint.protocolSelected = .tus
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: checkpoint,
                                  cachedSelection: ProtocolSelection.Choice(.raw))
@@ -144,7 +144,7 @@ struct AutoUploadStateMachineTests {
 
     @Test("the server forgot the picked protocol's upload (404/410 on its resource): ask again, start afresh, say so", arguments: [404, 410])
     func fallback(_ status: Int) {
-        var checkpoint = UploadCheckpoint(offset: 1000, location: Self.resource)
+        var checkpoint = TransferCheckpoint(offset: 1000, location: Self.resource)
         checkpoint.protocolSelected = .ietf
         checkpoint.interopVersion = 6
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: checkpoint)
@@ -166,7 +166,7 @@ struct AutoUploadStateMachineTests {
         #expect(upload?["protocol_fallback"]?["status"]?.intValue == Int64(status))
         #expect(upload?["protocol_fallback"]?["reason"]?.stringValue?.contains("picked again") == true)
         // And it is kept across restarts.
-        #expect(UploadCheckpoint(saved!.json) == saved)
+        #expect(TransferCheckpoint(saved!.json) == saved)
     }
 
     @Test("a 404 that is not about the upload resource (the creation URL itself) is an ordinary failure")
@@ -183,7 +183,7 @@ struct AutoUploadStateMachineTests {
         #expect(task.json()["upload"]?["protocol_selected"] == .null)
         #expect(task.json()["upload"]?["protocol_fallback"] == .null)
         #expect(task.json()["upload"]?["chunk_size"]?.intValue == 1000)
-        var checkpoint = UploadCheckpoint(offset: 0)
+        var checkpoint = TransferCheckpoint(offset: 0)
         checkpoint.protocolSelected = .ietf
         checkpoint.interopVersion = 5
         task.checkpoint = checkpoint
@@ -194,7 +194,7 @@ struct AutoUploadStateMachineTests {
 
     @Test("a checkpoint naming an unknown protocol or a malformed fallback does not parse (the store calls it corrupt)")
     func corruptCheckpoint() throws {
-        #expect(UploadCheckpoint(try JSON.parse(#"{"offset": 0, "protocol_selected": "ftp"}"#)) == nil)
-        #expect(UploadCheckpoint(try JSON.parse(#"{"offset": 0, "fallback": {"from": "x"}}"#)) == nil)
+        #expect(TransferCheckpoint(try JSON.parse(#"{"offset": 0, "protocol_selected": "ftp"}"#)) == nil)
+        #expect(TransferCheckpoint(try JSON.parse(#"{"offset": 0, "fallback": {"from": "x"}}"#)) == nil)
     }
 }

@@ -10,7 +10,7 @@ struct ChunkedUploadStateMachineTests {
                           request: RequestSpec(url: "http://h/u", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
-    func chunk(_ first: Int64, _ last: Int64, of total: Int64) -> UploadStep {
+    func chunk(_ first: Int64, _ last: Int64, of total: Int64) -> TransferStep {
         .send(PlannedRequest(method: "PUT", url: "http://h/u", headers: [("Content-Range", "bytes \(first)-\(last)/\(total)")],
                              body: .file(offset: first, length: last - first + 1)))
     }
@@ -41,7 +41,7 @@ struct ChunkedUploadStateMachineTests {
         #expect(machine.didReceive(ResponseHead(status: 503, headers: ["retry-after": "3"]), now: 0) == .failed(.http(status: 503, retryAfter: 3)))
         #expect(machine.bytesAcknowledged == 1000)
         // Resuming asks the server first.
-        var resumed = ChunkedUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: machine.bytesAcknowledged))
+        var resumed = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: machine.bytesAcknowledged))
         #expect(resumed.start(now: 0) == .send(PlannedRequest(method: "PUT", url: "http://h/u",
                                                               headers: [("Content-Range", "bytes */2500")], body: .file(offset: 0, length: 0))))
         #expect(resumed.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-1499"]), now: 0) == chunk(1500, 2499, of: 2500))
@@ -52,7 +52,7 @@ struct ChunkedUploadStateMachineTests {
         (ResponseHead(status: 416), chunk0: false),
     ])
     func resumeQuery(_ response: ResponseHead, _ fromZero: Bool) {
-        var machine = ChunkedUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 1000))
+        var machine = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000))
         _ = machine.start(now: 0)
         // 308 without Range: the server has nothing; a server that cannot answer: trust the local record.
         #expect(machine.didReceive(response, now: 0) == (fromZero ? chunk(0, 999, of: 2500) : chunk(1000, 1999, of: 2500)))
@@ -60,10 +60,10 @@ struct ChunkedUploadStateMachineTests {
 
     @Test("the resume query: complete already, or a transient error")
     func resumeQueryOutcomes() {
-        var complete = ChunkedUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 1000))
+        var complete = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000))
         _ = complete.start(now: 0)
         #expect(complete.didReceive(ResponseHead(status: 200), now: 0) == .completed)
-        var busy = ChunkedUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 1000))
+        var busy = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000))
         _ = busy.start(now: 0)
         #expect(busy.didReceive(ResponseHead(status: 503), now: 0) == .failed(.http(status: 503, retryAfter: nil)))
     }

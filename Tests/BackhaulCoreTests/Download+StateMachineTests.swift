@@ -13,14 +13,14 @@ struct DownloadStateMachineTests {
         return task
     }
 
-    func checkpoint(offset: Int64, validator: String? = "etag:\"v1\"", total: Int64? = 1000) -> UploadCheckpoint {
-        var checkpoint = UploadCheckpoint(offset: offset, attempt: 1)
+    func checkpoint(offset: Int64, validator: String? = "etag:\"v1\"", total: Int64? = 1000) -> TransferCheckpoint {
+        var checkpoint = TransferCheckpoint(offset: offset, attempt: 1)
         checkpoint.validator = validator
         checkpoint.total = total
         return checkpoint
     }
 
-    func get(_ headers: [(String, String)] = []) -> UploadStep {
+    func get(_ headers: [(String, String)] = []) -> TransferStep {
         .send(PlannedRequest(method: "GET", url: url, headers: headers, body: .empty))
     }
 

@@ -15,8 +15,8 @@ struct IETFUploadStateMachineTests {
                           request: RequestSpec(url: url, method: "POST"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
-    static func resumed(offset: Int64 = 1000, version: Int = 6, location: String = resource) -> UploadCheckpoint {
-        var checkpoint = UploadCheckpoint(offset: offset, location: location)
+    static func resumed(offset: Int64 = 1000, version: Int = 6, location: String = resource) -> TransferCheckpoint {
+        var checkpoint = TransferCheckpoint(offset: offset, location: location)
         checkpoint.interopVersion = version
         return checkpoint
     }
@@ -25,20 +25,20 @@ struct IETFUploadStateMachineTests {
     static func completeness(_ number: Int) -> (String, String) { number < 5 ? ("Upload-Incomplete", "?0") : ("Upload-Complete", "?1") }
     static let noExpect = ("Expect", "")
 
-    static func options(_ number: Int = 6) -> UploadStep {
+    static func options(_ number: Int = 6) -> TransferStep {
         .send(PlannedRequest(method: "OPTIONS", url: url, headers: [version(number)], body: .empty))
     }
 
-    static func creation(_ number: Int, size: Int64 = 2500) -> UploadStep {
+    static func creation(_ number: Int, size: Int64 = 2500) -> TransferStep {
         .send(PlannedRequest(method: "POST", url: url, headers: [version(number), completeness(number), noExpect],
                              body: .file(offset: 0, length: size)))
     }
 
-    static func head(_ number: Int = 6) -> UploadStep {
+    static func head(_ number: Int = 6) -> TransferStep {
         .send(PlannedRequest(method: "HEAD", url: resource, headers: [version(number)], body: .empty))
     }
 
-    static func patch(from offset: Int64, _ number: Int = 6, size: Int64 = 2500) -> UploadStep {
+    static func patch(from offset: Int64, _ number: Int = 6, size: Int64 = 2500) -> TransferStep {
         .send(PlannedRequest(method: "PATCH", url: resource, headers: [
             version(number), ("Upload-Offset", String(offset)), completeness(number), ("Content-Type", "application/partial-upload"), noExpect,
         ], body: .file(offset: offset, length: size - offset)))
@@ -165,7 +165,7 @@ struct IETFUploadStateMachineTests {
         _ = failed.start(now: 0)
         #expect(failed.didReceive(ResponseHead(status: 503, headers: ["retry-after": "7"]), now: 100)
                 == .failed(.http(status: 503, retryAfter: 7)))
-        #expect(failed.checkpoint == UploadCheckpoint(offset: 0).with(version: 6))
+        #expect(failed.checkpoint == TransferCheckpoint(offset: 0).with(version: 6))
     }
 
     // MARK: Resuming
@@ -240,7 +240,7 @@ struct IETFUploadStateMachineTests {
         var machine = IETFUpload(task: Self.task(), headers: [], checkpoint: Self.resumed())
         _ = machine.start(now: 0)
         #expect(machine.didReceive(ResponseHead(status: status), now: 0) == Self.creation(6))
-        #expect(machine.checkpoint == UploadCheckpoint(offset: 0).with(version: 6))
+        #expect(machine.checkpoint == TransferCheckpoint(offset: 0).with(version: 6))
         #expect(machine.cancellation == nil)
 
         var patching = IETFUpload(task: Self.task(), headers: [], checkpoint: Self.resumed())
@@ -356,13 +356,13 @@ struct IETFUploadStateMachineTests {
     @Test("the checkpoint round-trips through JSON with its version")
     func checkpointJSON() {
         let checkpoint = Self.resumed(offset: 77)
-        #expect(UploadCheckpoint(checkpoint.json) == checkpoint)
+        #expect(TransferCheckpoint(checkpoint.json) == checkpoint)
         #expect(checkpoint.json["interop_version"]?.intValue == 6)
     }
 }
 
-extension UploadCheckpoint {
-    func with(version: Int) -> UploadCheckpoint {
+extension TransferCheckpoint {
+    func with(version: Int) -> TransferCheckpoint {
         var copy = self
         copy.interopVersion = version
         return copy

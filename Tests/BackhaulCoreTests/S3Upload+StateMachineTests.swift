@@ -48,7 +48,7 @@ struct S3UploadStateMachineTests {
             Issue.record("expected part 2"); return
         }
         #expect(part2.url == "http://s3/b/k?partNumber=2&uploadId=u%2B1")
-        #expect(machine.checkpoint == UploadCheckpoint(offset: 5 * Self.mib, location: "u+1", parts: ["\"e1\""]))
+        #expect(machine.checkpoint == TransferCheckpoint(offset: 5 * Self.mib, location: "u+1", parts: ["\"e1\""]))
         guard case .send(let part3) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e2\""]), now: 0) else {
             Issue.record("expected part 3"); return
         }
@@ -68,7 +68,7 @@ struct S3UploadStateMachineTests {
     @Test("a 200 carrying an <Error> from Complete is retried, not taken as success")
     func completeError() {
         var machine = S3Upload(task: task(size: 12 * Self.mib, chunk: 6 * Self.mib), headers: [],
-                               checkpoint: UploadCheckpoint(offset: 12 * Self.mib, location: "u", parts: ["a", "b"]))
+                               checkpoint: TransferCheckpoint(offset: 12 * Self.mib, location: "u", parts: ["a", "b"]))
         _ = machine.start(now: 0)
         _ = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>a</ETag><Size>6291456</Size></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag><Size>6291456</Size></Part></ListPartsResult>")), now: 0)
         #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<Error><Code>InternalError</Code></Error>")), now: 0)
@@ -78,7 +78,7 @@ struct S3UploadStateMachineTests {
     @Test("resume: ListParts decides, up to the first missing or short part")
     func resume() {
         var machine = S3Upload(task: task(size: 20 * Self.mib, chunk: 5 * Self.mib), headers: [],
-                               checkpoint: UploadCheckpoint(offset: 15 * Self.mib, location: "u", parts: ["a", "b", "c"]))
+                               checkpoint: TransferCheckpoint(offset: 15 * Self.mib, location: "u", parts: ["a", "b", "c"]))
         guard case .send(let list) = machine.start(now: 0) else { Issue.record("expected ListParts"); return }
         #expect(list.method == "GET" && list.url == "http://s3/b/k?uploadId=u")
         let parts = "<Part><PartNumber>1</PartNumber><ETag>&quot;a&quot;</ETag><Size>5242880</Size></Part>"
@@ -92,7 +92,7 @@ struct S3UploadStateMachineTests {
 
     @Test("resume: a vanished upload (404) starts a new one")
     func vanished() {
-        var machine = S3Upload(task: task(size: 20 * Self.mib), headers: [], checkpoint: UploadCheckpoint(offset: 0, location: "u"))
+        var machine = S3Upload(task: task(size: 20 * Self.mib), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "u"))
         _ = machine.start(now: 0)
         guard case .send(let create) = machine.didReceive(ResponseHead(status: 404), now: 0) else { Issue.record("expected a request"); return }
         #expect(create.url == "http://s3/b/k?uploads=")
@@ -141,7 +141,7 @@ struct S3UploadStateMachineTests {
     @Test("checksum: ListParts on resume brings back each part's checksum")
     func checksumResume() {
         var machine = S3Upload(task: checksummed(size: 12 * Self.mib), headers: [],
-                               checkpoint: UploadCheckpoint(offset: 0, location: "u", parts: []))
+                               checkpoint: TransferCheckpoint(offset: 0, location: "u", parts: []))
         _ = machine.start(now: 0)
         let listing = "<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><ChecksumSHA256>c1==</ChecksumSHA256>"
             + "<Size>5242880</Size></Part></ListPartsResult>"
@@ -149,7 +149,7 @@ struct S3UploadStateMachineTests {
             Issue.record("expected part 2"); return
         }
         #expect(part2.url.hasPrefix("http://s3/b/k?partNumber=2&"))
-        #expect(machine.checkpoint == UploadCheckpoint(offset: 5 * Self.mib, location: "u", parts: ["\"e1\""], partChecksums: ["c1=="]))
+        #expect(machine.checkpoint == TransferCheckpoint(offset: 5 * Self.mib, location: "u", parts: ["\"e1\""], partChecksums: ["c1=="]))
     }
 
     @Test("checksum: a single PUT carries the digest; without checksums a 400 BadDigest is an ordinary failure")
@@ -193,7 +193,7 @@ struct S3CancellationTests {
         ("https://bkt.s3.eu-west-1.amazonaws.com/a/k.bin", 2, nil, "GET https://bkt.s3.eu-west-1.amazonaws.com/?prefix=a&uploads="),
     ] as [(String, Int, String?, String?)])
     func plans(url: String, attempts: Int, uploadID: String?, expected: String?) {
-        let checkpoint = uploadID.map { UploadCheckpoint(offset: 0, location: $0) }
+        let checkpoint = uploadID.map { TransferCheckpoint(offset: 0, location: $0) }
         let machine = S3Upload(task: task(url: url, attempts: attempts), headers: [], checkpoint: checkpoint)
         let plan = machine.cancellation
         #expect(plan.map { "\($0.request.method) \($0.request.url)" } == expected)

@@ -23,16 +23,16 @@ struct TaskTransitionTests {
     static let rows: [(TaskState, WaitingReason?, TaskInput, TaskState?, WaitingReason?)] = [
         (.queued, nil, .attemptStarted, .running, nil),
         (.waiting, .scheduled, .attemptStarted, nil, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 100, .completed(response)), .completed, nil),
-        (.running, nil, .attemptEnded(attempt: 2, bytesSent: 100, .completed(response)), nil, nil),
-        (.cancelled, nil, .attemptEnded(attempt: 1, bytesSent: 100, .completed(response)), nil, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .failed(error, nil)), .failed, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .retry(at: 1_010, error, nil)), .retrying, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .authenticationRequired(nil)), .authRequired, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .interrupted), .queued, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .held(.cellularNotAllowed)), .waiting, .cellularNotAllowed),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .cancelled(.insufficientSystemResources, "full")), .cancelled, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesSent: 0, .invalidConfiguration(error)), .failed, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 100, .completed(response)), .completed, nil),
+        (.running, nil, .attemptEnded(attempt: 2, bytesTransferred: 100, .completed(response)), nil, nil),
+        (.cancelled, nil, .attemptEnded(attempt: 1, bytesTransferred: 100, .completed(response)), nil, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .failed(error, nil)), .failed, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .retry(at: 1_010, error, nil)), .retrying, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .authenticationRequired(nil)), .authRequired, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .interrupted), .queued, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .held(.cellularNotAllowed)), .waiting, .cellularNotAllowed),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .cancelled(.insufficientSystemResources, "full")), .cancelled, nil),
+        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .invalidConfiguration(error)), .failed, nil),
         (.running, nil, .requeued(counted: true), .queued, nil),
         (.queued, nil, .requeued(counted: false), nil, nil),
         (.queued, nil, .command(.cancel, .userCancelled), .cancelled, nil),
@@ -84,16 +84,16 @@ struct TaskTransitionTests {
         let queued = Self.task(.queued, attempts: 0)
         let started = try queued.applying(.attemptStarted, now: 10).get()
         #expect(started.attempts == 1 && started.startedAt == 10 && TaskTransition.event(from: queued, to: started) == nil)
-        let retrying = try started.applying(.attemptEnded(attempt: 1, bytesSent: 40, .retry(at: 20, Self.error, nil)), now: 11).get()
+        let retrying = try started.applying(.attemptEnded(attempt: 1, bytesTransferred: 40, .retry(at: 20, Self.error, nil)), now: 11).get()
         #expect(retrying.nextAttemptAt == 20 && retrying.lastError == LastError(Self.error, at: 11) && retrying.error == nil)
-        #expect(retrying.bytesSent == 40)
+        #expect(retrying.bytesTransferred == 40)
         let again = try retrying.applying(.retryDue, now: 20).get().applying(.attemptStarted, now: 21).get()
         #expect(again.attempts == 2 && again.startedAt == 10 && again.nextAttemptAt == nil)
-        let held = try again.applying(.attemptEnded(attempt: 2, bytesSent: 40, .held(.noConnectivity)), now: 22).get()
+        let held = try again.applying(.attemptEnded(attempt: 2, bytesTransferred: 40, .held(.noConnectivity)), now: 22).get()
         #expect(held.attempts == 1, "a held attempt is not counted")
         #expect(TaskTransition.event(from: again, to: held) == .taskWaiting)
         let done = try held.applying(.policy(.run), now: 23).get().applying(.attemptStarted, now: 24).get()
-            .applying(.attemptEnded(attempt: 2, bytesSent: 100, .completed(Self.response)), now: 25).get()
+            .applying(.attemptEnded(attempt: 2, bytesTransferred: 100, .completed(Self.response)), now: 25).get()
         #expect(done.finishedAt == 25 && done.response == Self.response && done.lastError == LastError(Self.error, at: 11))
         #expect(TaskTransition.event(from: held, to: done) == .taskCompleted && TaskTransition.finished(from: held, to: done))
         let cancelled = try Self.task(.running).applying(.command(.cancel, .backgroundUpdatesDisabled), now: 30).get()

@@ -13,7 +13,7 @@ struct TusUploadStateMachineTests {
 
     let tus = ("Tus-Resumable", "1.0.0")
 
-    func patch(_ offset: Int64, _ length: Int64, at url: String = "http://h:1080/files/abc") -> UploadStep {
+    func patch(_ offset: Int64, _ length: Int64, at url: String = "http://h:1080/files/abc") -> TransferStep {
         .send(PlannedRequest(method: "PATCH", url: url, headers: [tus, ("Upload-Offset", String(offset)),
                                                                   ("Content-Type", "application/offset+octet-stream")],
                              body: .file(offset: offset, length: length)))
@@ -29,7 +29,7 @@ struct TusUploadStateMachineTests {
         #expect(create.headers.contains { $0 == ("Upload-Metadata", "filename Y2xpcC5tcDQ=,filetype dmlkZW8vbXA0") })
         #expect(create.headers.contains { $0 == tus })
         #expect(machine.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0) == patch(0, 1000))
-        #expect(machine.checkpoint == UploadCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
+        #expect(machine.checkpoint == TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         #expect(machine.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "1000"]), now: 0) == patch(1000, 1000))
         #expect(machine.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "2000"]), now: 0) == patch(2000, 500))
         #expect(machine.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "2500"]), now: 0) == .completed)
@@ -38,14 +38,14 @@ struct TusUploadStateMachineTests {
 
     @Test("resume: HEAD gives the server's offset")
     func resume() {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
         #expect(machine.start(now: 0) == .send(PlannedRequest(method: "HEAD", url: "http://h:1080/files/abc", headers: [tus], body: .empty)))
         #expect(machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1800"]), now: 0) == patch(1800, 700))
     }
 
     @Test("409 offset mismatch re-syncs with HEAD instead of failing")
     func conflict() {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         _ = machine.start(now: 0)
         _ = machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "0"]), now: 0)
         #expect(machine.didReceive(ResponseHead(status: 409), now: 0)
@@ -55,7 +55,7 @@ struct TusUploadStateMachineTests {
 
     @Test("an expired upload (404 or 410 to HEAD) starts a new one", arguments: [404, 410])
     func expired(_ status: Int) {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
         _ = machine.start(now: 0)
         guard case .send(let request) = machine.didReceive(ResponseHead(status: status), now: 0) else { Issue.record("expected a request"); return }
         #expect(request.method == "POST")
@@ -67,7 +67,7 @@ struct TusUploadStateMachineTests {
         var machine = TusUpload(task: task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
         #expect(machine.didReceive(ResponseHead(status: 503), now: 0) == .failed(.http(status: 503, retryAfter: nil)))
-        var backwards = TusUpload(task: task(), headers: [], checkpoint: UploadCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
+        var backwards = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         _ = backwards.start(now: 0)
         _ = backwards.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0)
         guard case .failed(.fatal) = backwards.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "500"]), now: 0) else {
@@ -86,7 +86,7 @@ struct TusUploadStateMachineTests {
 
     @Test("checksum: OPTIONS first; an offer of sha256 puts Upload-Checksum on every PATCH; 460 sends the chunk again")
     func checksumOffered() {
-        var machine = TusUpload(task: checksummed(), headers: [], checkpoint: UploadCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(task: checksummed(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
         #expect(machine.start(now: 0) == .send(PlannedRequest(method: "OPTIONS", url: "http://h:1080/files", headers: [tus], body: .empty)))
         guard case .send(let head) = machine.didReceive(ResponseHead(status: 204, headers: Self.offersSHA256), now: 0) else {
             Issue.record("expected HEAD"); return

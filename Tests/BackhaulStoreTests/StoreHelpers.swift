@@ -18,14 +18,14 @@ extension Store {
         return try waitFor { done in startAttempt(task, done: done) }
     }
 
-    func finishAttempt(id: String, attempt: Int, bytesSent: Int64, result: AttemptEnd) throws -> TaskRecord? {
+    func finishAttempt(id: String, attempt: Int, bytesTransferred: Int64, result: AttemptEnd) throws -> TaskRecord? {
         guard let task = try task(id: id) else { return nil }
         let now = SystemClock().now()
-        let history = AttemptRecord(startedAt: now, endedAt: now, bytesSent: bytesSent, bytesReceived: 0, outcome: result.outcome)
+        let history = AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: bytesTransferred, bytesReceived: 0, outcome: result.outcome)
         var started = task
         started.attempts = attempt
         started.state = .running
-        return try waitFor { done in finishAttempt(started, bytesSent: bytesSent, end: result, history: history, done: done) }
+        return try waitFor { done in finishAttempt(started, bytesTransferred: bytesTransferred, end: result, history: history, done: done) }
     }
 
     func requeueRunning(except running: Set<String>) throws -> Int {

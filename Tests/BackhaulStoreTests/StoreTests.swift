@@ -144,7 +144,7 @@ struct StoreTests {
         #expect(running.state == .running && running.attempts == 1)
         #expect(try store.startAttempt(id: "a") == nil)
         _ = try store.apply(.cancel, to: "a")
-        #expect(try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil)) == nil)
+        #expect(try store.finishAttempt(id: "a", attempt: 1, bytesTransferred: 10, result: .completed(nil)) == nil)
         #expect(try store.task(id: "a")?.state == .cancelled)
     }
 
@@ -221,7 +221,7 @@ struct StoreTests {
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         _ = try store.startAttempt(id: "a")
         _ = try store.startAttempt(id: "b")
-        _ = try store.finishAttempt(id: "b", attempt: 1, bytesSent: 10, result: .completed(nil))
+        _ = try store.finishAttempt(id: "b", attempt: 1, bytesTransferred: 10, result: .completed(nil))
         #expect(try store.recoverInterrupted() == 1)
         #expect(try store.task(id: "a")?.state == .queued)
         #expect(try store.task(id: "a")?.attempts == 1)
@@ -234,7 +234,7 @@ struct StoreTests {
         scheduled.earliestBeginAt = clock.now() + 10
         _ = try store.createTasks(sessionID: "s", [makeTask("retry"), scheduled, makeTask("expiring", deadline: clock.now() + 20)])
         _ = try store.startAttempt(id: "retry")
-        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesSent: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
+        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesTransferred: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
         #expect(try store.nextTimer() == clock.now() + 5)
         clock.advance(6)
         #expect(try store.fireTimers(now: clock.now()).expired == 0)
@@ -252,7 +252,7 @@ struct StoreTests {
     func events() throws {
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         _ = try store.startAttempt(id: "a")
-        _ = try store.finishAttempt(id: "a", attempt: 1, bytesSent: 10, result: .completed(nil))
+        _ = try store.finishAttempt(id: "a", attempt: 1, bytesTransferred: 10, result: .completed(nil))
         _ = try store.apply(.cancel, to: "b")
         let types = try store.events(after: 0).map(\.type)
         #expect(types == ["task.completed", "task.cancelled", "session.drained"])
@@ -325,7 +325,7 @@ struct StoreCleanupTests {
         _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("other")])
         _ = try store.startAttempt(id: "other")
         store.saveCheckpoint(sequence: try #require(try store.task(id: "other")).sequence, attempt: 1,
-                             UploadCheckpoint(offset: 0, location: "held-id"))
+                             TransferCheckpoint(offset: 0, location: "held-id"))
         try store.settle()
         _ = try store.startAttempt(id: "ran")
         _ = try store.apply(.cancel, to: "ran")

@@ -96,36 +96,36 @@ public struct ResponseHead: Sendable, Equatable {
 }
 
 /// What an upload protocol wants next.
-public enum UploadStep: Sendable, Equatable {
+public enum TransferStep: Sendable, Equatable {
     case send(PlannedRequest)
     /// Every byte is acknowledged; the last response is the task's response.
     case completed
     case failed(AttemptFailure)
 }
 
-extension UploadStep {
+extension TransferStep {
     /// A response that ends the attempt: the status (and `Retry-After`) go to the retry policy.
-    public static func failed(_ response: ResponseHead, now: Timestamp) -> UploadStep {
+    public static func failed(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
         return .failed(.http(status: response.status, retryAfter: retryAfter))
     }
 
     /// The server refused the body because its checksum did not match: send it again.
-    public static func checksumMismatch(_ response: ResponseHead) -> UploadStep {
+    public static func checksumMismatch(_ response: ResponseHead) -> TransferStep {
         .failed(.checksumMismatch(status: response.status))
     }
 
     /// The server broke the protocol: no retry will help.
-    public static func protocolViolation(_ message: String) -> UploadStep {
+    public static func protocolViolation(_ message: String) -> TransferStep {
         .failed(.fatal(TaskError(.badServerResponse, message: message)))
     }
 }
 
 /// One upload protocol as a pure state machine: no I/O, no clock, no randomness.
 /// The engine calls `start` at each attempt, then `didReceive` for each response.
-public protocol UploadStateMachine: Sendable {
-    mutating func start(now: Timestamp) -> UploadStep
-    mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep
+public protocol TransferStateMachine: Sendable {
+    mutating func start(now: Timestamp) -> TransferStep
+    mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep
     /// An informational (1xx) response to the request in flight, handed over as soon as its head
     /// arrived while the request body may still be streaming (an IETF `104` naming the upload
     /// resource). True when `checkpoint` changed: the engine persists it at once.
@@ -133,74 +133,23 @@ public protocol UploadStateMachine: Sendable {
     /// Bytes the server has acknowledged (what survives a failure).
     var bytesAcknowledged: Int64 { get }
     /// What a resumable protocol persists as it goes (nil: the protocol starts over each attempt).
-    var checkpoint: UploadCheckpoint? { get }
+    var checkpoint: TransferCheckpoint? { get }
     /// What releases the server's side when the task is cancelled (tus termination, S3 abort).
     var cancellation: CleanupPlan? { get }
 }
 
-extension UploadStateMachine {
+extension TransferStateMachine {
     public mutating func didReceiveInformational(_ response: ResponseHead) -> Bool { false }
-    public var checkpoint: UploadCheckpoint? { nil }
+    public var checkpoint: TransferCheckpoint? { nil }
     public var cancellation: CleanupPlan? { nil }
 }
 
-/// `raw` and `multipart`: the whole file in one request; success is any 2xx.
-public struct SingleRequestUpload: UploadStateMachine {
-    private enum State: Equatable { case idle, sent, done }
-    private var state = State.idle
-    private var request: PlannedRequest
-    private let fileSize: Int64
-
-    public init(task: TaskRecord, headers: [(String, String)]) {
-        fileSize = task.file.size
-        var headers = headers
-        let body: PlannedBody
-        switch task.upload.protocolName {
-        case .multipart:
-            body = .multipart(MultipartPlan(
-                fields: task.upload.fields.map { FormField(name: $0.0, value: $0.1) },
-                fileField: task.upload.field,
-                filename: task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file"),
-                contentType: task.upload.contentType ?? "application/octet-stream",
-                fileLength: task.file.size,
-                digestField: task.upload.checksum == .sha256 ? MultipartPlan.digestFieldName : nil))
-        default:
-            body = .file(offset: 0, length: task.file.size)
-            if let type = task.upload.contentType, !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
-                headers.append(("Content-Type", type))
-            }
-        }
-        request = PlannedRequest(method: task.request.method, url: task.request.url, headers: headers, body: body)
-        if task.upload.checksum == .sha256, task.upload.protocolName == .raw {
-            // The whole representation is the body: both digests are the same.
-            request.digestTrailers = ["Repr-Digest", "Content-Digest"]
-        }
-    }
-
-    public mutating func start(now: Timestamp) -> UploadStep {
-        state = .sent
-        return .send(request)
-    }
-
-    public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> UploadStep {
-        guard state == .sent else { return .protocolViolation("unexpected response") }
-        if (200..<300).contains(response.status) {
-            state = .done
-            return .completed
-        }
-        state = .idle
-        return .failed(response, now: now)
-    }
-
-    public var bytesAcknowledged: Int64 { state == .done ? fileSize : 0 }
-}
-
 /// Makes the state machine for a task's protocol.
-public enum UploadProtocols {
+public enum TransferMachines {
     /// `cachedSelection`: for `auto`, what an `OPTIONS` to the same host found lately (the engine
     /// keeps it); a task that picked before keeps its own pick (its checkpoint).
     public static func machine(for task: TaskRecord, headers: [(String, String)],
-                               cachedSelection: ProtocolSelection.Choice? = nil) -> any UploadStateMachine {
+                               cachedSelection: ProtocolSelection.Choice? = nil) -> any TransferStateMachine {
         if task.kind == .download { return DownloadMachine(task: task, headers: headers, checkpoint: task.checkpoint) }
         switch task.upload.protocolName {
         case .ietf:
