@@ -3,7 +3,7 @@ SWIFT ?= swift
 ARGS ?=
 SHELL := /bin/bash
 
-.PHONY: deps test-deps bench-deps build release run test ietf-peer torture bench image-test lint clean
+.PHONY: deps test-deps bench-deps build release run test ietf-peer torture bench image-test lint format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -29,7 +29,7 @@ run: build
 ## that hangs costs CI minutes, not its whole 90-minute budget. The whole log is kept in
 ## .build/test.log; its failures are printed again at the end, where CI's tail shows them.
 TEST_TIME_LIMIT ?= 1200
-test: test-deps ietf-peer
+test: test-deps lint ietf-peer
 	$(SWIFT) build --build-tests
 	@set -o pipefail; timeout --kill-after=30 $(TEST_TIME_LIMIT) $(SWIFT) test --skip-build 2>&1 | tee .build/test.log \
 	  || { echo "==== failures (from .build/test.log)"; grep -a -E 'recorded an issue|✘ Test .* failed|error:' .build/test.log | tail -60; exit 1; }
@@ -56,8 +56,12 @@ torture: test-deps
 image-test:
 	bash scripts/image-test.sh
 
+## Style: swift-format's rules (.swift-format) as errors; `make format` fixes most in place.
 lint:
-	$(SWIFT) format lint --recursive --configuration .swift-format Sources Tests
+	$(SWIFT) format lint --strict --parallel --recursive --configuration .swift-format Sources Tests Package.swift
+
+format:
+	$(SWIFT) format format --in-place --parallel --recursive --configuration .swift-format Sources Tests Package.swift
 
 clean:
 	rm -rf .build .build-ietfpeer

@@ -3,7 +3,7 @@ import PackageDescription
 
 /// One settings array for every Swift target.
 let swiftSettings: [SwiftSetting] = [
-    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("ExistentialAny")
 ]
 
 let package = Package(
@@ -41,8 +41,10 @@ let package = Package(
         // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
         .target(
             name: "BackhaulUI", dependencies: ["Digest"],
-            resources: [.embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/app.js"),
-                        .embedInCode("Assets/icon.svg")],
+            resources: [
+                .embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/app.js"),
+                .embedInCode("Assets/icon.svg"),
+            ],
             swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
@@ -62,7 +64,9 @@ let package = Package(
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulWebhooks",
-            dependencies: ["BackhaulCore", "BackhaulStore", "Curl", "Digest", "Threads", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "BackhaulCore", "BackhaulStore", "Curl", "Digest", "Threads", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulAPI",
@@ -74,7 +78,8 @@ let package = Package(
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles", "MicroHTTP",
+                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
+                "MicroHTTP",
                 "JSON", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -94,9 +99,11 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         .testTarget(
-            name: "BackhaulCoreTests", dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
+            name: "BackhaulCoreTests",
+            dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSON"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSON"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSON"],
             swiftSettings: swiftSettings),
@@ -105,11 +112,16 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
-            dependencies: ["BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSON", "Threads"],
+            dependencies: [
+                "BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSON",
+                "Threads",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["BackhaulTesting", "JSON", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul"],
+            dependencies: [
+                "BackhaulTesting", "JSON", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul",
+            ],
             swiftSettings: swiftSettings),
     ]
 )

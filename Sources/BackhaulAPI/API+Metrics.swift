@@ -16,7 +16,9 @@ extension API {
             text.sample("backhaul_tasks_waiting", ["reason": reason.rawValue], Double(waiting[reason] ?? 0))
         }
         let deliveries = try stored { () throws(StoreError) in try store.deliveryCounts() }
-        text.family("backhaul_webhook_deliveries", "gauge", "Webhook deliveries kept in the store, by state (failed: gave up after every retry).")
+        text.family(
+            "backhaul_webhook_deliveries", "gauge",
+            "Webhook deliveries kept in the store, by state (failed: gave up after every retry).")
         for state in DeliveryRecord.State.allCases {
             text.sample("backhaul_webhook_deliveries", ["state": state.rawValue], Double(deliveries[state] ?? 0))
         }
@@ -25,17 +27,25 @@ extension API {
             text.family("backhaul_transfers_running", "gauge", "Transfers in flight.")
             text.sample("backhaul_transfers_running", [:], Double(figures.running))
             text.family("backhaul_network_info", "gauge", "The network the policy sees (1 for the one in force).")
-            text.sample("backhaul_network_info", ["type": network.type.rawValue, "expensive": String(network.expensive),
-                                                  "constrained": String(network.constrained), "source": network.source.rawValue], 1)
+            text.sample(
+                "backhaul_network_info",
+                [
+                    "type": network.type.rawValue, "expensive": String(network.expensive),
+                    "constrained": String(network.constrained), "source": network.source.rawValue,
+                ], 1)
             text.family("backhaul_sent_bytes_total", "counter", "Request body bytes sent, by network type.")
             for type in NetworkType.allCases {
-                text.sample("backhaul_sent_bytes_total", ["network_type": type.rawValue], Double(figures.bytesSentByNetwork[type] ?? 0))
+                text.sample(
+                    "backhaul_sent_bytes_total", ["network_type": type.rawValue], Double(figures.bytesSentByNetwork[type] ?? 0))
             }
             text.family("backhaul_received_bytes_total", "counter", "Download body bytes received, by network type.")
             for type in NetworkType.allCases {
-                text.sample("backhaul_received_bytes_total", ["network_type": type.rawValue], Double(figures.bytesReceivedByNetwork[type] ?? 0))
+                text.sample(
+                    "backhaul_received_bytes_total", ["network_type": type.rawValue],
+                    Double(figures.bytesReceivedByNetwork[type] ?? 0))
             }
-            text.family("backhaul_policy_stops_total", "counter", "Running transfers the policy stopped, by the reason they wait for.")
+            text.family(
+                "backhaul_policy_stops_total", "counter", "Running transfers the policy stopped, by the reason they wait for.")
             for reason in Policy.reasons.map(\.rawValue).sorted() + ["failed"] {
                 text.sample("backhaul_policy_stops_total", ["reason": reason], Double(figures.policyStops[reason] ?? 0))
             }
@@ -43,40 +53,48 @@ extension API {
             for reason in EngineMetrics.retryReasons {
                 text.sample("backhaul_retries_total", ["reason": reason], Double(figures.retries[reason] ?? 0))
             }
-            text.family("backhaul_engine_faults_total", "counter",
-                        "Things the engine could not do and logged as errors, by kind (each should be zero).")
+            text.family(
+                "backhaul_engine_faults_total", "counter",
+                "Things the engine could not do and logged as errors, by kind (each should be zero).")
             for fault in EngineMetrics.Fault.allCases {
                 text.sample("backhaul_engine_faults_total", ["kind": fault.rawValue], Double(figures.faults[fault.rawValue] ?? 0))
             }
             text.family("backhaul_bandwidth_limit_bytes_per_second", "gauge", "The bandwidth limit in force (0: none).")
             text.sample("backhaul_bandwidth_limit_bytes_per_second", [:], Double(figures.bandwidthLimit ?? 0))
-            text.family("backhaul_discretionary_budget_remaining_bytes", "gauge", "What is left today of each discretionary budget.")
+            text.family(
+                "backhaul_discretionary_budget_remaining_bytes", "gauge", "What is left today of each discretionary budget.")
             for type in NetworkType.allCases {
                 if let remaining = figures.budgetRemaining[type] {
-                    text.sample("backhaul_discretionary_budget_remaining_bytes", ["network_type": type.rawValue], Double(remaining))
+                    text.sample(
+                        "backhaul_discretionary_budget_remaining_bytes", ["network_type": type.rawValue], Double(remaining))
                 }
             }
         }
         let maintenance = store.maintenanceFigures
         text.family("backhaul_tasks_pruned_total", "counter", "Finished tasks removed after their retention.")
         text.sample("backhaul_tasks_pruned_total", [:], Double(maintenance.tasksPruned))
-        text.family("backhaul_events_pruned_total", "counter", "Events removed with their tasks or after the event log's retention.")
+        text.family(
+            "backhaul_events_pruned_total", "counter", "Events removed with their tasks or after the event log's retention.")
         text.sample("backhaul_events_pruned_total", [:], Double(maintenance.eventsPruned))
         if let oldest = try? store.oldestFinishedTask(now: clock.now()) {
-            text.family("backhaul_oldest_finished_task_seconds", "gauge", "How long ago the oldest finished task still kept finished.")
+            text.family(
+                "backhaul_oldest_finished_task_seconds", "gauge", "How long ago the oldest finished task still kept finished.")
             text.sample("backhaul_oldest_finished_task_seconds", [:], oldest.rounded())
         }
         text.family("backhaul_wal_frames", "gauge", "Frames in the SQLite write-ahead log after the last commit.")
         text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
-        text.family("backhaul_wal_checkpoints_total", "counter", "WAL checkpoints run by the writer, by mode (busy: readers held part of it).")
+        text.family(
+            "backhaul_wal_checkpoints_total", "counter",
+            "WAL checkpoints run by the writer, by mode (busy: readers held part of it).")
         text.sample("backhaul_wal_checkpoints_total", ["mode": "passive"], Double(maintenance.passiveCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "truncate"], Double(maintenance.truncateCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "busy"], Double(maintenance.checkpointsBusy))
         text.family("backhaul_pages_vacuumed_total", "counter", "Free pages returned to the file system (incremental vacuum).")
         text.sample("backhaul_pages_vacuumed_total", [:], Double(maintenance.pagesVacuumed))
         requestMetrics?.write(to: &text)
-        return HTTPResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
-                            body: Array(text.output.utf8))
+        return HTTPResponse(
+            status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+            body: Array(text.output.utf8))
     }
 }
 

@@ -21,7 +21,8 @@ extension API {
             try reader.rejectUnknown(["configuration"])
             return try TransferConfiguration().applying(reader.value("configuration") ?? .object([:]))
         }
-        let (session, created) = try stored { () throws(StoreError) in try store.putSession(id: id, configuration: configuration) }
+        let (session, created) = try stored { () throws(StoreError) in try store.putSession(id: id, configuration: configuration)
+        }
         let counts = try stored { () throws(StoreError) in try store.session(id: id)?.1 ?? [:] }
         return API.json(created ? 201 : 200, session.json(taskCounts: counts))
     }

@@ -23,7 +23,8 @@ extension API {
                 throw Problem(.validationFailed, "a batch is {\"tasks\": [...]} and nothing else", extra: ["field": "tasks"])
             }
             guard !array.isEmpty, array.count <= options.maxTasksPerBatch else {
-                throw Problem(.validationFailed, "a batch holds 1 to \(options.maxTasksPerBatch) tasks", extra: ["field": "tasks"])
+                throw Problem(
+                    .validationFailed, "a batch holds 1 to \(options.maxTasksPerBatch) tasks", extra: ["field": "tasks"])
             }
             items = array.enumerated().map { ($0.element, "tasks[\($0.offset)]") }
         } else {
@@ -60,11 +61,12 @@ extension API {
         }
         let file: FileInfo
         var download = draft.download
-        let inspected = download.map { spec in
-            options.allowedRoots.inspectDestination(spec.destination, overwrite: spec.overwrite).map {
-                FileInfo(path: $0, size: 0, modifiedAtNanoseconds: 0)
-            }
-        } ?? options.allowedRoots.inspect(draft.filePath)
+        let inspected =
+            download.map { spec in
+                options.allowedRoots.inspectDestination(spec.destination, overwrite: spec.overwrite).map {
+                    FileInfo(path: $0, size: 0, modifiedAtNanoseconds: 0)
+                }
+            } ?? options.allowedRoots.inspect(draft.filePath)
         switch inspected {
         case .success(let info): file = info
         case .failure(let error):
@@ -96,14 +98,18 @@ extension API {
         var state: TaskState?
         if let name = request.http.query["state"] {
             guard let parsed = TaskState(rawValue: name) else {
-                throw Problem(.validationFailed, "state must be one of \(TaskState.allCases.map(\.rawValue).joined(separator: ", "))",
-                              extra: ["field": "state"])
+                throw Problem(
+                    .validationFailed, "state must be one of \(TaskState.allCases.map(\.rawValue).joined(separator: ", "))",
+                    extra: ["field": "state"])
             }
             state = parsed
         }
         let (limit, cursor) = try page(request)
-        let page = try stored { () throws(StoreError) in try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit) }
-        return API.json(200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+        let page = try stored { () throws(StoreError) in
+            try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit)
+        }
+        return API.json(
+            200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
     }
 
     /// `limit` (1…1000, default 100) and `cursor` of a list request.

@@ -14,8 +14,9 @@ extension API {
         var events: [EventType] = []
         for item in items {
             guard let type = item.stringValue.flatMap(EventType.init(rawValue:)) else {
-                throw ValidationError(reader.field("events"),
-                                      "must name event types among \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
+                throw ValidationError(
+                    reader.field("events"),
+                    "must name event types among \(EventType.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             if !events.contains(type) { events.append(type) }
         }
@@ -59,9 +60,10 @@ extension API {
             try reader.rejectUnknown(API.webhookFields)
             guard let url = try API.decodeWebhookURL(reader) else { throw ValidationError("url", "is required") }
             try checkWebhookDestination(url)
-            return WebhookRecord(id: RandomID.make(prefix: "wh_"), sessionID: sessionID, url: url,
-                                 events: try API.decodeEvents(reader) ?? EventType.defaultSubscription,
-                                 secret: try API.decodeSecret(reader) ?? WebhookRecord.generateSecret(), createdAt: now)
+            return WebhookRecord(
+                id: RandomID.make(prefix: "wh_"), sessionID: sessionID, url: url,
+                events: try API.decodeEvents(reader) ?? EventType.defaultSubscription,
+                secret: try API.decodeSecret(reader) ?? WebhookRecord.generateSecret(), createdAt: now)
         }
         try stored { () throws(StoreError) in try store.createWebhook(webhook) }
         return API.json(201, webhook.json(showingSecret: true))
@@ -129,7 +131,8 @@ extension API {
         var state: DeliveryRecord.State?
         if let name = request.http.query["state"] {
             guard let parsed = DeliveryRecord.State(rawValue: name) else {
-                throw Problem(.validationFailed, "state must be pending, delivered, failed or abandoned", extra: ["field": "state"])
+                throw Problem(
+                    .validationFailed, "state must be pending, delivered, failed or abandoned", extra: ["field": "state"])
             }
             state = parsed
         }
@@ -137,8 +140,12 @@ extension API {
         let page = try stored { () throws(StoreError) in
             try store.deliveries(webhookID: webhook.id, state: state, cursor: cursor, limit: limit)
         }
-        return API.json(200, ["deliveries": .array(page.deliveries.map(\.json)),
-                              "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+        return API.json(
+            200,
+            [
+                "deliveries": .array(page.deliveries.map(\.json)),
+                "next_cursor": page.nextCursor.map { .string($0) } ?? .null,
+            ])
     }
 
     /// `GET /v1/events`: the live stream, from `Last-Event-ID` (or `?after=`), else from now.
@@ -163,14 +170,19 @@ extension API {
         let cursor: Int64
         if let resume {
             guard let parsed = Int64(resume), parsed >= 0 else {
-                throw Problem(.validationFailed, "Last-Event-ID is an event id this stream gave out", extra: ["field": "Last-Event-ID"])
+                throw Problem(
+                    .validationFailed, "Last-Event-ID is an event id this stream gave out", extra: ["field": "Last-Event-ID"])
             }
             cursor = parsed
         } else {
             cursor = try stored { () throws(StoreError) in try store.lastEventSequence() }
         }
         let stream = EventStream(store: store, feed: feed, session: session, visible: visible, after: cursor)
-        return HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"),
-                                                   ("X-Accel-Buffering", "no")], stream: stream)
+        return HTTPResponse(
+            status: 200,
+            headers: [
+                ("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"),
+                ("X-Accel-Buffering", "no"),
+            ], stream: stream)
     }
 }

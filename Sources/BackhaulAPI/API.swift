@@ -39,9 +39,11 @@ public final class API: Sendable {
     /// What the HTTP layer measured of each request, shown by `/metrics`.
     let requestMetrics: RequestMetrics?
 
-    public init(store: Store, status: (any TransferStatus)?, settings: ServiceSettings?, eventFeed: EventFeed? = nil,
-                requestMetrics: RequestMetrics? = nil, options: APIOptions,
-                clock: any Clock = SystemClock(), logger: Logger) {
+    public init(
+        store: Store, status: (any TransferStatus)?, settings: ServiceSettings?, eventFeed: EventFeed? = nil,
+        requestMetrics: RequestMetrics? = nil, options: APIOptions,
+        clock: any Clock = SystemClock(), logger: Logger
+    ) {
         self.store = store
         self.requestMetrics = requestMetrics
         self.status = status
@@ -102,13 +104,16 @@ public final class API: Sendable {
     static func problem(_ error: StoreError) -> Problem {
         switch error {
         case .notFound: return Problem(.notFound, "no such resource")
-        case .sessionExists: return Problem(.sessionExists, "the session exists with a different configuration; use PATCH to change it")
+        case .sessionExists:
+            return Problem(.sessionExists, "the session exists with a different configuration; use PATCH to change it")
         case .conflict(let message): return Problem(.conflict, message)
         case .storageFull: return Problem(.insufficientStorage, "the state directory is full; nothing was changed")
         case .invalid(let error): return problem(error)
         case .tooManyTasks(let open, let limit):
-            return Problem(.tooManyTasks, "the session holds \(open) unfinished tasks; at most \(limit) are allowed (--max-open-tasks)")
-        case .corrupt(let message): return Problem(.storeCorrupt, "the state database holds a record this build cannot read: \(message)")
+            return Problem(
+                .tooManyTasks, "the session holds \(open) unfinished tasks; at most \(limit) are allowed (--max-open-tasks)")
+        case .corrupt(let message):
+            return Problem(.storeCorrupt, "the state database holds a record this build cannot read: \(message)")
         case .newerSchema(let found, let supported):
             return Problem(.storeCorrupt, "the state database has schema version \(found); this build reads up to \(supported)")
         case .database(let message): return Problem(.internalError, "the state database failed: \(message)")
@@ -175,7 +180,8 @@ public final class API: Sendable {
     @Sendable func info(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         var object = options.info
         object["version"] = .string(BackhaulVersion.string)
-        object["protocols"] = .array(UploadProtocol.allCases.filter { UploadProtocol.supported.contains($0) }.map { .string($0.rawValue) })
+        object["protocols"] = .array(
+            UploadProtocol.allCases.filter { UploadProtocol.supported.contains($0) }.map { .string($0.rawValue) })
         let counts = try stored { () throws(StoreError) in try store.taskCounts() }
         var tasks = JSONObject()
         for state in TaskState.allCases { tasks[state.rawValue] = .int(Int64(counts[state] ?? 0)) }

@@ -40,17 +40,23 @@ public struct AccessTokens: Sendable {
             let line = raw.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
             let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" }).map(String.init)
             guard !fields.isEmpty else { continue }
-            guard fields.count >= 2 else { throw Invalid(description: "token entry \(number + 1): TOKEN ROLE [SESSION-PATTERN…]") }
+            guard fields.count >= 2 else {
+                throw Invalid(description: "token entry \(number + 1): TOKEN ROLE [SESSION-PATTERN…]")
+            }
             guard fields[0].utf8.count >= Self.minimumLength else {
                 throw Invalid(description: "token entry \(number + 1): tokens must be at least \(Self.minimumLength) characters")
             }
             let principal: Principal
             switch fields[1] {
             case "admin":
-                guard fields.count == 2 else { throw Invalid(description: "token entry \(number + 1): admin tokens take no session patterns") }
+                guard fields.count == 2 else {
+                    throw Invalid(description: "token entry \(number + 1): admin tokens take no session patterns")
+                }
                 principal = .admin
             case "client":
-                guard fields.count > 2 else { throw Invalid(description: "token entry \(number + 1): a client token needs session patterns") }
+                guard fields.count > 2 else {
+                    throw Invalid(description: "token entry \(number + 1): a client token needs session patterns")
+                }
                 principal = .client(Array(fields.dropFirst(2)))
             default:
                 throw Invalid(description: "token entry \(number + 1): the role is admin or client, not \(fields[1])")

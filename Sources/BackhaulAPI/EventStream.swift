@@ -1,7 +1,7 @@
 import BackhaulCore
-import Threads
 import BackhaulStore
 import MicroHTTP
+import Threads
 
 /// Wakes event streams when a write adds events, and ends them at shutdown.
 public final class EventFeed: Sendable {

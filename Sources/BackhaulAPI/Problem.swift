@@ -46,7 +46,8 @@ public struct Problem: Error, Sendable, Equatable {
         public var status: Int {
             switch self {
             case .invalidJSON: return 400
-            case .validationFailed, .fileNotFound, .fileIsDirectory, .fileNotRegular, .fileNotReadable, .fileNotWritable: return 422
+            case .validationFailed, .fileNotFound, .fileIsDirectory, .fileNotRegular, .fileNotReadable, .fileNotWritable:
+                return 422
             case .notFound: return 404
             case .methodNotAllowed: return 405
             case .fileOutsideAllowedRoots, .forbidden, .destinationNotAllowed: return 403

@@ -44,13 +44,19 @@ public final class RequestMetrics: Sendable {
     func write(to text: inout PrometheusText) {
         let (requests, latency) = state.withLock { ($0.requests, $0.latency) }
         text.family("backhaul_http_requests_total", "counter", "API requests by route pattern, method and status.")
-        for (key, count) in requests.sorted(by: { ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status) }) {
-            text.sample("backhaul_http_requests_total", ["route": key.route, "method": key.method, "status": String(key.status)], Double(count))
+        for (key, count) in requests.sorted(by: {
+            ($0.key.route, $0.key.method, $0.key.status) < ($1.key.route, $1.key.method, $1.key.status)
+        }) {
+            text.sample(
+                "backhaul_http_requests_total", ["route": key.route, "method": key.method, "status": String(key.status)],
+                Double(count))
         }
         text.family("backhaul_http_request_duration_seconds", "histogram", "API request latency by route pattern.")
         for (route, histogram) in latency.sorted(by: { $0.key < $1.key }) {
             for (index, bound) in Self.buckets.enumerated() {
-                text.sample("backhaul_http_request_duration_seconds_bucket", ["route": route, "le": String(bound)], Double(histogram.counts[index]))
+                text.sample(
+                    "backhaul_http_request_duration_seconds_bucket", ["route": route, "le": String(bound)],
+                    Double(histogram.counts[index]))
             }
             text.sample("backhaul_http_request_duration_seconds_bucket", ["route": route, "le": "+Inf"], Double(histogram.count))
             text.sample("backhaul_http_request_duration_seconds_sum", ["route": route], histogram.sum)

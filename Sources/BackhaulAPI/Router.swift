@@ -18,8 +18,10 @@ public struct Route: Sendable {
     public var access: Access
     let segments: [Substring]
 
-    public init(_ method: String, _ pattern: String, _ access: Access,
-                _ handler: @escaping @Sendable (RouteRequest) throws(Problem) -> HTTPResponse) {
+    public init(
+        _ method: String, _ pattern: String, _ access: Access,
+        _ handler: @escaping @Sendable (RouteRequest) throws(Problem) -> HTTPResponse
+    ) {
         self.method = method
         self.pattern = pattern
         self.access = access
@@ -47,7 +49,9 @@ public struct Router: Sendable {
     /// Checks the caller against a route's `Access` and returns who it is; nil when tokens are off.
     let authorize: @Sendable (Route, RouteRequest) throws(Problem) -> Principal?
 
-    public init(routes: [Route], authorize: @escaping @Sendable (Route, RouteRequest) throws(Problem) -> Principal? = { _, _ in nil }) {
+    public init(
+        routes: [Route], authorize: @escaping @Sendable (Route, RouteRequest) throws(Problem) -> Principal? = { _, _ in nil }
+    ) {
         self.routes = routes
         self.authorize = authorize
     }
@@ -71,8 +75,9 @@ public struct Router: Sendable {
             }
         }
         if !allowed.isEmpty {
-            let problem = Problem(.methodNotAllowed, "\(request.method) is not allowed here; use \(allowed.joined(separator: ", "))",
-                                  extra: ["allow": .string(allowed.joined(separator: ", "))])
+            let problem = Problem(
+                .methodNotAllowed, "\(request.method) is not allowed here; use \(allowed.joined(separator: ", "))",
+                extra: ["allow": .string(allowed.joined(separator: ", "))])
             return (problem.response, "unmatched")
         }
         return (Problem(.notFound, "no resource at \(request.path)").response, "unmatched")

@@ -135,8 +135,9 @@ public struct APIEvent: Sendable {
 public enum NewTask: Sendable, Equatable {
     /// `file` (absolute) sent to `url` with `protocol` (`raw`, `multipart`, `chunked`, `tus`, `s3`,
     /// `ietf`, `auto`); `interopVersion` pins the IETF draft's version.
-    case upload(file: String, url: String, method: String?, headers: [(String, String)], protocol: String, chunkSize: Int?,
-                interopVersion: Int? = nil)
+    case upload(
+        file: String, url: String, method: String?, headers: [(String, String)], protocol: String, chunkSize: Int?,
+        interopVersion: Int? = nil)
     /// `url` fetched into `destination` (absolute), checked against `sha256` when given.
     case download(url: String, destination: String, headers: [(String, String)], overwrite: Bool, sha256: String?)
 

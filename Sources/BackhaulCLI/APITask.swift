@@ -80,7 +80,8 @@ public struct TaskProgress: Sendable, Equatable {
 
     init(_ reader: AnswerReader) throws(APIError) {
         self.init(
-            bytesTransferred: try reader.optionalInt("bytes_sent") ?? 0, bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
+            bytesTransferred: try reader.optionalInt("bytes_sent") ?? 0,
+            bytesReceived: try reader.optionalInt("bytes_received") ?? 0,
             bytesTotal: try reader.optionalInt("bytes_total"), fraction: try reader.optionalDouble("fraction") ?? 0,
             bytesPerSecond: try reader.optionalInt("bytes_per_second") ?? 0, etaSeconds: try reader.optionalDouble("eta_seconds"))
     }

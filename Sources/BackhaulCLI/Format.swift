@@ -88,7 +88,8 @@ extension Format {
                 }
                 return [
                     String(attempt.number), String(attempt.startedAt.prefix(19)).replacing("T", with: " "), took ?? "-",
-                    bytes(attempt.bytesTransferred + attempt.bytesReceived), attempt.outcome, attempt.error.map(errorSummary) ?? "-",
+                    bytes(attempt.bytesTransferred + attempt.bytesReceived), attempt.outcome,
+                    attempt.error.map(errorSummary) ?? "-",
                 ]
             })
     }

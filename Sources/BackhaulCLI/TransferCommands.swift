@@ -14,8 +14,11 @@ struct Upload: ParsableCommand {
     @Option(help: "Destination URL; {name} is replaced by the file's name, and a URL ending in / gets it appended.")
     var to: String
 
-    @Option(name: .customLong("protocol"),
-            help: "raw, multipart, chunked, tus, s3, ietf (IETF resumable uploads) or auto (ask the server: ietf, else tus, else raw; recommended when the server is unknown).")
+    @Option(
+        name: .customLong("protocol"),
+        help:
+            "raw, multipart, chunked, tus, s3, ietf (IETF resumable uploads) or auto (ask the server: ietf, else tus, else raw; recommended when the server is unknown)."
+    )
     var protocolName = "raw"
 
     @Option(help: "ietf and auto: the draft interop version to speak (3, 5 or 6; default: the newest the server takes).")

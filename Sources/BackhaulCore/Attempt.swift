@@ -18,7 +18,9 @@ public struct LastError: Sendable, Equatable {
     }
 
     public static func decode(_ value: JSON) -> LastError? {
-        guard let error = TaskRecord.decodeError(value), let at = value["at"]?.stringValue.flatMap(RFC3339.parse) else { return nil }
+        guard let error = TaskRecord.decodeError(value), let at = value["at"]?.stringValue.flatMap(RFC3339.parse) else {
+            return nil
+        }
         return LastError(error, at: at)
     }
 }
@@ -47,8 +49,10 @@ public struct AttemptRecord: Sendable, Equatable {
     /// The most attempts a task keeps in its history (older ones are dropped).
     public static let historyLimit = 50
 
-    public init(number: Int = 0, startedAt: Timestamp, endedAt: Timestamp, bytesTransferred: Int64, bytesReceived: Int64,
-                outcome: Outcome, httpStatus: Int? = nil, error: TaskError? = nil, networkType: NetworkType? = nil) {
+    public init(
+        number: Int = 0, startedAt: Timestamp, endedAt: Timestamp, bytesTransferred: Int64, bytesReceived: Int64,
+        outcome: Outcome, httpStatus: Int? = nil, error: TaskError? = nil, networkType: NetworkType? = nil
+    ) {
         self.number = number
         self.startedAt = startedAt
         self.endedAt = endedAt
@@ -63,7 +67,8 @@ public struct AttemptRecord: Sendable, Equatable {
     public var json: JSON {
         [
             "number": .int(Int64(number)), "started_at": .string(RFC3339.format(startedAt)),
-            "ended_at": .string(RFC3339.format(endedAt)), "bytes_sent": .int(bytesTransferred), "bytes_received": .int(bytesReceived),
+            "ended_at": .string(RFC3339.format(endedAt)), "bytes_sent": .int(bytesTransferred),
+            "bytes_received": .int(bytesReceived),
             "outcome": .string(outcome.rawValue), "http_status": httpStatus.map { .int(Int64($0)) } ?? .null,
             "error": error.map(TaskRecord.errorJSON) ?? .null, "network_type": networkType.map { .string($0.rawValue) } ?? .null,
         ]
@@ -80,8 +85,9 @@ extension AttemptFailure {
         case .http(let status, _):
             return TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
         case .checksumMismatch(let status):
-            return TaskError(.badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
-                             httpStatus: status)
+            return TaskError(
+                .badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
+                httpStatus: status)
         case .transport(let kind, let message):
             return TaskError(kind.errorKind, message: message)
         case .fatal(let error):

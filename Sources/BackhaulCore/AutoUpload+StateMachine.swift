@@ -18,7 +18,8 @@ public enum ProtocolSelection {
     /// newest version spoken here (servers of the draft, Apple's among them, only show themselves
     /// to a request that names one).
     public static func probe(url: String, headers: [(String, String)]) -> PlannedRequest {
-        let versioned = headers.filter { $0.0.lowercased() != IETFUpload.versionHeader.lowercased() }
+        let versioned =
+            headers.filter { $0.0.lowercased() != IETFUpload.versionHeader.lowercased() }
             + [(IETFUpload.versionHeader, String(IETFUpload.newestVersion))]
         return PlannedRequest(method: "OPTIONS", url: url, headers: versioned, body: .empty)
     }
@@ -53,12 +54,15 @@ public struct ProtocolFallback: Sendable, Equatable {
     }
 
     public var json: JSON {
-        ["from": .string(from.rawValue), "status": .int(Int64(status)),
-         "reason": .string("the server no longer knew the \(from.rawValue) upload (\(status)); the protocol was picked again")]
+        [
+            "from": .string(from.rawValue), "status": .int(Int64(status)),
+            "reason": .string("the server no longer knew the \(from.rawValue) upload (\(status)); the protocol was picked again"),
+        ]
     }
 
     public init?(_ json: JSON) {
-        guard let name = json["from"]?.stringValue, let from = UploadProtocol(rawValue: name), let status = json["status"]?.intValue
+        guard let name = json["from"]?.stringValue, let from = UploadProtocol(rawValue: name),
+            let status = json["status"]?.intValue
         else { return nil }
         self.init(from: from, status: Int(status))
     }
@@ -83,8 +87,10 @@ public struct AutoUpload: TransferStateMachine {
     /// Where the request in flight went (a `404` there is about the upload resource or not).
     private var lastURL: String?
 
-    public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?,
-                cachedSelection: ProtocolSelection.Choice? = nil) {
+    public init(
+        task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?,
+        cachedSelection: ProtocolSelection.Choice? = nil
+    ) {
         self.task = task
         self.headers = headers
         fallback = checkpoint?.fallback
@@ -100,8 +106,10 @@ public struct AutoUpload: TransferStateMachine {
     static let pickable: Set<UploadProtocol> = [.ietf, .tus, .raw]
 
     /// The picked protocol's machine, from the task as if it had named that protocol.
-    static func machine(task: TaskRecord, headers: [(String, String)], selection: ProtocolSelection.Choice,
-                        checkpoint: TransferCheckpoint?) -> any TransferStateMachine {
+    static func machine(
+        task: TaskRecord, headers: [(String, String)], selection: ProtocolSelection.Choice,
+        checkpoint: TransferCheckpoint?
+    ) -> any TransferStateMachine {
         var picked = task
         picked.upload.protocolName = selection.protocolName
         var checkpoint = checkpoint
@@ -119,7 +127,8 @@ public struct AutoUpload: TransferStateMachine {
     public var checkpoint: TransferCheckpoint? {
         var checkpoint = inner?.checkpoint ?? TransferCheckpoint(offset: 0)
         checkpoint.protocolSelected = selection?.protocolName
-        checkpoint.interopVersion = selection?.protocolName == .ietf ? checkpoint.interopVersion ?? selection?.interopVersion : nil
+        checkpoint.interopVersion =
+            selection?.protocolName == .ietf ? checkpoint.interopVersion ?? selection?.interopVersion : nil
         checkpoint.fallback = fallback
         return checkpoint
     }

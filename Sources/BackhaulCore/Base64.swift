@@ -8,8 +8,10 @@ public enum Base64 {
         var index = 0
         while index + 3 <= bytes.count {
             let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            output += [alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)],
-                       alphabet[Int(value >> 6 & 63)], alphabet[Int(value & 63)]]
+            output += [
+                alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)],
+                alphabet[Int(value >> 6 & 63)], alphabet[Int(value & 63)],
+            ]
             index += 3
         }
         let remaining = bytes.count - index

@@ -45,8 +45,10 @@ public struct ChunkedUpload: TransferStateMachine {
         }
         if offset > 0 {
             state = .querying
-            return .send(PlannedRequest(method: method, url: url, headers: headers + [("Content-Range", "bytes */\(total)")],
-                                        body: .file(offset: 0, length: 0)))
+            return .send(
+                PlannedRequest(
+                    method: method, url: url, headers: headers + [("Content-Range", "bytes */\(total)")],
+                    body: .file(offset: 0, length: 0)))
         }
         return nextChunk()
     }

@@ -31,7 +31,8 @@ public struct CleanupPlan: Sendable, Equatable {
         switch value["headers"] {
         case .array(let pairs):
             for pair in pairs {
-                guard let items = pair.arrayValue, items.count == 2, let name = items[0].stringValue, let text = items[1].stringValue
+                guard let items = pair.arrayValue, items.count == 2, let name = items[0].stringValue,
+                    let text = items[1].stringValue
                 else { return nil }
                 headers.append((name, text))
             }
@@ -47,11 +48,14 @@ public struct CleanupPlan: Sendable, Equatable {
         var signing: S3Credentials?
         if let stored = value["signing"] {
             guard let region = stored["region"]?.stringValue, let key = stored["access_key_id"]?.stringValue,
-                let secret = stored["secret_access_key"]?.stringValue else { return nil }
-            signing = S3Credentials(region: region, accessKeyID: key, secretAccessKey: secret,
-                                    sessionToken: stored["session_token"]?.stringValue)
+                let secret = stored["secret_access_key"]?.stringValue
+            else { return nil }
+            signing = S3Credentials(
+                region: region, accessKeyID: key, secretAccessKey: secret,
+                sessionToken: stored["session_token"]?.stringValue)
         }
-        var plan = CleanupPlan(request: PlannedRequest(method: method, url: url, headers: headers, body: .empty, signing: signing))
+        var plan = CleanupPlan(
+            request: PlannedRequest(method: method, url: url, headers: headers, body: .empty, signing: signing))
         if let listed = value["abort_listed_uploads"] {
             guard let key = listed["key"]?.stringValue else { return nil }
             plan.abortListedUploads = key

@@ -37,11 +37,15 @@ public struct TransferConfiguration: Sendable, Equatable {
 
     /// Field by field; default headers as a set of name-value pairs (their order does not matter).
     public static func == (lhs: TransferConfiguration, rhs: TransferConfiguration) -> Bool {
-        lhs.allowsCellularAccess == rhs.allowsCellularAccess && lhs.allowsExpensiveNetworkAccess == rhs.allowsExpensiveNetworkAccess
+        lhs.allowsCellularAccess == rhs.allowsCellularAccess
+            && lhs.allowsExpensiveNetworkAccess == rhs.allowsExpensiveNetworkAccess
             && lhs.allowsConstrainedNetworkAccess == rhs.allowsConstrainedNetworkAccess && lhs.discretionary == rhs.discretionary
-            && lhs.waitsForConnectivity == rhs.waitsForConnectivity && lhs.timeoutIntervalForRequest == rhs.timeoutIntervalForRequest
-            && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource && lhs.maxConnectionsPerHost == rhs.maxConnectionsPerHost
-            && lhs.retry == rhs.retry && lhs.quotaBytes == rhs.quotaBytes && lhs.finishedTaskRetention == rhs.finishedTaskRetention
+            && lhs.waitsForConnectivity == rhs.waitsForConnectivity
+            && lhs.timeoutIntervalForRequest == rhs.timeoutIntervalForRequest
+            && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource
+            && lhs.maxConnectionsPerHost == rhs.maxConnectionsPerHost
+            && lhs.retry == rhs.retry && lhs.quotaBytes == rhs.quotaBytes
+            && lhs.finishedTaskRetention == rhs.finishedTaskRetention
             && HeaderRules.sameSet(lhs.defaultHeaders, rhs.defaultHeaders)
     }
 

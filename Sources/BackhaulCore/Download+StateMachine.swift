@@ -21,14 +21,17 @@ public struct DownloadSpec: Sendable, Equatable {
     public static func partPath(of destination: String) -> String { destination + ".part" }
 
     public var json: JSON {
-        ["destination": .string(destination), "overwrite": .bool(overwrite),
-         "expected_sha256": expectedSHA256.map { .string($0) } ?? .null]
+        [
+            "destination": .string(destination), "overwrite": .bool(overwrite),
+            "expected_sha256": expectedSHA256.map { .string($0) } ?? .null,
+        ]
     }
 
     public init?(_ json: JSON?) {
         guard let json, let destination = json["destination"]?.stringValue else { return nil }
-        self.init(destination: destination, overwrite: json["overwrite"]?.boolValue ?? false,
-                  expectedSHA256: json["expected_sha256"]?.stringValue)
+        self.init(
+            destination: destination, overwrite: json["overwrite"]?.boolValue ?? false,
+            expectedSHA256: json["expected_sha256"]?.stringValue)
     }
 }
 
@@ -53,7 +56,11 @@ public enum ResponseBodyTarget: Sendable, Equatable {
 /// durable (fsync) and then says so (`didPersist`): the checkpoint's offset never runs ahead of
 /// the data on disk.
 public struct DownloadMachine: TransferStateMachine {
-    private enum State: Equatable { case idle, sent(ranged: Bool), receiving, discarding, restarting, done }
+    private enum State: Equatable {
+        case idle
+        case sent(ranged: Bool)
+        case receiving, discarding, restarting, done
+    }
     private var state = State.idle
     private let url: String
     private let headers: [(String, String)]

@@ -30,9 +30,11 @@ public enum HeaderRules {
     public static func isSecret(_ name: String) -> Bool {
         // On ASCII bytes: this runs for every header of every stored response.
         let lower = name.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-        return secretNames.contains { lower.elementsEqual($0) } || secretWords.contains { word in
-            lower.count >= word.count && (0...(lower.count - word.count)).contains { lower[$0..<$0 + word.count].elementsEqual(word) }
-        }
+        return secretNames.contains { lower.elementsEqual($0) }
+            || secretWords.contains { word in
+                lower.count >= word.count
+                    && (0...(lower.count - word.count)).contains { lower[$0..<$0 + word.count].elementsEqual(word) }
+            }
     }
 
     private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }

@@ -37,7 +37,9 @@ public struct IETFUpload: TransferStateMachine {
     public static let partialUploadType = "application/partial-upload"
 
     private enum State: Equatable {
-        case idle, discovering, creating, probing, appending(from: Int64), done
+        case idle, discovering, creating, probing
+        case appending(from: Int64)
+        case done
     }
 
     private var state = State.idle
@@ -95,14 +97,16 @@ public struct IETFUpload: TransferStateMachine {
         conflicts = 0
         if version == nil || (wantsChecksum && digestsWanted == nil) {
             state = .discovering
-            return .send(PlannedRequest(method: "OPTIONS", url: url, headers: versioned(version ?? Self.newestVersion), body: .empty))
+            return .send(
+                PlannedRequest(method: "OPTIONS", url: url, headers: versioned(version ?? Self.newestVersion), body: .empty))
         }
         return resume()
     }
 
     public mutating func didReceiveInformational(_ response: ResponseHead) -> Bool {
         // A 104 of another version (or none) must be ignored (draft: Draft Version Identification).
-        guard response.status == 104, let version, Self.integer(response.headers["upload-draft-interop-version"]) == Int64(version)
+        guard response.status == 104, let version,
+            Self.integer(response.headers["upload-draft-interop-version"]) == Int64(version)
         else { return false }
         var changed = false
         if state == .creating, location == nil, let target = response.headers["location"], !target.isEmpty {
@@ -209,7 +213,8 @@ public struct IETFUpload: TransferStateMachine {
         if let contentType, !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
             headers.append(("Content-Type", contentType))
         }
-        return .send(withDigest(PlannedRequest(method: method, url: url, headers: headers, body: .file(offset: 0, length: total))))
+        return .send(
+            withDigest(PlannedRequest(method: method, url: url, headers: headers, body: .file(offset: 0, length: total))))
     }
 
     private mutating func probe() -> TransferStep {
@@ -220,11 +225,16 @@ public struct IETFUpload: TransferStateMachine {
     private mutating func append() -> TransferStep {
         let version = version!
         state = .appending(from: offset)
-        let headers = versioned(version).filter { $0.0.lowercased() != "content-type" } + [
-            ("Upload-Offset", String(offset)), Self.completeness(version), ("Content-Type", Self.partialUploadType), ("Expect", ""),
-        ]
-        return .send(withDigest(PlannedRequest(method: "PATCH", url: location!, headers: headers,
-                                               body: .file(offset: offset, length: total - offset))))
+        let headers =
+            versioned(version).filter { $0.0.lowercased() != "content-type" } + [
+                ("Upload-Offset", String(offset)), Self.completeness(version), ("Content-Type", Self.partialUploadType),
+                ("Expect", ""),
+            ]
+        return .send(
+            withDigest(
+                PlannedRequest(
+                    method: "PATCH", url: location!, headers: headers,
+                    body: .file(offset: offset, length: total - offset))))
     }
 
     private func withDigest(_ request: PlannedRequest) -> PlannedRequest {
@@ -268,7 +278,8 @@ public struct IETFUpload: TransferStateMachine {
     /// when it is spoken here (a server that took `asked`, or refused it naming its own), else
     /// `asked` (the answer named none, or only versions not spoken here).
     public static func negotiatedVersion(_ response: ResponseHead, asked: Int) -> Int {
-        guard let named = integer(response.headers["upload-draft-interop-version"]).map({ Int($0) }), interopVersions.contains(named)
+        guard let named = integer(response.headers["upload-draft-interop-version"]).map({ Int($0) }),
+            interopVersions.contains(named)
         else { return asked }
         return named
     }

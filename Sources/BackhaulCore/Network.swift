@@ -15,8 +15,10 @@ public struct NetworkState: Sendable, Equatable {
     public var constrained: Bool
     public var source: Source
 
-    public init(type: NetworkType, interface: String? = nil, expensive: Bool = false, constrained: Bool = false,
-                source: Source = .detected) {
+    public init(
+        type: NetworkType, interface: String? = nil, expensive: Bool = false, constrained: Bool = false,
+        source: Source = .detected
+    ) {
         self.type = type
         self.interface = interface
         self.expensive = expensive
@@ -35,8 +37,10 @@ public struct NetworkState: Sendable, Equatable {
 
     /// The form `decodeOverride` reads back (what the store keeps of an override).
     public var overrideJSON: JSON {
-        ["type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
-         "constrained": .bool(constrained)]
+        [
+            "type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
+            "constrained": .bool(constrained),
+        ]
     }
 
     /// A `PUT /v1/network` body: `type` required; `expensive` defaults to the classifier's rule for
@@ -49,9 +53,10 @@ public struct NetworkState: Sendable, Equatable {
             throw ValidationError(reader.field("type"), "must be one of wired, wifi, cellular, other, none")
         }
         let interface = try reader.string("interface", maxLength: 64)
-        return NetworkState(type: type, interface: interface,
-                            expensive: try reader.bool("expensive") ?? classifier.expensiveTypes.contains(type),
-                            constrained: try reader.bool("constrained") ?? false, source: .override)
+        return NetworkState(
+            type: type, interface: interface,
+            expensive: try reader.bool("expensive") ?? classifier.expensiveTypes.contains(type),
+            constrained: try reader.bool("constrained") ?? false, source: .override)
     }
 }
 
@@ -73,9 +78,10 @@ public struct NetworkClassifier: Sendable, Equatable {
         guard let interface else { return .disconnected }
         func matches(_ patterns: [String]) -> Bool { patterns.contains { Glob.matches($0, interface) } }
         let type: NetworkType = matches(cellular) ? .cellular : matches(wifi) ? .wifi : matches(wired) ? .wired : .other
-        return NetworkState(type: type, interface: interface,
-                            expensive: expensiveTypes.contains(type) || matches(expensiveInterfaces),
-                            constrained: matches(constrainedInterfaces))
+        return NetworkState(
+            type: type, interface: interface,
+            expensive: expensiveTypes.contains(type) || matches(expensiveInterfaces),
+            constrained: matches(constrainedInterfaces))
     }
 
     /// The interface of the default route in a `/proc/net/route` table: destination 0.0.0.0,
@@ -85,7 +91,8 @@ public struct NetworkClassifier: Sendable, Equatable {
         for line in routeTable.split(separator: "\n").dropFirst() {
             let fields = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
             guard fields.count >= 7, fields[1] == "00000000", let flags = Int(fields[3], radix: 16), flags & 0x1 != 0,
-                let metric = Int(fields[6]) else { continue }
+                let metric = Int(fields[6])
+            else { continue }
             if best == nil || metric < best!.metric { best = (metric, String(fields[0])) }
         }
         return best?.interface
@@ -94,8 +101,10 @@ public struct NetworkClassifier: Sendable, Equatable {
     /// The `network` object of the config file (each member optional, lists of patterns).
     public mutating func apply(_ value: JSON) throws(ValidationError) {
         let reader = try FieldReader(value, path: "network")
-        try reader.rejectUnknown(["cellular_interfaces", "wifi_interfaces", "wired_interfaces", "expensive_types",
-                                  "expensive_interfaces", "constrained_interfaces", "route_file", "check_interval"])
+        try reader.rejectUnknown([
+            "cellular_interfaces", "wifi_interfaces", "wired_interfaces", "expensive_types",
+            "expensive_interfaces", "constrained_interfaces", "route_file", "check_interval",
+        ])
         if let list = try reader.stringList("cellular_interfaces") { cellular = list }
         if let list = try reader.stringList("wifi_interfaces") { wifi = list }
         if let list = try reader.stringList("wired_interfaces") { wired = list }
@@ -128,7 +137,8 @@ public enum Glob {
 
     /// The matcher, counting its steps (tests bound them).
     static func matches(_ pattern: [Unicode.Scalar], _ text: [Unicode.Scalar], steps: inout Int) -> Bool {
-        var p = 0, t = 0
+        var p = 0
+        var t = 0
         var star: (pattern: Int, text: Int)?
         while t < text.count {
             steps += 1

@@ -23,7 +23,8 @@ public struct DayWindow: Sendable, Equatable {
         func minute(_ key: String) throws(ValidationError) -> Int {
             let text = try reader.requiredString(key, maxLength: 5)
             let parts = text.split(separator: ":")
-            guard parts.count == 2, parts[0].count == 2, parts[1].count == 2, let hours = Int(parts[0]), let minutes = Int(parts[1]),
+            guard parts.count == 2, parts[0].count == 2, parts[1].count == 2, let hours = Int(parts[0]),
+                let minutes = Int(parts[1]),
                 (0...23).contains(hours), (0...59).contains(minutes)
             else { throw ValidationError(reader.field(key), "must be a time of day HH:MM") }
             return hours * 60 + minutes
@@ -34,7 +35,8 @@ public struct DayWindow: Sendable, Equatable {
     }
 
     static func format(_ minute: Int) -> String {
-        let hours = minute / 60, minutes = minute % 60
+        let hours = minute / 60
+        let minutes = minute % 60
         return (hours < 10 ? "0" : "") + "\(hours):" + (minutes < 10 ? "0" : "") + "\(minutes)"
     }
 }
@@ -85,11 +87,12 @@ public struct ServicePolicy: Sendable, Equatable {
         object["transfers_enabled"] = .bool(transfersEnabled)
         object["bandwidth_limit"] = bandwidthLimit.map { .int($0) } ?? .null
         object["bandwidth_limit_by_network"] = byType(bandwidthLimitByNetwork)
-        object["bandwidth_schedule"] = .array(bandwidthSchedule.map { entry in
-            guard case .object(var window) = entry.window.json else { return .null }
-            window["limit"] = .int(entry.limit)
-            return .object(window)
-        })
+        object["bandwidth_schedule"] = .array(
+            bandwidthSchedule.map { entry in
+                guard case .object(var window) = entry.window.json else { return .null }
+                window["limit"] = .int(entry.limit)
+                return .object(window)
+            })
         object["discretionary_window"] = discretionaryWindow?.json ?? .null
         object["discretionary_daily_budget"] = byType(discretionaryDailyBudget)
         return .object(object)
@@ -98,14 +101,18 @@ public struct ServicePolicy: Sendable, Equatable {
     /// Reads a policy object; absent members keep this policy's values.
     public func applying(_ value: JSON, path: String = "policy") throws(ValidationError) -> ServicePolicy {
         let reader = try FieldReader(value, path: path)
-        try reader.rejectUnknown(["transfers_enabled", "bandwidth_limit", "bandwidth_limit_by_network", "bandwidth_schedule",
-                                  "discretionary_window", "discretionary_daily_budget"])
+        try reader.rejectUnknown([
+            "transfers_enabled", "bandwidth_limit", "bandwidth_limit_by_network", "bandwidth_schedule",
+            "discretionary_window", "discretionary_daily_budget",
+        ])
         var result = self
         func byType(_ key: String) throws(ValidationError) -> [NetworkType: Int64]? {
             guard let map = try reader.object(key) else { return nil }
             var result: [NetworkType: Int64] = [:]
             for (name, _) in map.object {
-                guard let type = NetworkType(rawValue: name) else { throw ValidationError(map.field(name), "is not a network type") }
+                guard let type = NetworkType(rawValue: name) else {
+                    throw ValidationError(map.field(name), "is not a network type")
+                }
                 result[type] = try map.integer(name, in: 0...(1 << 50))
             }
             return result
@@ -151,8 +158,10 @@ public struct PolicyContext: Sendable, Equatable {
     /// Bytes discretionary tasks sent today, by network type.
     public var budgetUsed: [NetworkType: Int64]
 
-    public init(network: NetworkState, policy: ServicePolicy = ServicePolicy(), now: Timestamp = 0, minuteOfDay: Int = 0,
-                budgetUsed: [NetworkType: Int64] = [:]) {
+    public init(
+        network: NetworkState, policy: ServicePolicy = ServicePolicy(), now: Timestamp = 0, minuteOfDay: Int = 0,
+        budgetUsed: [NetworkType: Int64] = [:]
+    ) {
         self.network = network
         self.policy = policy
         self.now = now
@@ -176,8 +185,10 @@ public enum Policy {
         .discretionaryDeferred, .budgetExhausted,
     ]
 
-    public static func decide(_ configuration: TransferConfiguration, earliestBeginAt: Timestamp? = nil, hostSlotFree: Bool = true,
-                              in context: PolicyContext) -> PolicyDecision {
+    public static func decide(
+        _ configuration: TransferConfiguration, earliestBeginAt: Timestamp? = nil, hostSlotFree: Bool = true,
+        in context: PolicyContext
+    ) -> PolicyDecision {
         if let begin = earliestBeginAt, begin > context.now { return .wait(.scheduled) }
         let network = context.network
         /// A forbidden network: wait for a better one, or fail when the task may not wait.
@@ -185,25 +196,30 @@ public enum Policy {
             configuration.waitsForConnectivity ? .wait(reason) : .fail(TaskError(kind, message: message))
         }
         if network.type == .none {
-            return forbidden(.noConnectivity, .notConnectedToInternet, "no network is connected and waits_for_connectivity is false")
+            return forbidden(
+                .noConnectivity, .notConnectedToInternet, "no network is connected and waits_for_connectivity is false")
         }
         if network.type == .cellular, !configuration.allowsCellularAccess {
             return forbidden(.cellularNotAllowed, .dataNotAllowed, "the network is cellular and allows_cellular_access is false")
         }
         if network.expensive, !configuration.allowsExpensiveNetworkAccess {
-            return forbidden(.expensiveNetworkNotAllowed, .dataNotAllowed,
-                             "the network is expensive and allows_expensive_network_access is false")
+            return forbidden(
+                .expensiveNetworkNotAllowed, .dataNotAllowed,
+                "the network is expensive and allows_expensive_network_access is false")
         }
         if network.constrained, !configuration.allowsConstrainedNetworkAccess {
-            return forbidden(.constrainedNetworkNotAllowed, .dataNotAllowed,
-                             "the network is constrained and allows_constrained_network_access is false")
+            return forbidden(
+                .constrainedNetworkNotAllowed, .dataNotAllowed,
+                "the network is constrained and allows_constrained_network_access is false")
         }
         if configuration.discretionary {
             if network.expensive || network.constrained { return .wait(.discretionaryDeferred) }
             if let window = context.policy.discretionaryWindow, !window.contains(minute: context.minuteOfDay) {
                 return .wait(.discretionaryDeferred)
             }
-            if let budget = context.policy.discretionaryDailyBudget[network.type], context.budgetUsed[network.type, default: 0] >= budget {
+            if let budget = context.policy.discretionaryDailyBudget[network.type],
+                context.budgetUsed[network.type, default: 0] >= budget
+            {
                 return .wait(.budgetExhausted)
             }
         }

@@ -44,8 +44,10 @@ public enum RetryPlanner {
     /// Decides after attempt number `attempts` (1-based) failed. `random` gives a uniform
     /// value in 0..<1 for the full jitter. A retry past the deadline is not planned: the
     /// resource timeout ends the task instead.
-    public static func decide(_ failure: AttemptFailure, attempts: Int, policy: RetryPolicy, now: Timestamp,
-                              deadline: Timestamp, random: () -> Double) -> FailureDecision {
+    public static func decide(
+        _ failure: AttemptFailure, attempts: Int, policy: RetryPolicy, now: Timestamp,
+        deadline: Timestamp, random: () -> Double
+    ) -> FailureDecision {
         let exhausted = policy.maxAttempts.map { attempts >= $0 } ?? false
         switch failure {
         case .fatal(let error):
@@ -55,23 +57,30 @@ public enum RetryPlanner {
         case .http(let status, let retryAfter):
             let error = TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
             guard transientStatuses.contains(status), !exhausted else { return .fail(error) }
-            return schedule(attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
-                            random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt", httpStatus: status))
+            return schedule(
+                attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
+                random: random)
+                ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt", httpStatus: status))
         case .checksumMismatch(let status):
-            let error = TaskError(.badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
-                                  httpStatus: status)
+            let error = TaskError(
+                .badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
+                httpStatus: status)
             guard !exhausted else { return .fail(error) }
-            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline, random: random) ?? .fail(error)
+            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline, random: random)
+                ?? .fail(error)
         case .transport(let kind, let message):
             let error = TaskError(kind.errorKind, message: message)
             guard kind.isTransient, !exhausted else { return .fail(error) }
-            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline,
-                            random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt"))
+            return schedule(
+                attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline,
+                random: random) ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt"))
         }
     }
 
-    private static func schedule(attempts: Int, policy: RetryPolicy, retryAfter: Double?, now: Timestamp,
-                                 deadline: Timestamp, random: () -> Double) -> FailureDecision? {
+    private static func schedule(
+        attempts: Int, policy: RetryPolicy, retryAfter: Double?, now: Timestamp,
+        deadline: Timestamp, random: () -> Double
+    ) -> FailureDecision? {
         let delay = max(retryAfter ?? 0, Backoff.fullJitter(attempt: attempts, policy: policy, random: random))
         let at = now + delay
         return at < deadline ? .retry(at: at) : nil
@@ -89,7 +98,10 @@ public enum Backoff {
     private static func pow2(_ exponent: Double) -> Double {
         var result = 1.0
         var remaining = Int(exponent)
-        while remaining > 0 { result *= 2; remaining -= 1 }
+        while remaining > 0 {
+            result *= 2
+            remaining -= 1
+        }
         return result
     }
 }

@@ -32,9 +32,10 @@ public struct S3Credentials: Sendable, Equatable {
         }
         let key = try reader.requiredString("access_key_id", maxLength: 256)
         guard !key.contains(":") else { throw ValidationError(reader.field("access_key_id"), "must not contain ':'") }
-        return S3Credentials(region: region, accessKeyID: key,
-                             secretAccessKey: try reader.requiredString("secret_access_key", maxLength: 1024),
-                             sessionToken: try reader.string("session_token", maxLength: 4096))
+        return S3Credentials(
+            region: region, accessKeyID: key,
+            secretAccessKey: try reader.requiredString("secret_access_key", maxLength: 1024),
+            sessionToken: try reader.string("session_token", maxLength: 4096))
     }
 }
 
@@ -51,9 +52,15 @@ public struct S3Upload: TransferStateMachine {
     public static let maximumParts: Int64 = 10_000
 
     /// The part size for a requested `chunk_size` (default 8 MiB, at least 5 MiB).
-    public static func partSize(_ requested: Int64?) -> Int64 { max(minimumPartSize, requested ?? ChunkedUpload.defaultChunkSize) }
+    public static func partSize(_ requested: Int64?) -> Int64 {
+        max(minimumPartSize, requested ?? ChunkedUpload.defaultChunkSize)
+    }
 
-    private enum State: Equatable { case idle, single, creating, listing, part(Int), completing, done }
+    private enum State: Equatable {
+        case idle, single, creating, listing
+        case part(Int)
+        case completing, done
+    }
 
     private var state = State.idle
     private let url: String
@@ -107,14 +114,17 @@ public struct S3Upload: TransferStateMachine {
     /// holds are aborted (another program's upload of the very same key would be too). A single
     /// PUT leaves nothing to release.
     public var cancellation: CleanupPlan? {
-        if let uploadID { return CleanupPlan(request: request("DELETE", query: "uploadId=\(Self.escape(uploadID))", body: .empty)) }
+        if let uploadID {
+            return CleanupPlan(request: request("DELETE", query: "uploadId=\(Self.escape(uploadID))", body: .empty))
+        }
         guard ran, total > partSize, let listing = Self.listingURL(objectURL: url) else { return nil }
         // The prefix stops before the first character that needs escaping: libcurl 7.88's SigV4
         // signs an escaped query value differently from S3 (403). The answers are filtered by the
         // exact key anyway.
         let prefix = listing.key.prefix { $0.isASCII && ($0.isLetter || $0.isNumber || "-_.~".contains($0)) }
-        let list = PlannedRequest(method: "GET", url: listing.url + (prefix.isEmpty ? "?uploads=" : "?prefix=\(prefix)&uploads="),
-                                  headers: headers, body: .empty, signing: credentials)
+        let list = PlannedRequest(
+            method: "GET", url: listing.url + (prefix.isEmpty ? "?uploads=" : "?prefix=\(prefix)&uploads="),
+            headers: headers, body: .empty, signing: credentials)
         return CleanupPlan(request: list, abortListedUploads: listing.key)
     }
 
@@ -140,7 +150,8 @@ public struct S3Upload: TransferStateMachine {
     /// The object URL again from a listing URL and a key (the inverse of `listingURL`).
     static func objectURL(fromListing listing: String, key: String) -> String {
         let bucket = listing.split(separator: "?", maxSplits: 1).first.map(String.init) ?? listing
-        let escaped = key.split(separator: "/", omittingEmptySubsequences: false).map { escape(String($0)) }.joined(separator: "/")
+        let escaped = key.split(separator: "/", omittingEmptySubsequences: false).map { escape(String($0)) }.joined(
+            separator: "/")
         return (bucket.hasSuffix("/") ? bucket : bucket + "/") + escaped
     }
 
@@ -150,7 +161,8 @@ public struct S3Upload: TransferStateMachine {
         var iterator = Array(text.utf8).makeIterator()
         while let byte = iterator.next() {
             if byte == 37, let high = iterator.next(), let low = iterator.next(),
-                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16) {
+                let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16)
+            {
                 bytes.append(value)
             } else {
                 bytes.append(byte)
@@ -161,8 +173,11 @@ public struct S3Upload: TransferStateMachine {
 
     public mutating func start(now: Timestamp) -> TransferStep {
         guard partCount <= Self.maximumParts else {
-            return .failed(.fatal(TaskError(.dataLengthExceedsMaximum,
-                                            message: "\(partCount) parts of \(partSize) bytes: S3 allows at most 10,000; raise chunk_size")))
+            return .failed(
+                .fatal(
+                    TaskError(
+                        .dataLengthExceedsMaximum,
+                        message: "\(partCount) parts of \(partSize) bytes: S3 allows at most 10,000; raise chunk_size")))
         }
         if total <= partSize {
             state = .single
@@ -239,8 +254,9 @@ public struct S3Upload: TransferStateMachine {
         state = .part(number)
         let length = min(partSize, total - first)
         // Query keys already in sorted order, as SigV4 with libcurl 7.88 wants.
-        var part = request("PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
-                           body: .file(offset: first, length: length))
+        var part = request(
+            "PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
+            body: .file(offset: first, length: length))
         part.digestHeader = digestHeader
         return .send(part)
     }
@@ -249,7 +265,8 @@ public struct S3Upload: TransferStateMachine {
         state = .completing
         var document = "<CompleteMultipartUpload>"
         for (index, etag) in etags.enumerated() {
-            let sum = index < checksums.count && !checksums[index].isEmpty
+            let sum =
+                index < checksums.count && !checksums[index].isEmpty
                 ? "<ChecksumSHA256>\(XMLText.escape(checksums[index]))</ChecksumSHA256>" : ""
             document += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(XMLText.escape(etag))</ETag>\(sum)</Part>"
         }
@@ -260,7 +277,8 @@ public struct S3Upload: TransferStateMachine {
     }
 
     private func request(_ method: String, query: String?, body: PlannedBody) -> PlannedRequest {
-        PlannedRequest(method: method, url: query.map { url + "?" + $0 } ?? url, headers: headers, body: body, signing: credentials)
+        PlannedRequest(
+            method: method, url: query.map { url + "?" + $0 } ?? url, headers: headers, body: body, signing: credentials)
     }
 
     /// Ends the attempt on an error answer; a checksum mismatch sends the piece again.
@@ -281,9 +299,12 @@ public struct S3Upload: TransferStateMachine {
         for part in parts {
             let bytes = Array(part.utf8)
             guard let number = XMLText.first("PartNumber", in: bytes).flatMap({ Int($0) }),
-                let etag = XMLText.first("ETag", in: bytes) else { continue }
-            byNumber[number] = (etag, XMLText.first("ChecksumSHA256", in: bytes) ?? "",
-                                XMLText.first("Size", in: bytes).flatMap { Int64($0) } ?? partSize)
+                let etag = XMLText.first("ETag", in: bytes)
+            else { continue }
+            byNumber[number] = (
+                etag, XMLText.first("ChecksumSHA256", in: bytes) ?? "",
+                XMLText.first("Size", in: bytes).flatMap { Int64($0) } ?? partSize
+            )
         }
         var result: [(etag: String, checksum: String)] = []
         while let part = byNumber[result.count + 1], part.size == partSize {
@@ -334,6 +355,7 @@ enum XMLText {
     }
 
     static func escape(_ text: String) -> String {
-        text.replacing("&", with: "&amp;").replacing("<", with: "&lt;").replacing(">", with: "&gt;").replacing("\"", with: "&quot;")
+        text.replacing("&", with: "&amp;").replacing("<", with: "&lt;").replacing(">", with: "&gt;").replacing(
+            "\"", with: "&quot;")
     }
 }

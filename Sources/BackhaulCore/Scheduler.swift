@@ -122,7 +122,8 @@ public struct Scheduler: Sendable {
         guard let (lane, head) = best, let slot = slots.removeValue(forKey: head.sequence) else { return nil }
         lanes[lane].queued -= 1
         pop(lane)
-        return Entry(sequence: head.sequence, priority: slot.priority, key: lanes[lane].key, limit: slot.limit < 0 ? nil : Int(slot.limit))
+        return Entry(
+            sequence: head.sequence, priority: slot.priority, key: lanes[lane].key, limit: slot.limit < 0 ? nil : Int(slot.limit))
     }
 
     /// Keys that have queued tasks and no room: their tasks show `host_connection_limit`.
@@ -193,7 +194,8 @@ public struct Scheduler: Sendable {
         var parent = 0
         let count = lanes[lane].heap.count
         while true {
-            let left = 2 * parent + 1, right = left + 1
+            let left = 2 * parent + 1
+            let right = left + 1
             var first = parent
             if left < count, lanes[lane].heap[left].precedes(lanes[lane].heap[first]) { first = left }
             if right < count, lanes[lane].heap[right].precedes(lanes[lane].heap[first]) { first = right }

@@ -11,13 +11,14 @@ public struct SingleRequestUpload: TransferStateMachine {
         let body: PlannedBody
         switch task.upload.protocolName {
         case .multipart:
-            body = .multipart(MultipartPlan(
-                fields: task.upload.fields.map { FormField(name: $0.0, value: $0.1) },
-                fileField: task.upload.field,
-                filename: task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file"),
-                contentType: task.upload.contentType ?? "application/octet-stream",
-                fileLength: task.file.size,
-                digestField: task.upload.checksum == .sha256 ? MultipartPlan.digestFieldName : nil))
+            body = .multipart(
+                MultipartPlan(
+                    fields: task.upload.fields.map { FormField(name: $0.0, value: $0.1) },
+                    fileField: task.upload.field,
+                    filename: task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file"),
+                    contentType: task.upload.contentType ?? "application/octet-stream",
+                    fileLength: task.file.size,
+                    digestField: task.upload.checksum == .sha256 ? MultipartPlan.digestFieldName : nil))
         default:
             body = .file(offset: 0, length: task.file.size)
             if let type = task.upload.contentType, !headers.contains(where: { $0.0.lowercased() == "content-type" }) {

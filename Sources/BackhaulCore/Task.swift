@@ -41,8 +41,10 @@ public struct FileInfo: Sendable, Equatable {
     }
 
     public var json: JSON {
-        ["path": .string(path), "size": .int(size),
-         "modified_at": .string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9))]
+        [
+            "path": .string(path), "size": .int(size),
+            "modified_at": .string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9)),
+        ]
     }
 }
 
@@ -135,8 +137,10 @@ public struct TaskRecord: Sendable, Equatable {
     /// A download's destination (nil for uploads).
     public var download: DownloadSpec?
 
-    public init(id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
-                createdAt: Timestamp, deadlineAt: Timestamp) {
+    public init(
+        id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
+        createdAt: Timestamp, deadlineAt: Timestamp
+    ) {
         self.id = id
         self.sessionID = sessionID
         self.file = file
@@ -160,8 +164,10 @@ public struct TaskRecord: Sendable, Equatable {
         progress.append("bytes_total", knownTotal.map { .int($0) } ?? .null)
         progress.append("fraction", .double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0)))
         progress.append("bytes_per_second", .int(Int64(rate.rounded())))
-        progress.append("eta_seconds", rate > 0 && state == .running && knownTotal != nil
-            ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null)
+        progress.append(
+            "eta_seconds",
+            rate > 0 && state == .running && knownTotal != nil
+                ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null)
 
         var object = JSONObject()
         object.reserveCapacity(26)
@@ -189,26 +195,32 @@ public struct TaskRecord: Sendable, Equatable {
         object.append("response", response?.json ?? .null)
         object.append("error", error.map(Self.errorJSON) ?? .null)
         object.append("last_error", lastError?.json ?? .null)
-        object.append("cancellation", cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null)
+        object.append(
+            "cancellation", cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null)
         return .object(object)
     }
 
     public static func errorJSON(_ error: TaskError) -> JSON {
-        ["code": .int(Int64(error.code)), "name": .string(error.name), "message": .string(error.message),
-         "http_status": error.httpStatus.map { .int(Int64($0)) } ?? .null]
+        [
+            "code": .int(Int64(error.code)), "name": .string(error.name), "message": .string(error.message),
+            "http_status": error.httpStatus.map { .int(Int64($0)) } ?? .null,
+        ]
     }
 
     public static func decodeError(_ value: JSON) -> TaskError? {
         guard let code = value["code"]?.intValue else { return nil }
-        return TaskError(code: Int(code), name: value["name"]?.stringValue ?? "", message: value["message"]?.stringValue ?? "",
-                         httpStatus: value["http_status"]?.intValue.map { Int($0) })
+        return TaskError(
+            code: Int(code), name: value["name"]?.stringValue ?? "", message: value["message"]?.stringValue ?? "",
+            httpStatus: value["http_status"]?.intValue.map { Int($0) })
     }
 
     private static func redactedOverrides(_ overrides: JSONObject) -> JSON {
         var copy = overrides
         if let headers = copy["default_headers"]?.objectValue {
             var redacted = JSONObject()
-            for (name, value) in headers { redacted[name] = HeaderRules.isSecret(name) ? .string(HeaderRules.redactedValue) : value }
+            for (name, value) in headers {
+                redacted[name] = HeaderRules.isSecret(name) ? .string(HeaderRules.redactedValue) : value
+            }
             copy["default_headers"] = .object(redacted)
         }
         return .object(copy)
@@ -229,8 +241,10 @@ public struct SessionRecord: Sendable, Equatable {
     public var lifecycle: Lifecycle
     public var createdAt: Timestamp
 
-    public init(id: String, configuration: TransferConfiguration, enabled: Bool = true, lifecycle: Lifecycle = .active,
-                createdAt: Timestamp) {
+    public init(
+        id: String, configuration: TransferConfiguration, enabled: Bool = true, lifecycle: Lifecycle = .active,
+        createdAt: Timestamp
+    ) {
         self.id = id
         self.configuration = configuration
         self.enabled = enabled

@@ -24,7 +24,8 @@ public struct TaskDraft: Sendable {
     public static let methods: Set<String> = ["PUT", "POST", "PATCH"]
 
     /// Validates one task object; `path` prefixes field names (`tasks[3]`).
-    public static func decode(_ value: JSON, path: String = "", base: TransferConfiguration) throws(ValidationError) -> TaskDraft {
+    public static func decode(_ value: JSON, path: String = "", base: TransferConfiguration) throws(ValidationError) -> TaskDraft
+    {
         let reader = try FieldReader(value, path: path)
         let kindName = try reader.string("kind", maxLength: 16) ?? "upload"
         guard let kind = TaskKind(rawValue: kindName) else {

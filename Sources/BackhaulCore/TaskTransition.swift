@@ -30,7 +30,8 @@ public enum AttemptEnd: Sendable, Equatable {
     public var error: TaskError? {
         switch self {
         case .failed(let error, _), .invalidConfiguration(let error), .retry(_, let error, _): return error
-        case .authenticationRequired: return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
+        case .authenticationRequired:
+            return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
         case .completed, .interrupted, .held, .cancelled: return nil
         }
     }
@@ -71,7 +72,9 @@ extension TaskRecord {
     /// The task after `input` at `now`, or why the input does not apply.
     public func applying(_ input: TaskInput, now: Timestamp) -> Result<TaskRecord, TransitionRefused> {
         var task = self
-        func refused(_ name: String) -> Result<TaskRecord, TransitionRefused> { .failure(TransitionRefused(state: state, input: name)) }
+        func refused(_ name: String) -> Result<TaskRecord, TransitionRefused> {
+            .failure(TransitionRefused(state: state, input: name))
+        }
         switch input {
         case .attemptStarted:
             guard state == .queued else { return refused("start") }
@@ -136,10 +139,12 @@ extension TaskRecord {
             guard !state.isFinal else { return refused("expire") }
             let wasAuth = state == .authRequired
             task.enter(.failed, now: now)
-            task.error = wasAuth
-                ? TaskError(.userAuthenticationRequired,
-                            message: "the server asked for authentication and no new credentials came before the resource timeout",
-                            httpStatus: 401)
+            task.error =
+                wasAuth
+                ? TaskError(
+                    .userAuthenticationRequired,
+                    message: "the server asked for authentication and no new credentials came before the resource timeout",
+                    httpStatus: 401)
                 : TaskError(.timedOut, message: "the resource timeout was reached")
 
         case .policy(let decision):

@@ -8,7 +8,10 @@ public enum RFC3339 {
     public static func format(_ time: Timestamp) -> String {
         var seconds = time_t(time.rounded(.down))
         var milliseconds = Int(((time - Double(seconds)) * 1000).rounded())
-        if milliseconds >= 1000 { seconds += 1; milliseconds -= 1000 }
+        if milliseconds >= 1000 {
+            seconds += 1
+            milliseconds -= 1000
+        }
         var parts = tm()
         gmtime_r(&seconds, &parts)
         // Written digit by digit into 24 bytes: this runs several times for every task shown.

@@ -148,8 +148,10 @@ extension TransferStateMachine {
 public enum TransferMachines {
     /// `cachedSelection`: for `auto`, what an `OPTIONS` to the same host found lately (the engine
     /// keeps it); a task that picked before keeps its own pick (its checkpoint).
-    public static func machine(for task: TaskRecord, headers: [(String, String)],
-                               cachedSelection: ProtocolSelection.Choice? = nil) -> any TransferStateMachine {
+    public static func machine(
+        for task: TaskRecord, headers: [(String, String)],
+        cachedSelection: ProtocolSelection.Choice? = nil
+    ) -> any TransferStateMachine {
         if task.kind == .download { return DownloadMachine(task: task, headers: headers, checkpoint: task.checkpoint) }
         switch task.upload.protocolName {
         case .ietf:

@@ -29,8 +29,10 @@ public struct EngineMetrics: Sendable, Equatable {
     /// Attempts that failed and were retried, by kind of failure (one of `retryReasons`).
     public var retries: [String: Int] = [:]
     /// Kinds of retried failures, a closed set for metric labels.
-    public static let retryReasons = ["http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
-                                      "connection_lost", "checksum_mismatch", "other"]
+    public static let retryReasons = [
+        "http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
+        "connection_lost", "checksum_mismatch", "other",
+    ]
     /// The bandwidth limit in force (bytes/s), nil when there is none.
     public var bandwidthLimit: Int64?
     /// What is left today of each discretionary budget.

@@ -14,7 +14,11 @@
 public struct TusUpload: TransferStateMachine {
     public static let version = "1.0.0"
 
-    private enum State: Equatable { case idle, discovering, creating, probing, patching(first: Int64, last: Int64), done }
+    private enum State: Equatable {
+        case idle, discovering, creating, probing
+        case patching(first: Int64, last: Int64)
+        case done
+    }
 
     /// The status a tus server answers when `Upload-Checksum` does not match the body.
     public static let checksumMismatchStatus = 460
@@ -80,7 +84,8 @@ public struct TusUpload: TransferStateMachine {
             func listed(_ name: String) -> [String] {
                 (response.headers[name] ?? "").split(separator: ",").map { $0.trimmed().lowercased() }
             }
-            checksumOffered = (200..<300).contains(status) && listed("tus-extension").contains("checksum")
+            checksumOffered =
+                (200..<300).contains(status) && listed("tus-extension").contains("checksum")
                 && listed("tus-checksum-algorithm").contains("sha256")
             return resume()
         case .creating:
@@ -123,9 +128,11 @@ public struct TusUpload: TransferStateMachine {
 
     private mutating func create() -> TransferStep {
         state = .creating
-        return .send(PlannedRequest(
-            method: "POST", url: creationURL,
-            headers: headers + [("Upload-Length", String(total)), ("Upload-Metadata", metadata)], body: .file(offset: 0, length: 0)))
+        return .send(
+            PlannedRequest(
+                method: "POST", url: creationURL,
+                headers: headers + [("Upload-Length", String(total)), ("Upload-Metadata", metadata)],
+                body: .file(offset: 0, length: 0)))
     }
 
     private mutating func next() -> TransferStep {

@@ -8,7 +8,13 @@ public struct URLParts: Sendable, Equatable {
     public init?(_ url: String) {
         let lower = url.lowercased()
         let scheme: String
-        if lower.hasPrefix("http://") { scheme = "http" } else if lower.hasPrefix("https://") { scheme = "https" } else { return nil }
+        if lower.hasPrefix("http://") {
+            scheme = "http"
+        } else if lower.hasPrefix("https://") {
+            scheme = "https"
+        } else {
+            return nil
+        }
         var rest = url.dropFirst(scheme.count + 3)
         if let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) { rest = rest[..<end] }
         if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }

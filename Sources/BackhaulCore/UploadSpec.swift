@@ -70,10 +70,16 @@ public struct UploadSpec: Sendable, Equatable {
             object["content_type"] = .string(contentType)
         }
         if let checksum { object["checksum"] = .string(checksum.rawValue) }
-        if protocolName == .ietf || protocolName == .auto { object["interop_version"] = interopVersion.map { .int(Int64($0)) } ?? .null }
-        if protocolName == .chunked || protocolName == .tus || protocolName == .auto { object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize) }
-        else if protocolName == .s3 { object["chunk_size"] = .int(S3Upload.partSize(chunkSize)) }
-        else if let chunkSize { object["chunk_size"] = .int(chunkSize) }
+        if protocolName == .ietf || protocolName == .auto {
+            object["interop_version"] = interopVersion.map { .int(Int64($0)) } ?? .null
+        }
+        if protocolName == .chunked || protocolName == .tus || protocolName == .auto {
+            object["chunk_size"] = .int(chunkSize ?? ChunkedUpload.defaultChunkSize)
+        } else if protocolName == .s3 {
+            object["chunk_size"] = .int(S3Upload.partSize(chunkSize))
+        } else if let chunkSize {
+            object["chunk_size"] = .int(chunkSize)
+        }
         return .object(object)
     }
 
@@ -94,8 +100,10 @@ public struct UploadSpec: Sendable, Equatable {
     public static func decode(_ value: JSON?, path: String = "upload") throws(ValidationError) -> UploadSpec {
         guard let value, !value.isNull else { return UploadSpec() }
         let reader = try FieldReader(value, path: path)
-        try reader.rejectUnknown(["protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3", "checksum",
-                                  "interop_version"])
+        try reader.rejectUnknown([
+            "protocol", "field", "filename", "content_type", "fields", "chunk_size", "s3", "checksum",
+            "interop_version",
+        ])
         var spec = UploadSpec()
         if let name = try reader.string("protocol", maxLength: 32) {
             guard let parsed = UploadProtocol(rawValue: name) else {
@@ -120,7 +128,9 @@ public struct UploadSpec: Sendable, Equatable {
         }
         spec.chunkSize = try reader.integer("chunk_size", in: 1...(5 << 30))
         if spec.protocolName == .ietf, spec.chunkSize != nil {
-            throw ValidationError(reader.field("chunk_size"), "is not used by the ietf protocol: the file goes in one request, resumed from the server's offset")
+            throw ValidationError(
+                reader.field("chunk_size"),
+                "is not used by the ietf protocol: the file goes in one request, resumed from the server's offset")
         }
         if spec.protocolName != .multipart, !spec.fields.isEmpty {
             throw ValidationError(reader.field("fields"), "is only for the multipart protocol")
@@ -131,7 +141,9 @@ public struct UploadSpec: Sendable, Equatable {
                 throw ValidationError(reader.field("checksum"), "must be sha256")
             }
             if spec.protocolName == .multipart, spec.fields.contains(where: { $0.0 == MultipartPlan.digestFieldName }) {
-                throw ValidationError(reader.field("fields"), "must not have a field named \(MultipartPlan.digestFieldName): the checksum goes there")
+                throw ValidationError(
+                    reader.field("fields"),
+                    "must not have a field named \(MultipartPlan.digestFieldName): the checksum goes there")
             }
             spec.checksum = algorithm
         }
@@ -140,8 +152,9 @@ public struct UploadSpec: Sendable, Equatable {
                 throw ValidationError(reader.field("interop_version"), "is only for the ietf and auto protocols")
             }
             guard IETFUpload.interopVersions.contains(Int(version)) else {
-                throw ValidationError(reader.field("interop_version"),
-                                      "must be one of \(IETFUpload.interopVersions.map(String.init).joined(separator: ", "))")
+                throw ValidationError(
+                    reader.field("interop_version"),
+                    "must be one of \(IETFUpload.interopVersions.map(String.init).joined(separator: ", "))")
             }
             spec.interopVersion = Int(version)
         }

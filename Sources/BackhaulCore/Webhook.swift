@@ -104,9 +104,11 @@ public struct DeliveryRecord: Sendable, Equatable {
     public var createdAt: Timestamp
     public var finishedAt: Timestamp?
 
-    public init(sequence: Int64, webhookID: String, eventSequence: Int64, eventID: String, eventType: String, state: State,
-                attempts: Int, nextAttemptAt: Timestamp?, lastStatus: Int?, lastError: String?, history: JSON,
-                createdAt: Timestamp, finishedAt: Timestamp?) {
+    public init(
+        sequence: Int64, webhookID: String, eventSequence: Int64, eventID: String, eventType: String, state: State,
+        attempts: Int, nextAttemptAt: Timestamp?, lastStatus: Int?, lastError: String?, history: JSON,
+        createdAt: Timestamp, finishedAt: Timestamp?
+    ) {
         self.sequence = sequence
         self.webhookID = webhookID
         self.eventSequence = eventSequence

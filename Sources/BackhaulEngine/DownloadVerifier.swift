@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulFiles
-import Threads
 import Glibc
+import Threads
 
 /// Makes finished downloads durable and checks them off the engine thread: `fdatasync` of the
 /// `.part` file and its SHA-256 take about half a second per GiB, which on the engine thread
@@ -85,8 +85,9 @@ final class DownloadVerifier: @unchecked Sendable {
             return TaskError(.cannotWriteToFile, message: "cannot read back \(part.path) to verify it")
         }
         guard actual == expected else {
-            return TaskError(.downloadChecksumMismatch,
-                             message: "the downloaded file's SHA-256 is \(actual), expected_sha256 is \(expected); nothing was placed")
+            return TaskError(
+                .downloadChecksumMismatch,
+                message: "the downloaded file's SHA-256 is \(actual), expected_sha256 is \(expected); nothing was placed")
         }
         return nil
     }

@@ -53,8 +53,10 @@ public final class Engine: TransferStatus {
     let inbox = EngineInbox()
     private nonisolated(unsafe) var loop: EngineLoop?
 
-    public init(store: Store, settings: ServiceSettings, worker: CurlWorker, logger: Logger, options: EngineOptions = EngineOptions(),
-                clock: any Clock = SystemClock()) {
+    public init(
+        store: Store, settings: ServiceSettings, worker: CurlWorker, logger: Logger, options: EngineOptions = EngineOptions(),
+        clock: any Clock = SystemClock()
+    ) {
         self.store = store
         self.settings = settings
         self.worker = worker
@@ -75,10 +77,14 @@ public final class Engine: TransferStatus {
     /// started). With transfers disabled by the policy, unfinished tasks are cancelled first.
     public func start() throws {
         let recovered = try store.recoverInterrupted()
-        if recovered > 0 { logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"]) }
+        if recovered > 0 {
+            logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"])
+        }
         if !settings.policy.transfersEnabled {
             let count = try store.cancelUnfinished(reason: .backgroundUpdatesDisabled)
-            if count > 0 { logger.notice("transfers are disabled: unfinished tasks cancelled", metadata: ["tasks.count": "\(count)"]) }
+            if count > 0 {
+                logger.notice("transfers are disabled: unfinished tasks cancelled", metadata: ["tasks.count": "\(count)"])
+            }
         }
         let loop = EngineLoop(engine: self)
         self.loop = loop

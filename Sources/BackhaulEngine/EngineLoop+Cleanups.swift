@@ -29,8 +29,9 @@ extension EngineLoop {
         guard cleanups.count < Self.maxCleanupsInFlight else { return }
         let due: [Store.DueCleanup]
         do {
-            due = try store.dueCleanups(now: clock.now(), limit: Self.maxCleanupsInFlight - cleanups.count,
-                                        excluding: Set(cleanups.values.map(\.sequence)))
+            due = try store.dueCleanups(
+                now: clock.now(), limit: Self.maxCleanupsInFlight - cleanups.count,
+                excluding: Set(cleanups.values.map(\.sequence)))
         } catch {
             fault(.storeRead, "cannot read cleanups", ["error": "\(error)"])
             cleanupsDue = true
@@ -42,7 +43,8 @@ extension EngineLoop {
             case .success(let value): plan = value
             case .failure(let error):
                 // A row nobody can read would otherwise be skipped, and kept, forever.
-                fault(.corruptRecord, "dropping a cleanup that cannot be read", ["cleanup.seq": "\(sequence)", "error": "\(error)"])
+                fault(
+                    .corruptRecord, "dropping a cleanup that cannot be read", ["cleanup.seq": "\(sequence)", "error": "\(error)"])
                 do { try store.recordCleanup(sequence: sequence, retryAt: nil) } catch {
                     fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])
                 }
@@ -56,7 +58,8 @@ extension EngineLoop {
                 options.caBundle = self.options.caBundle
                 options.headers = request.headers.map { "\($0.0): \($0.1)" }
                 if let signing = request.signing {
-                    options.awsSigV4 = .init(region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
+                    options.awsSigV4 = .init(
+                        region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
                 }
                 try cleanup.easy.configure(options)
                 try driver.add(cleanup.easy, for: self)
@@ -77,9 +80,11 @@ extension EngineLoop {
             let found = cleanup.plan.followUps(listing: cleanup.response.body)
             do {
                 let aborts = try store.replaceCleanup(sequence: cleanup.sequence, with: found)
-                logger.info("listed the multipart uploads of a cancelled task", metadata: [
-                    "cleanup.found": "\(found.count)", "cleanup.aborts": "\(aborts)",
-                ])
+                logger.info(
+                    "listed the multipart uploads of a cancelled task",
+                    metadata: [
+                        "cleanup.found": "\(found.count)", "cleanup.aborts": "\(aborts)",
+                    ])
             } catch {
                 fault(.storeWrite, "cannot record a cleanup", ["error": "\(error)"])
             }
@@ -93,9 +98,11 @@ extension EngineLoop {
                 retryAt = at
                 nextTimer = min(nextTimer ?? at, at)
             } else {
-                logger.warning("giving up releasing a cancelled upload at the server", metadata: [
-                    "cleanup.status": "\(status)", "error": "\(code == .ok ? "" : code.message)",
-                ])
+                logger.warning(
+                    "giving up releasing a cancelled upload at the server",
+                    metadata: [
+                        "cleanup.status": "\(status)", "error": "\(code == .ok ? "" : code.message)",
+                    ])
             }
         }
         do { try store.recordCleanup(sequence: cleanup.sequence, retryAt: retryAt) } catch {

@@ -13,8 +13,11 @@ extension EngineLoop {
             let seconds = transfer.configuration.timeoutIntervalForRequest
             step = .failed(.transport(.timedOut, message: "no bytes moved for \(seconds) s (timeout_interval_for_request)"))
         } else if transfer.destinationRefused {
-            step = .failed(.fatal(TaskError(.cannotConnectToHost,
-                                            message: "the destination resolved to a private address and private destinations are denied")))
+            step = .failed(
+                .fatal(
+                    TaskError(
+                        .cannotConnectToHost,
+                        message: "the destination resolved to a private address and private destinations are denied")))
         } else if transfer.fileChangedDuringRead {
             step = .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read")))
         } else if transfer.insufficientSpace {
@@ -46,8 +49,10 @@ extension EngineLoop {
     func conclude(_ transfer: Transfer, step: TransferStep) {
         if case .completed = step, let part = transfer.part, let spec = transfer.task.download, !transfer.verifying {
             transfer.verifying = true
-            verifier.submit(DownloadVerifier.Job(taskID: transfer.task.id, attempt: transfer.attempt, part: part,
-                                                 expectedSHA256: spec.expectedSHA256))
+            verifier.submit(
+                DownloadVerifier.Job(
+                    taskID: transfer.task.id, attempt: transfer.attempt, part: part,
+                    expectedSHA256: spec.expectedSHA256))
             return
         }
         release(transfer)
@@ -64,19 +69,24 @@ extension EngineLoop {
             }
             record(transfer, bytesTransferred: bytes, .completed(response))
         case .failed(let failure):
-            let decision = RetryPlanner.decide(failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
-                                               now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
+            let decision = RetryPlanner.decide(
+                failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
+                now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
             switch decision {
             case .retry(let at):
                 metrics.retries[Self.retryReason(failure), default: 0] += 1
-                logger.info("attempt failed, will retry", metadata: [
-                    "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
-                    "failure": "\(failure)",
-                ])
+                logger.info(
+                    "attempt failed, will retry",
+                    metadata: [
+                        "task.id": "\(task.id)", "task.attempt": "\(transfer.attempt)", "retry.at": "\(RFC3339.format(at))",
+                        "failure": "\(failure)",
+                    ])
                 record(transfer, bytesTransferred: bytes, .retry(at: at, failure.error, response))
                 nextTimer = min(nextTimer ?? at, at)
             case .fail(let error):
-                logger.info("task failed", metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
+                logger.info(
+                    "task failed",
+                    metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
                 record(transfer, bytesTransferred: bytes, .failed(error, response))
             case .authenticationRequired:
                 record(transfer, bytesTransferred: bytes, .authenticationRequired(response))
@@ -87,7 +97,9 @@ extension EngineLoop {
     /// Writes how a transfer's attempt ended, with its entry in the task's attempt history.
     /// `bytesTransferred` defaults to what the server acknowledged.
     func record(_ transfer: Transfer, bytesTransferred: Int64? = nil, _ end: AttemptEnd) {
-        record(transfer.started, bytesTransferred: bytesTransferred ?? transfer.machine.bytesAcknowledged, end, history: history(of: transfer))
+        record(
+            transfer.started, bytesTransferred: bytesTransferred ?? transfer.machine.bytesAcknowledged, end,
+            history: history(of: transfer))
     }
 
     /// Writes how the attempt of `task` (as it started) ended; without `history`, as one that
@@ -95,8 +107,11 @@ extension EngineLoop {
     /// it is put back in the queue by `requeueOrphans`.
     func record(_ task: TaskRecord, bytesTransferred: Int64, _ end: AttemptEnd, history: AttemptRecord? = nil) {
         let now = clock.now()
-        let entry = history ?? AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: 0, bytesReceived: 0, outcome: end.outcome,
-                                             networkType: network.type)
+        let entry =
+            history
+            ?? AttemptRecord(
+                startedAt: now, endedAt: now, bytesTransferred: 0, bytesReceived: 0, outcome: end.outcome,
+                networkType: network.type)
         let id = task.id
         store.finishAttempt(task, bytesTransferred: bytesTransferred, end: end, history: entry) { [inbox = engine.inbox] result in
             guard case .failure(let error) = result else { return }
@@ -122,7 +137,9 @@ extension EngineLoop {
         guard active[transfer.task.id] === transfer else { return }
         // A download's received bytes are made durable and checkpointed before it stops, so the
         // next attempt asks only for the rest.
-        if transfer.part != nil, !transfer.insufficientSpace, !transfer.verifying, transfer.syncPart() { persistCheckpoint(transfer) }
+        if transfer.part != nil, !transfer.insufficientSpace, !transfer.verifying, transfer.syncPart() {
+            persistCheckpoint(transfer)
+        }
         // Bytes a short transfer sent between two progress rounds still count.
         countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
         if transfer.configuration.discretionary { flushBudget(force: true) }
@@ -148,7 +165,8 @@ extension EngineLoop {
                 try send(transfer, request)
             } catch is Transfer.FileChanged {
                 hashing[id] = nil
-                conclude(transfer, step: .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read"))))
+                conclude(
+                    transfer, step: .failed(.fatal(TaskError(.fileChanged, message: "the file changed while it was being read"))))
             } catch {
                 hashing[id] = nil
                 conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))

@@ -10,7 +10,8 @@ extension EngineLoop {
     func placeVerifiedDownloads(_ driver: CurlDriver) {
         for outcome in verifier.take() {
             guard let transfer = active[outcome.taskID], transfer.attempt == outcome.attempt, transfer.verifying,
-                let part = transfer.part, let spec = transfer.task.download else { continue }
+                let part = transfer.part, let spec = transfer.task.download
+            else { continue }
             let error = outcome.error ?? part.place(at: spec.destination, overwrite: spec.overwrite)
             release(transfer)
             let bytes = transfer.machine.bytesAcknowledged
@@ -29,7 +30,10 @@ extension EngineLoop {
         release(transfer)
         logger.warning("not enough disk space for a download", metadata: ["task.id": "\(transfer.task.id)"])
         let total = transfer.withDownload { $0.total } ?? nil
-        record(transfer, bytesTransferred: 0, .cancelled(.insufficientSystemResources,
-                                                  "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))
+        record(
+            transfer, bytesTransferred: 0,
+            .cancelled(
+                .insufficientSystemResources,
+                "cancelled: the disk cannot hold the download" + (total.map { " (\($0) bytes)" } ?? "")))
     }
 }

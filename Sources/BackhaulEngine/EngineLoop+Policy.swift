@@ -37,8 +37,13 @@ extension EngineLoop {
         for transfer in Array(active.values) {
             let decision = Policy.decide(transfer.configuration, in: context)
             guard decision != .run else { continue }
-            logger.info("the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
-            if case .wait(let reason) = decision { metrics.policyStops[reason.rawValue, default: 0] += 1 } else { metrics.policyStops["failed", default: 0] += 1 }
+            logger.info(
+                "the policy stops a transfer", metadata: ["task.id": "\(transfer.task.id)", "policy.decision": "\(decision)"])
+            if case .wait(let reason) = decision {
+                metrics.policyStops[reason.rawValue, default: 0] += 1
+            } else {
+                metrics.policyStops["failed", default: 0] += 1
+            }
             release(transfer)
             stopped.append((transfer, decision))
         }
@@ -72,11 +77,18 @@ extension EngineLoop {
                 guard let session = sessionConfigurations[held.sessionID] else { continue }
                 let configuration: TransferConfiguration
                 do {
-                    configuration = held.configurationOverrides.isEmpty ? session : try session.applying(.object(held.configurationOverrides))
+                    configuration =
+                        held.configurationOverrides.isEmpty ? session : try session.applying(.object(held.configurationOverrides))
                 } catch {
-                    fault(.invalidConfiguration, "a task's configuration cannot be applied; the task fails", ["task.id": "\(held.id)", "error": "\(error)"])
-                    store.applyPolicy(sequence: held.sequence, .fail(TaskError(.unknown,
-                        message: "the task's configuration cannot be applied over its session's: \(error)")))
+                    fault(
+                        .invalidConfiguration, "a task's configuration cannot be applied; the task fails",
+                        ["task.id": "\(held.id)", "error": "\(error)"])
+                    store.applyPolicy(
+                        sequence: held.sequence,
+                        .fail(
+                            TaskError(
+                                .unknown,
+                                message: "the task's configuration cannot be applied over its session's: \(error)")))
                     continue
                 }
                 let decision = Policy.decide(configuration, in: context)
@@ -127,7 +139,9 @@ extension EngineLoop {
         let share = limit.map { max(1024, $0 / Int64(max(1, active.count))) } ?? 0
         for transfer in active.values {
             do { try transfer.limitSpeed(share) } catch {
-                fault(.curl, "cannot apply the bandwidth limit to a transfer", ["task.id": "\(transfer.task.id)", "error": "\(error)"])
+                fault(
+                    .curl, "cannot apply the bandwidth limit to a transfer",
+                    ["task.id": "\(transfer.task.id)", "error": "\(error)"])
             }
         }
     }

@@ -30,15 +30,19 @@ extension EngineLoop {
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
                 transfer.lastProgressEvent = now
                 transfer.lastProgressBytes = bytes
-                store.recordProgress(sequence: transfer.task.sequence, attempt: transfer.attempt,
-                                     bytesTransferred: transfer.machine.bytesAcknowledged, live: progress)
+                store.recordProgress(
+                    sequence: transfer.task.sequence, attempt: transfer.attempt,
+                    bytesTransferred: transfer.machine.bytesAcknowledged, live: progress)
             }
         }
         metrics.running = active.count
         metrics.queued = scheduler.queuedCount
-        metrics.bandwidthLimit = policy.bandwidth(minuteOfDay: LocalTime.components(of: clock.now()).minute, network: network.type)
+        metrics.bandwidthLimit = policy.bandwidth(
+            minuteOfDay: LocalTime.components(of: clock.now()).minute, network: network.type)
         metrics.budgetRemaining = [:]
-        for (type, budget) in policy.discretionaryDailyBudget { metrics.budgetRemaining[type] = max(0, budget - budgetUsed[type, default: 0]) }
+        for (type, budget) in policy.discretionaryDailyBudget {
+            metrics.budgetRemaining[type] = max(0, budget - budgetUsed[type, default: 0])
+        }
         let figures = metrics
         engine.shared.withLock {
             $0.live = live

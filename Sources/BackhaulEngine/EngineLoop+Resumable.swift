@@ -26,12 +26,16 @@ extension EngineLoop {
     func rememberSelection(_ transfer: Transfer) {
         guard let auto = transfer.machine as? AutoUpload, let choice = auto.selection else { return }
         let key = transfer.limitKey
-        if let known = protocolSelections[key], known.choice == choice, monotonicSeconds() - known.at < Self.selectionLifetime { return }
+        if let known = protocolSelections[key], known.choice == choice, monotonicSeconds() - known.at < Self.selectionLifetime {
+            return
+        }
         protocolSelections[key] = (choice, monotonicSeconds())
-        logger.info("auto picked a protocol for the host", metadata: [
-            "task.id": "\(transfer.task.id)", "upload.protocol_selected": "\(choice.protocolName.rawValue)",
-            "upload.interop_version": "\(choice.interopVersion.map(String.init) ?? "-")",
-        ])
+        logger.info(
+            "auto picked a protocol for the host",
+            metadata: [
+                "task.id": "\(transfer.task.id)", "upload.protocol_selected": "\(choice.protocolName.rawValue)",
+                "upload.interop_version": "\(choice.interopVersion.map(String.init) ?? "-")",
+            ])
     }
 
     /// Routes the transfer's informational responses to `receivedInformational` (curl hands their
@@ -53,9 +57,12 @@ extension EngineLoop {
         guard transfer.machine.didReceiveInformational(ResponseHead(status: status, headers: map)) else { return }
         persistCheckpoint(transfer)
         if transfer.checkpoint.location != known {
-            logger.info("upload resource saved", metadata: [
-                "task.id": "\(transfer.task.id)", "http.status": "\(status)", "upload.protocol": "\(transfer.task.upload.protocolName.rawValue)",
-            ])
+            logger.info(
+                "upload resource saved",
+                metadata: [
+                    "task.id": "\(transfer.task.id)", "http.status": "\(status)",
+                    "upload.protocol": "\(transfer.task.upload.protocolName.rawValue)",
+                ])
         }
     }
 }

@@ -19,7 +19,8 @@ extension EngineLoop {
                 guard let read = try store.task(sequence: entry.sequence), read.state == .queued else { continue }
                 task = read
             } catch {
-                fault(.storeRead, "cannot read a queued task; trying again", ["task.seq": "\(entry.sequence)", "error": "\(error)"])
+                fault(
+                    .storeRead, "cannot read a queued task; trying again", ["task.seq": "\(entry.sequence)", "error": "\(error)"])
                 scheduler.enqueue(entry)
                 break
             }
@@ -86,8 +87,11 @@ extension EngineLoop {
     /// A task whose own configuration cannot be applied fails, saying why, instead of running
     /// with less than it asked for.
     func failForConfiguration(_ task: TaskRecord, _ error: ValidationError) {
-        fault(.invalidConfiguration, "a task's configuration cannot be applied; the task fails", ["task.id": "\(task.id)", "error": "\(error)"])
-        let failure = TaskError(.unknown, message: "the task's configuration cannot be applied over its session's: \(error.description)")
+        fault(
+            .invalidConfiguration, "a task's configuration cannot be applied; the task fails",
+            ["task.id": "\(task.id)", "error": "\(error)"])
+        let failure = TaskError(
+            .unknown, message: "the task's configuration cannot be applied over its session's: \(error.description)")
         store.applyPolicy(sequence: task.sequence, .fail(failure))
     }
 
@@ -97,7 +101,8 @@ extension EngineLoop {
         var task = started
         var file: OpenedFile?
         var part: PartFile?
-        let opened = task.download.map { spec in PartFile.open(spec.partPath).map { part = $0 } }
+        let opened =
+            task.download.map { spec in PartFile.open(spec.partPath).map { part = $0 } }
             ?? OpenedFile.open(task.file).map { file = $0 }
         if case .failure(let error) = opened {
             logger.warning("the file cannot be opened", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
@@ -106,7 +111,8 @@ extension EngineLoop {
         }
         if let part, let offset = task.checkpoint?.offset, offset > 0, part.size < offset {
             // The `.part` file lost bytes the checkpoint counts (removed or cut by hand): start over.
-            logger.warning("the .part file is shorter than its checkpoint; the download starts over", metadata: ["task.id": "\(task.id)"])
+            logger.warning(
+                "the .part file is shorter than its checkpoint; the download starts over", metadata: ["task.id": "\(task.id)"])
             task.checkpoint = nil
         }
         let headers = HeaderRules.merged(configuration.defaultHeaders, task.request.headers)
@@ -114,8 +120,9 @@ extension EngineLoop {
         let transfer: Transfer
         do {
             let step = machine.start(now: clock.now())
-            transfer = try Transfer(task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
-                                    file: file, part: part, startedAt: clock.now())
+            transfer = try Transfer(
+                task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
+                file: file, part: part, startedAt: clock.now())
             active[task.id] = transfer
             watchInformational(transfer)
             bandwidthDirty = true
@@ -127,12 +134,17 @@ extension EngineLoop {
         } catch {
             logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
             if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }
-            record(started, bytesTransferred: 0, .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
+            record(
+                started, bytesTransferred: 0,
+                .failed(TaskError(.badServerResponse, message: "cannot start the transfer: \(error)"), nil))
             return false
         }
-        logger.debug("attempt started", metadata: [
-            "task.id": "\(task.id)", "task.attempt": "\(task.attempts)", "upload.protocol": "\(task.upload.protocolName.rawValue)",
-        ])
+        logger.debug(
+            "attempt started",
+            metadata: [
+                "task.id": "\(task.id)", "task.attempt": "\(task.attempts)",
+                "upload.protocol": "\(task.upload.protocolName.rawValue)",
+            ])
         return true
     }
 

@@ -132,7 +132,9 @@ final class EngineLoop: CurlClient {
     }
 
     var sleepLimit: Double? {
-        if !hashing.isEmpty || scheduleNeeded && active.count + claiming.count < options.maxConcurrentTransfers && scheduler.queuedCount > 0 {
+        if !hashing.isEmpty
+            || scheduleNeeded && active.count + claiming.count < options.maxConcurrentTransfers && scheduler.queuedCount > 0
+        {
             return 0
         }
         var limit = options.tick
@@ -179,7 +181,8 @@ final class EngineLoop: CurlClient {
         guard let after = loadingAfter else { return }
         do {
             let page = try store.queuedEntries(after: after, limit: 50_000)
-            for entry in page where !claiming.contains(entry.sequence) && active.values.allSatisfy({ $0.task.sequence != entry.sequence }) {
+            for entry in page
+            where !claiming.contains(entry.sequence) && active.values.allSatisfy({ $0.task.sequence != entry.sequence }) {
                 scheduler.enqueue(entry)
             }
             loadingAfter = page.count < 50_000 ? nil : page.last?.sequence
@@ -192,7 +195,9 @@ final class EngineLoop: CurlClient {
     func loadSessions() {
         do {
             sessionConfigurations = try store.sessionConfigurations()
-            for (id, configuration) in sessionConfigurations { scheduler.setLimit(session: id, configuration.maxConnectionsPerHost) }
+            for (id, configuration) in sessionConfigurations {
+                scheduler.setLimit(session: id, configuration.maxConnectionsPerHost)
+            }
             sessionsLoaded = true
             scheduleNeeded = true
         } catch {
@@ -206,7 +211,9 @@ final class EngineLoop: CurlClient {
     /// time in flight), at the earliest timer it knows of and at least every tick.
     func fireTimersIfDue(_ monotonic: Double) {
         let now = clock.now()
-        guard !timersInFlight, (nextTimer.map { now >= $0 } ?? false) || monotonic - lastTimerCheck >= options.tick else { return }
+        guard !timersInFlight, (nextTimer.map { now >= $0 } ?? false) || monotonic - lastTimerCheck >= options.tick else {
+            return
+        }
         lastTimerCheck = monotonic
         timersInFlight = true
         cleanupsDue = true
@@ -244,7 +251,8 @@ final class EngineLoop: CurlClient {
             inbox.post { loop in
                 switch result {
                 case .success(let count) where count > 0:
-                    loop.logger.warning("tasks shown running without a transfer went back to the queue", metadata: ["count": "\(count)"])
+                    loop.logger.warning(
+                        "tasks shown running without a transfer went back to the queue", metadata: ["count": "\(count)"])
                 case .success: break
                 case .failure(let error):
                     loop.fault(.storeWrite, "cannot requeue tasks", ["error": "\(error)"])

@@ -83,8 +83,10 @@ final class Transfer {
     var rate: Double = 0
     var lastSample: (time: Double, bytes: Int64)
 
-    init(task: TaskRecord, started: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key,
-         machine: any TransferStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp) throws {
+    init(
+        task: TaskRecord, started: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key,
+        machine: any TransferStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp
+    ) throws {
         self.task = task
         self.started = started
         self.attempt = task.attempts
@@ -239,7 +241,8 @@ final class Transfer {
         guard var pending = pendingDigest else { return nil }
         var left = budget
         while pending.offset < pending.end, left > 0 {
-            let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), pending.end - pending.offset))])
+            let window = UnsafeMutableRawBufferPointer(
+                rebasing: buffer[0..<Int(min(Int64(buffer.count), pending.end - pending.offset))])
             let count = file?.read(at: pending.offset, into: window) ?? 0
             guard count > 0 else {
                 pendingDigest = nil
@@ -301,7 +304,8 @@ final class Transfer {
         curl.caBundle = options.caBundle
         if let signing = request.signing {
             // libcurl computes the SigV4 signature over the headers it sends.
-            curl.awsSigV4 = .init(region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
+            curl.awsSigV4 = .init(
+                region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
         }
         attachFileBody()
         digest = nil
@@ -348,9 +352,10 @@ final class Transfer {
                     return Array(SHA256Hasher.hex(value).utf8)
                 }
             }
-            try easy.setMultipartBody(fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,
-                                      filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength,
-                                      trailingField: trailing)
+            try easy.setMultipartBody(
+                fields: plan.fields.map { ($0.name, $0.value) }, fileField: plan.fileField,
+                filename: plan.filename, contentType: plan.contentType, fileSize: plan.fileLength,
+                trailingField: trailing)
             curl.body = .multipart
         }
         curl.headers = lines

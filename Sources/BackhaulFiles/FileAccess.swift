@@ -61,7 +61,11 @@ public struct AllowedRoots: Sendable, Equatable {
             if let base = realPath("/" + components.joined(separator: "/")) {
                 var parts = base.split(separator: "/").map(String.init)
                 for component in rest.reversed() {
-                    if component == ".." { if !parts.isEmpty { parts.removeLast() } } else if component != "." { parts.append(component) }
+                    if component == ".." {
+                        if !parts.isEmpty { parts.removeLast() }
+                    } else if component != "." {
+                        parts.append(component)
+                    }
                 }
                 return "/" + parts.joined(separator: "/")
             }
@@ -107,7 +111,8 @@ extension AllowedRoots {
         guard !name.isEmpty, name != ".", name != ".." else { return .failure(.isDirectory) }
         let directory = slash == path.startIndex ? "/" : String(path[..<slash])
         guard let resolvedDirectory = AllowedRoots.realPath(directory) else {
-            return .failure(contains(resolvedPath: AllowedRoots.resolveExistingPrefix(directory)) ? .directoryNotFound : .outsideAllowedRoots)
+            return .failure(
+                contains(resolvedPath: AllowedRoots.resolveExistingPrefix(directory)) ? .directoryNotFound : .outsideAllowedRoots)
         }
         let resolved = (resolvedDirectory == "/" ? "" : resolvedDirectory) + "/" + name
         guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
@@ -142,7 +147,9 @@ public final class OpenedFile {
             case ENOENT, ENOTDIR: return .failure(TaskError(.fileDoesNotExist, message: "the file no longer exists"))
             case EACCES, EPERM: return .failure(TaskError(.noPermissionsToReadFile, message: "the file is no longer readable"))
             case ELOOP: return .failure(TaskError(.fileChanged, message: "the file was replaced by a symbolic link"))
-            default: return .failure(TaskError(.fileDoesNotExist, message: "cannot open the file: \(String(cString: strerror(errno)))"))
+            default:
+                return .failure(
+                    TaskError(.fileDoesNotExist, message: "cannot open the file: \(String(cString: strerror(errno)))"))
             }
         }
         let file = OpenedFile(descriptor: descriptor, info: expected)
@@ -161,7 +168,9 @@ public final class OpenedFile {
     public func checkUnchanged() -> TaskError? {
         var now = stat()
         guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
-        guard now.st_mode & S_IFMT == S_IFREG else { return TaskError(.fileChanged, message: "the path is no longer a regular file") }
+        guard now.st_mode & S_IFMT == S_IFREG else {
+            return TaskError(.fileChanged, message: "the path is no longer a regular file")
+        }
         if Int64(now.st_size) != info.size || now.modifiedNanoseconds != info.modifiedAtNanoseconds {
             return TaskError(.fileChanged, message: "the file changed after it was enqueued (size or modification time)")
         }

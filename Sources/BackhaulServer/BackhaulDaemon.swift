@@ -1,7 +1,7 @@
 import BackhaulAPI
-import BackhaulFiles
 import BackhaulCore
 import BackhaulEngine
+import BackhaulFiles
 import BackhaulStore
 import BackhaulWebhooks
 import Curl
@@ -32,7 +32,9 @@ public final class BackhaulDaemon: Sendable {
         self.configuration = configuration
         self.logger = logger
         guard configuration.isLoopback || configuration.tokens != nil else {
-            throw StartupError(description: "refusing to listen on \(configuration.listen): without API tokens backhauld serves loopback addresses only")
+            throw StartupError(
+                description:
+                    "refusing to listen on \(configuration.listen): without API tokens backhauld serves loopback addresses only")
         }
         let directory = configuration.stateDirectory
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
@@ -76,8 +78,10 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
         apiOptions.dashboard = configuration.dashboard
         let requestMetrics = RequestMetrics()
-        let router = API(store: store, status: engine, settings: settings, eventFeed: feed, requestMetrics: requestMetrics,
-                         options: apiOptions, logger: logger).router
+        let router = API(
+            store: store, status: engine, settings: settings, eventFeed: feed, requestMetrics: requestMetrics,
+            options: apiOptions, logger: logger
+        ).router
         let accessLogger = logger
         let handler = BufferingHandler(
             maxBodyBytes: configuration.maxBodyBytes,
@@ -89,15 +93,18 @@ public final class BackhaulDaemon: Sendable {
                 let (response, pattern) = router.handle(request)
                 let seconds = monotonicSeconds() - started
                 requestMetrics.record(route: pattern, method: request.method, status: response.status, seconds: seconds)
-                accessLogger.debug("request", metadata: [
-                    "http.method": "\(request.method)", "http.route": "\(pattern)", "http.status": "\(response.status)",
-                    "http.duration_ms": "\(Int(seconds * 1000))",
-                ])
+                accessLogger.debug(
+                    "request",
+                    metadata: [
+                        "http.method": "\(request.method)", "http.route": "\(pattern)", "http.status": "\(response.status)",
+                        "http.duration_ms": "\(Int(seconds * 1000))",
+                    ])
                 return response
             })
         do {
-            http = try Daemon(host: configuration.listenHost, port: configuration.listenPort,
-                              threading: .threadPerConnection, handler: handler)
+            http = try Daemon(
+                host: configuration.listenHost, port: configuration.listenPort,
+                threading: .threadPerConnection, handler: handler)
         } catch {
             engine.shutdown(grace: 0)
             dispatcher.shutdown()
@@ -106,10 +113,12 @@ public final class BackhaulDaemon: Sendable {
             store.close()
             throw StartupError(description: error.description)
         }
-        logger.info("listening", metadata: [
-            "http.address": "\(configuration.listenHost)", "http.port": "\(http.port)",
-            "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
-        ])
+        logger.info(
+            "listening",
+            metadata: [
+                "http.address": "\(configuration.listenHost)", "http.port": "\(http.port)",
+                "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
+            ])
     }
 
     public var port: UInt16 { http.port }
@@ -187,14 +196,17 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     } catch let error as StoreError {
         if case .corrupt(let message) = error {
             // A state directory this build cannot read as it is: nothing is guessed or dropped.
-            logger.critical("cannot start: the state database holds what this build cannot read", metadata: ["error": "\(message)"])
+            logger.critical(
+                "cannot start: the state database holds what this build cannot read", metadata: ["error": "\(message)"])
             return ExitStatus.corruptState
         }
         if case .newerSchema(let found, let supported) = error {
-            logger.critical("cannot start: the state directory was written by a newer backhauld", metadata: [
-                "state.schema_version": "\(found)", "supported_schema_version": "\(supported)",
-                "error": "this build reads schema versions up to \(supported); run the newer backhauld, or restore a backup",
-            ])
+            logger.critical(
+                "cannot start: the state directory was written by a newer backhauld",
+                metadata: [
+                    "state.schema_version": "\(found)", "supported_schema_version": "\(supported)",
+                    "error": "this build reads schema versions up to \(supported); run the newer backhauld, or restore a backup",
+                ])
             return ExitStatus.newerState
         }
         logger.critical("cannot start", metadata: ["error": "\(error)"])

@@ -20,8 +20,10 @@ public struct JSONLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    public func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-                    file: String, function: String, line: UInt) {
+    public func log(
+        level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
+        file: String, function: String, line: UInt
+    ) {
         var object: JSONObject = [
             "ts": .string(RFC3339.format(SystemClock().now())), "level": .string(level.rawValue),
             "msg": .string(message.description), "logger": .string(label),

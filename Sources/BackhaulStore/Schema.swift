@@ -3,7 +3,9 @@ import SQLite
 /// The schema, as numbered migrations. Never edit a shipped migration: add the next one.
 enum Schema {
     static let migrations: [Migration] = [
-        Migration(1, """
+        Migration(
+            1,
+            """
             CREATE TABLE sessions (
                 id TEXT PRIMARY KEY,
                 configuration TEXT NOT NULL,
@@ -60,7 +62,9 @@ enum Schema {
             );
             CREATE INDEX events_by_session ON events (session_id, seq);
             """),
-        Migration(2, """
+        Migration(
+            2,
+            """
             CREATE TABLE webhooks (
                 id TEXT PRIMARY KEY,
                 session_id TEXT NOT NULL,
@@ -92,7 +96,9 @@ enum Schema {
             CREATE INDEX deliveries_by_webhook ON deliveries (webhook_id, seq);
             CREATE INDEX events_by_time ON events (created_at);
             """),
-        Migration(3, """
+        Migration(
+            3,
+            """
             CREATE TABLE cleanups (
                 seq INTEGER PRIMARY KEY AUTOINCREMENT,
                 task_id TEXT NOT NULL,
@@ -103,7 +109,9 @@ enum Schema {
             );
             CREATE INDEX cleanups_due ON cleanups (next_attempt_at);
             """),
-        Migration(4, """
+        Migration(
+            4,
+            """
             CREATE TABLE settings (
                 key TEXT PRIMARY KEY,
                 value TEXT NOT NULL
@@ -116,7 +124,9 @@ enum Schema {
             );
             CREATE INDEX tasks_waiting ON tasks (state, waiting_reason, seq);
             """),
-        Migration(5, """
+        Migration(
+            5,
+            """
             ALTER TABLE tasks ADD COLUMN download TEXT;
             """),
         // A removed session leaves its tasks readable (SPEC §4.2): `session_id` becomes '' (no
@@ -124,7 +134,9 @@ enum Schema {
         // `last_error` and the attempt history. Task counts per session and state, kept by the
         // writer from its change feed (one upsert per session and state a transaction touched),
         // so a session's counts and its open-task limit cost no walk over its tasks.
-        Migration(6, """
+        Migration(
+            6,
+            """
             ALTER TABLE tasks ADD COLUMN detached_from TEXT;
             ALTER TABLE tasks ADD COLUMN last_error TEXT;
             DROP INDEX tasks_idempotency;
@@ -164,7 +176,9 @@ enum Schema {
         // engine's memory now (it loads it once through tasks_held, where queued tasks sort by seq),
         // which holds only queued and waiting tasks (starting and finishing touch it once, or not);
         // retries are found through a partial index of retrying tasks only.
-        Migration(7, """
+        Migration(
+            7,
+            """
             DROP INDEX tasks_waiting;
             CREATE INDEX tasks_held ON tasks (state, waiting_reason, seq) WHERE (state = 'queued' OR state = 'waiting');
             DROP INDEX tasks_queue;

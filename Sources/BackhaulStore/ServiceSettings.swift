@@ -54,11 +54,14 @@ public final class ServiceSettings: Sendable {
         let stored = try store.setting(Self.policyKey)
         let state: (ServicePolicy, NetworkState?)
         do {
-            state = (try stored.map { try basePolicy.applying($0) } ?? basePolicy,
-                     try override.map { try NetworkState.decodeOverride($0, classifier: classifier) })
+            state = (
+                try stored.map { try basePolicy.applying($0) } ?? basePolicy,
+                try override.map { try NetworkState.decodeOverride($0, classifier: classifier) }
+            )
         } catch {
-            throw StoreError.corrupt("the stored network override or run-time policy cannot be read (\(error)); to drop both, "
-                                     + "run: sqlite3 STATE_DIR/backhaul.db \"DELETE FROM settings WHERE key IN ('network_override', 'policy')\"")
+            throw StoreError.corrupt(
+                "the stored network override or run-time policy cannot be read (\(error)); to drop both, "
+                    + "run: sqlite3 STATE_DIR/backhaul.db \"DELETE FROM settings WHERE key IN ('network_override', 'policy')\"")
         }
         current.withLock { $0 = state }
     }

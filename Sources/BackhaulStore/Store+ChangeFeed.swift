@@ -40,8 +40,10 @@ extension Store {
         log.update { changes in
             if isQueued {
                 let key = Scheduler.Key(session: arguments.string(4) ?? "", host: arguments.string(5) ?? "")
-                changes.queued.append(Scheduler.Entry(sequence: sequence, priority: arguments.double(3), key: key,
-                                                      limit: arguments.optionalInt(6).map { Int($0) }))
+                changes.queued.append(
+                    Scheduler.Entry(
+                        sequence: sequence, priority: arguments.double(3), key: key,
+                        limit: arguments.optionalInt(6).map { Int($0) }))
             } else if wasQueued {
                 changes.unqueued.append(sequence)
             }
@@ -53,8 +55,10 @@ extension Store {
             if arguments.int(12) != 0, arguments.text(2, is: "waiting") { changes.policyReview = true }
         }
         // The per-session counts follow every change of state or session.
-        let oldState = arguments.string(0), newState = arguments.string(2)
-        let oldSession = arguments.string(13), newSession = arguments.isNull(2) ? nil : arguments.string(4)
+        let oldState = arguments.string(0)
+        let newState = arguments.string(2)
+        let oldSession = arguments.string(13)
+        let newSession = arguments.isNull(2) ? nil : arguments.string(4)
         if oldState != newState || oldSession != newSession {
             log.countMove(from: oldSession, oldState, to: newSession, newState)
         }

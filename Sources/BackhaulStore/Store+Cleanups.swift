@@ -10,8 +10,10 @@ extension Store {
     /// read comes back as a failure, for the engine to log and drop, not to skip forever.
     public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup] {
         try read { db in
-            try db.query("SELECT seq, request, attempts FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
-                         [now, limit + busy.count]) { row -> DueCleanup? in
+            try db.query(
+                "SELECT seq, request, attempts FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
+                [now, limit + busy.count]
+            ) { row -> DueCleanup? in
                 guard !busy.contains(row.int(0)) else { return nil }
                 let text = row.string(1)
                 let plan = Result { () throws(StoreError) in
@@ -34,11 +36,13 @@ extension Store {
             let taskID = try db.queryFirst("SELECT task_id FROM cleanups WHERE seq = ?", [sequence]) { $0.string(0) } ?? ""
             var added = 0
             for (uploadID, plan) in found {
-                let held = try db.queryFirst(
-                    """
-                    SELECT 1 FROM tasks WHERE state IN \(Store.unfinishedStates) AND checkpoint IS NOT NULL
-                    AND json_extract(checkpoint, '$.location') = ? LIMIT 1
-                    """, [uploadID]) { _ in true } ?? false
+                let held =
+                    try db.queryFirst(
+                        """
+                        SELECT 1 FROM tasks WHERE state IN \(Store.unfinishedStates) AND checkpoint IS NOT NULL
+                        AND json_extract(checkpoint, '$.location') = ? LIMIT 1
+                        """, [uploadID]
+                    ) { _ in true } ?? false
                 guard !held else { continue }
                 try insertCleanup(db, taskID: taskID, plan, now: now)
                 added += 1

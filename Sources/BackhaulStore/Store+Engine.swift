@@ -34,9 +34,11 @@ extension Store {
                 SELECT seq, priority, session_id, host_key,
                     CASE WHEN configuration = '{}' THEN NULL ELSE json_extract(configuration, '$.max_connections_per_host') END
                 FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > ? ORDER BY seq LIMIT ?
-                """, [sequence, limit]) { row in
-                Scheduler.Entry(sequence: row.int(0), priority: row.double(1),
-                                key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
+                """, [sequence, limit]
+            ) { row in
+                Scheduler.Entry(
+                    sequence: row.int(0), priority: row.double(1),
+                    key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
             }
         }
     }
@@ -50,66 +52,80 @@ extension Store {
     /// `done` gets the task as started, or nil.
     public func startAttempt(_ task: TaskRecord, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
-        submit({ [self] db -> TaskRecord? in
-            guard case .success(let started) = task.applying(.attemptStarted, now: now) else { return nil }
-            guard try TaskRows.update(db, from: task, to: started, onlyIf: "state = 'queued' AND attempts = \(task.attempts)") else {
-                return nil
-            }
-            try recorded(db, from: task, to: started, now: now)
-            return started
-        }, done: done)
+        submit(
+            { [self] db -> TaskRecord? in
+                guard case .success(let started) = task.applying(.attemptStarted, now: now) else { return nil }
+                guard try TaskRows.update(db, from: task, to: started, onlyIf: "state = 'queued' AND attempts = \(task.attempts)")
+                else {
+                    return nil
+                }
+                try recorded(db, from: task, to: started, now: now)
+                return started
+            }, done: done)
     }
 
     /// Records how the engine's attempt of `task` (the record as it started) ended, with its entry
     /// in the task's history; nil when the task left that attempt meanwhile. The row is not read
     /// again unless a client changed the task while it ran: the update is guarded by the attempt.
-    public func finishAttempt(_ task: TaskRecord, bytesTransferred: Int64, end: AttemptEnd, history: AttemptRecord,
-                              done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
+    public func finishAttempt(
+        _ task: TaskRecord, bytesTransferred: Int64, end: AttemptEnd, history: AttemptRecord,
+        done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
+    ) {
         let now = self.now
-        submit({ [self] db -> TaskRecord? in
-            var current = task
-            if writerState.patchedWhileRunning.remove(task.sequence) != nil {
-                guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
-                current = read
-            }
-            guard case .success(let next) = current.applying(.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now),
-                try TaskRows.update(db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)")
-            else { return nil }
-            var entry = history
-            entry.outcome = end.outcome
-            if let error = end.error { entry.error = error }
-            try Store.appendAttempt(db, taskSequence: task.sequence, entry)
-            try recorded(db, from: current, to: next, now: now)
-            return next
-        }, done: done)
+        submit(
+            { [self] db -> TaskRecord? in
+                var current = task
+                if writerState.patchedWhileRunning.remove(task.sequence) != nil {
+                    guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
+                    current = read
+                }
+                guard
+                    case .success(let next) = current.applying(
+                        .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now),
+                    try TaskRows.update(db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)")
+                else { return nil }
+                var entry = history
+                entry.outcome = end.outcome
+                if let error = end.error { entry.error = error }
+                try Store.appendAttempt(db, taskSequence: task.sequence, entry)
+                try recorded(db, from: current, to: next, now: now)
+                return next
+            }, done: done)
     }
 
     /// Records an attempt the engine stopped after its task left it (a client's cancel or
     /// suspend, a session disabled, the resource timeout): the task's state is not touched.
     public func recordStoppedAttempt(sequence: Int64, _ history: AttemptRecord) {
-        submit({ db in
-            var stopped = history
-            stopped.outcome = .stopped
-            try Store.appendAttempt(db, taskSequence: sequence, stopped)
-        }, done: { _ in })
+        submit(
+            { db in
+                var stopped = history
+                stopped.outcome = .stopped
+                try Store.appendAttempt(db, taskSequence: sequence, stopped)
+            }, done: { _ in })
     }
 
     /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
     /// beyond `AttemptRecord.historyLimit`.
     static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
-        let number = (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
-            $0.int(0)
-        } ?? 0) + 1
+        let number =
+            (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
+                $0.int(0)
+            } ?? 0) + 1
         try db.run(
             """
             INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error,
                 network_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
-            [taskSequence, number, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived, record.outcome.rawValue,
-             record.httpStatus ?? record.error?.httpStatus, record.error.map { TaskRecord.errorJSON($0).serialized() },
-             record.networkType?.rawValue])
+            [
+                taskSequence, number, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived,
+                record.outcome.rawValue,
+                record.httpStatus ?? record.error?.httpStatus, record.error.map { TaskRecord.errorJSON($0).serialized() },
+                record.networkType?.rawValue,
+            ])
         if number > Int64(AttemptRecord.historyLimit) {
-            try db.run("DELETE FROM attempts WHERE task_seq = ? AND number <= ?", [taskSequence, number - Int64(AttemptRecord.historyLimit)])
+            try db.run(
+                "DELETE FROM attempts WHERE task_seq = ? AND number <= ?",
+                [taskSequence, number - Int64(AttemptRecord.historyLimit)])
         }
     }
 
@@ -117,54 +133,68 @@ extension Store {
     /// their attempt not counted: their end could not be written.
     public func requeueRunning(except running: Set<String>, done: @escaping @Sendable (Result<Int, StoreError>) -> Void) {
         let now = self.now
-        submit({ [self] db -> Int in
-            let orphans = try db.query("SELECT \(TaskRows.columns) FROM tasks WHERE state = 'running'", [], TaskRows.decode)
-                .filter { !running.contains($0.id) }
-            for task in orphans { try transition(db, task, .requeued(counted: false), now: now) }
-            return orphans.count
-        }, done: done)
+        submit(
+            { [self] db -> Int in
+                let orphans = try db.query("SELECT \(TaskRows.columns) FROM tasks WHERE state = 'running'", [], TaskRows.decode)
+                    .filter { !running.contains($0.id) }
+                for task in orphans { try transition(db, task, .requeued(counted: false), now: now) }
+                return orphans.count
+            }, done: done)
     }
 
     /// Persists what the server acknowledged of a resumable transfer, if the task is still in
     /// that attempt.
     public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: TransferCheckpoint) {
         let text = checkpoint.json.serialized()
-        submit({ db in
-            try db.run("UPDATE tasks SET checkpoint = ?, bytes_sent = ? WHERE seq = ? AND state = 'running' AND attempts = ?",
-                       [text, checkpoint.offset, sequence, attempt])
-        }, done: { _ in })
+        submit(
+            { db in
+                try db.run(
+                    "UPDATE tasks SET checkpoint = ?, bytes_sent = ? WHERE seq = ? AND state = 'running' AND attempts = ?",
+                    [text, checkpoint.offset, sequence, attempt])
+            }, done: { _ in })
     }
 
     /// Persists a running attempt's progress and records a `task.progress` event (the engine
     /// calls this at a bounded rate).
     public func recordProgress(sequence: Int64, attempt: Int, bytesTransferred: Int64, live: LiveProgress) {
         let now = self.now
-        submit({ [self] db in
-            guard var task = try TaskRows.fetch(db, sequence: sequence), task.state == .running, task.attempts == attempt else { return }
-            task.bytesTransferred = bytesTransferred
-            try db.run("UPDATE tasks SET bytes_sent = ? WHERE seq = ?", [bytesTransferred, sequence])
-            try appendEvent(db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
-                            data: task.json(live: live), now: now)
-        }, done: { _ in })
+        submit(
+            { [self] db in
+                guard var task = try TaskRows.fetch(db, sequence: sequence), task.state == .running, task.attempts == attempt
+                else { return }
+                task.bytesTransferred = bytesTransferred
+                try db.run("UPDATE tasks SET bytes_sent = ? WHERE seq = ?", [bytesTransferred, sequence])
+                try appendEvent(
+                    db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
+                    data: task.json(live: live), now: now)
+            }, done: { _ in })
     }
 
     /// Moves tasks whose timers have passed: retries due → queued, scheduled starts due → queued,
     /// resource deadlines passed → failed (-1001, or -1013 waiting for credentials). `done` gets
     /// how many expired and the next timer after these.
-    public func fireTimers(now: Timestamp, done: @escaping @Sendable (Result<(expired: Int, next: Timestamp?), StoreError>) -> Void) {
-        submit({ [self] db -> (expired: Int, next: Timestamp?) in
-            let due: [(String, TaskInput)] =
-                try db.query("SELECT id FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying' AND next_attempt_at <= ?", [now]) {
-                    ($0.string(0), .retryDue)
-                }
-                + db.query("SELECT id FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?",
-                           [now]) { ($0.string(0), .scheduledDue) }
-            for (id, input) in due { try transition(db, id: id, input, now: now) }
-            let expired = try db.query(
-                "SELECT id FROM tasks WHERE deadline_at <= ? AND \(Store.unfinishedCondition)", [now]) { $0.string(0) }
-            for id in expired { try transition(db, id: id, .deadlinePassed, now: now) }
-            return (expired.count, try Store.nextTimer(db))
-        }, done: done)
+    public func fireTimers(
+        now: Timestamp, done: @escaping @Sendable (Result<(expired: Int, next: Timestamp?), StoreError>) -> Void
+    ) {
+        submit(
+            { [self] db -> (expired: Int, next: Timestamp?) in
+                let due: [(String, TaskInput)] =
+                    try db.query(
+                        "SELECT id FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying' AND next_attempt_at <= ?", [now]
+                    ) {
+                        ($0.string(0), .retryDue)
+                    }
+                    + db.query(
+                        "SELECT id FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?",
+                        [now]
+                    ) { ($0.string(0), .scheduledDue) }
+                for (id, input) in due { try transition(db, id: id, input, now: now) }
+                let expired = try db.query(
+                    "SELECT id FROM tasks WHERE deadline_at <= ? AND \(Store.unfinishedCondition)", [now]
+                ) { $0.string(0) }
+                for id in expired { try transition(db, id: id, .deadlinePassed, now: now) }
+                return (expired.count, try Store.nextTimer(db))
+            }, done: done)
     }
 
     /// The earliest moment a timer of `fireTimers` is due, if any.
@@ -173,13 +203,20 @@ extension Store {
     }
 
     static func nextTimer(_ db: Connection) throws -> Timestamp? {
-        let retry = try db.queryFirst("SELECT MIN(next_attempt_at) FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying'") { $0.optionalDouble(0) } ?? nil
-        let scheduled = try db.queryFirst(
-            "SELECT MIN(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'") {
+        let retry =
+            try db.queryFirst("SELECT MIN(next_attempt_at) FROM tasks INDEXED BY tasks_retries WHERE state = 'retrying'") {
                 $0.optionalDouble(0)
             } ?? nil
-        let deadline = try db.queryFirst(
-            "SELECT MIN(deadline_at) FROM tasks WHERE \(Store.unfinishedCondition)") { $0.optionalDouble(0) } ?? nil
+        let scheduled =
+            try db.queryFirst(
+                "SELECT MIN(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'"
+            ) {
+                $0.optionalDouble(0)
+            } ?? nil
+        let deadline =
+            try db.queryFirst(
+                "SELECT MIN(deadline_at) FROM tasks WHERE \(Store.unfinishedCondition)"
+            ) { $0.optionalDouble(0) } ?? nil
         return [retry, scheduled, deadline].compactMap { $0 }.min()
     }
 
@@ -192,12 +229,14 @@ extension Store {
                 """
                 SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
                 WHERE state = 'waiting' AND waiting_reason IN \(reasons) AND seq > ? ORDER BY seq LIMIT ?
-                """, [afterSequence, limit]) { row in
+                """, [afterSequence, limit]
+            ) { row in
                 guard let reason = WaitingReason(rawValue: row.string(4)) else {
                     throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(4))")
                 }
-                return HeldTask(sequence: row.int(0), id: row.string(1), sessionID: row.string(2),
-                                configurationOverrides: try TaskRows.overrides(row.string(3), task: row.string(1)), reason: reason)
+                return HeldTask(
+                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2),
+                    configurationOverrides: try TaskRows.overrides(row.string(3), task: row.string(1)), reason: reason)
             }
         }
     }
@@ -205,15 +244,19 @@ extension Store {
     /// Applies the policy's decision to a task that is queued or held by the policy: run puts it
     /// (back) in the queue, wait holds it with the reason (a `task.waiting` event when the reason
     /// changes), fail ends it. Nil when the task is in neither place any more.
-    public func applyPolicy(sequence: Int64, _ decision: PolicyDecision,
-                            done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void = { _ in }) {
+    public func applyPolicy(
+        sequence: Int64, _ decision: PolicyDecision,
+        done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void = { _ in }
+    ) {
         let now = self.now
-        submit({ [self] db -> TaskRecord? in
-            guard let task = try TaskRows.fetch(db, sequence: sequence),
-                case .success(let next) = task.applying(.policy(decision), now: now) else { return nil }
-            try save(db, from: task, to: next, now: now)
-            return next
-        }, done: done)
+        submit(
+            { [self] db -> TaskRecord? in
+                guard let task = try TaskRows.fetch(db, sequence: sequence),
+                    case .success(let next) = task.applying(.policy(decision), now: now)
+                else { return nil }
+                try save(db, from: task, to: next, now: now)
+                return next
+            }, done: done)
     }
 
     /// The service-wide switch: every unfinished task is cancelled with `reason`. Returns how many.

@@ -31,17 +31,21 @@ extension Store {
 
     /// Events after `sequence`, oldest first: of one session, of the sessions `sessions` allows
     /// (a client token's scope), or all.
-    public func events(after sequence: Int64, session: String? = nil, limit: Int = 500,
-                       sessions allowed: (@Sendable (String) -> Bool)? = nil) throws(StoreError) -> [EventRecord] {
+    public func events(
+        after sequence: Int64, session: String? = nil, limit: Int = 500,
+        sessions allowed: (@Sendable (String) -> Bool)? = nil
+    ) throws(StoreError) -> [EventRecord] {
         try read { db in
             let map: (Row) throws -> EventRecord = { row in
-                EventRecord(sequence: row.int(0), id: row.string(1), type: row.string(2), sessionID: row.string(3),
-                            taskID: row.optionalString(4), createdAt: row.double(5), dataText: row.string(6))
+                EventRecord(
+                    sequence: row.int(0), id: row.string(1), type: row.string(2), sessionID: row.string(3),
+                    taskID: row.optionalString(4), createdAt: row.double(5), dataText: row.string(6))
             }
             let columns = "seq, id, type, session_id, task_id, created_at, data"
             if let session {
-                return try db.query("SELECT \(columns) FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                                    [session, sequence, limit], map)
+                return try db.query(
+                    "SELECT \(columns) FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    [session, sequence, limit], map)
             }
             guard let allowed else {
                 return try db.query("SELECT \(columns) FROM events WHERE seq > ? ORDER BY seq LIMIT ?", [sequence, limit], map)

@@ -66,7 +66,8 @@ extension Store {
                     AND NOT EXISTS (SELECT 1 FROM events e WHERE e.task_id = t.id
                                     AND EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq AND d.state = 'pending'))
                 ORDER BY t.finished_at LIMIT ?
-                """, [cutoff, now, defaultRetention, batch]) { ($0.int(0), $0.string(1)) }
+                """, [cutoff, now, defaultRetention, batch]
+            ) { ($0.int(0), $0.string(1)) }
             guard !due.isEmpty else { return 0 }
             try deleteFinished(db, sequences: due.map(\.0), ids: due.map(\.1))
             maintenance.withLock { $0.tasksPruned += due.count }
@@ -80,8 +81,10 @@ extension Store {
     }
 
     static func shortestRetention(_ db: Connection, defaultRetention: Double) throws -> Double {
-        let shortest = try db.queryFirst(
-            "SELECT MIN(json_extract(configuration, '$.finished_task_retention')) FROM sessions") { $0.optionalDouble(0) } ?? nil
+        let shortest =
+            try db.queryFirst(
+                "SELECT MIN(json_extract(configuration, '$.finished_task_retention')) FROM sessions"
+            ) { $0.optionalDouble(0) } ?? nil
         return min(defaultRetention, shortest ?? defaultRetention)
     }
 
@@ -163,8 +166,10 @@ public final class Housekeeper: Sendable {
     /// Called with what went wrong (the daemon logs it).
     private let report: @Sendable (String) -> Void
 
-    public init(store: Store, finishedTaskRetention: Double, eventRetention: Double = 7 * 86_400, interval: Double = 30,
-                report: @escaping @Sendable (String) -> Void) {
+    public init(
+        store: Store, finishedTaskRetention: Double, eventRetention: Double = 7 * 86_400, interval: Double = 30,
+        report: @escaping @Sendable (String) -> Void
+    ) {
         self.store = store
         retention = finishedTaskRetention
         self.eventRetention = eventRetention

@@ -7,7 +7,9 @@ import SQLite
 extension Store {
     public func setting(_ key: String) throws(StoreError) -> JSON? {
         try read { db in
-            try db.queryFirst("SELECT value FROM settings WHERE key = ?", [key]) { row in try JSON.parse(row.string(0), maxDepth: 64) }
+            try db.queryFirst("SELECT value FROM settings WHERE key = ?", [key]) { row in
+                try JSON.parse(row.string(0), maxDepth: 64)
+            }
         }
     }
 
@@ -16,8 +18,9 @@ extension Store {
         try write { [self] db in
             log.update { $0.settings.insert(key) }
             if let value {
-                try db.run("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                           [key, value.serialized()])
+                try db.run(
+                    "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [key, value.serialized()])
             } else {
                 try db.run("DELETE FROM settings WHERE key = ?", [key])
             }
@@ -26,23 +29,28 @@ extension Store {
 
     /// Adds bytes sent by discretionary tasks to a day's budget use; days before are forgotten.
     public func addBudgetUsage(day: String, _ bytes: [NetworkType: Int64]) {
-        submit({ db in
-            for (type, count) in bytes where count > 0 {
-                try db.run("""
-                    INSERT INTO budget_usage (day, network_type, bytes) VALUES (?, ?, ?)
-                    ON CONFLICT (day, network_type) DO UPDATE SET bytes = bytes + excluded.bytes
-                    """, [day, type.rawValue, count])
-            }
-            try db.run("DELETE FROM budget_usage WHERE day < ?", [day])
-        }, done: { _ in })
+        submit(
+            { db in
+                for (type, count) in bytes where count > 0 {
+                    try db.run(
+                        """
+                        INSERT INTO budget_usage (day, network_type, bytes) VALUES (?, ?, ?)
+                        ON CONFLICT (day, network_type) DO UPDATE SET bytes = bytes + excluded.bytes
+                        """, [day, type.rawValue, count])
+                }
+                try db.run("DELETE FROM budget_usage WHERE day < ?", [day])
+            }, done: { _ in })
     }
 
     public func budgetUsage(day: String) throws(StoreError) -> [NetworkType: Int64] {
         try read { db in
             var result: [NetworkType: Int64] = [:]
-            for (name, bytes) in try db.query("SELECT network_type, bytes FROM budget_usage WHERE day = ?", [day], {
-                ($0.string(0), $0.int(1))
-            }) {
+            for (name, bytes) in try db.query(
+                "SELECT network_type, bytes FROM budget_usage WHERE day = ?", [day],
+                {
+                    ($0.string(0), $0.int(1))
+                })
+            {
                 if let type = NetworkType(rawValue: name) { result[type] = bytes }
             }
             return result

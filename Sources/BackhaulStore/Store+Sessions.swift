@@ -13,7 +13,8 @@ extension Store {
     static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
 
     static func fetchSession(_ db: Connection, id: String) throws -> SessionRecord? {
-        try db.queryFirst("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
+        try db.queryFirst(
+            "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
     }
 
     /// A session row. Its configuration was validated when it was written; read back it is
@@ -30,8 +31,9 @@ extension Store {
         guard let lifecycle = SessionRecord.Lifecycle(rawValue: row.string(3)) else {
             throw StoreError.corrupt("session \(id) is \(row.string(3))")
         }
-        return SessionRecord(id: id, configuration: configuration, enabled: row.int(2) != 0, lifecycle: lifecycle,
-                             createdAt: row.double(4))
+        return SessionRecord(
+            id: id, configuration: configuration, enabled: row.int(2) != 0, lifecycle: lifecycle,
+            createdAt: row.double(4))
     }
 
     func saveSession(_ db: Connection, _ session: SessionRecord) throws {
@@ -66,7 +68,8 @@ extension Store {
     static func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
         var counts: [TaskState: Int] = [:]
         for (name, count) in try db.query(
-            "SELECT state, count FROM session_counts WHERE session_id = ? AND count != 0", [sessionID], { ($0.string(0), Int($0.int(1))) })
+            "SELECT state, count FROM session_counts WHERE session_id = ? AND count != 0", [sessionID],
+            { ($0.string(0), Int($0.int(1))) })
         {
             guard let state = TaskState(rawValue: name) else {
                 throw StoreError.corrupt("session \(sessionID) counts tasks in the state \(name)")
@@ -78,9 +81,11 @@ extension Store {
 
     /// The session's unfinished tasks, counted without walking them.
     static func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
-        Int(try db.queryFirst(
-            "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND \(Store.unfinishedCondition)",
-            [sessionID]) { $0.int(0) } ?? 0)
+        Int(
+            try db.queryFirst(
+                "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND \(Store.unfinishedCondition)",
+                [sessionID]
+            ) { $0.int(0) } ?? 0)
     }
 
     /// Removes the session's record. Its tasks (all final by now) stay readable by id for their
@@ -117,8 +122,9 @@ extension Store {
 
     public func sessions() throws(StoreError) -> [(SessionRecord, [TaskState: Int])] {
         try read { db in
-            let sessions = try db.query("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions ORDER BY id", [],
-                                        Store.decodeSession)
+            let sessions = try db.query(
+                "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions ORDER BY id", [],
+                Store.decodeSession)
             return try sessions.map { ($0, try Store.counts(db, sessionID: $0.id)) }
         }
     }
@@ -127,7 +133,9 @@ extension Store {
     public func sessionConfigurations() throws(StoreError) -> [String: TransferConfiguration] {
         try read { db in
             var result: [String: TransferConfiguration] = [:]
-            for session in try db.query("SELECT id, configuration, enabled, lifecycle, created_at FROM sessions", [], Store.decodeSession) {
+            for session in try db.query(
+                "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions", [], Store.decodeSession)
+            {
                 result[session.id] = session.configuration
             }
             return result
@@ -160,7 +168,8 @@ extension Store {
                     "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
                     [id], TaskRows.decode)
                 for task in unfinished {
-                    let input: TaskInput = cancelPending
+                    let input: TaskInput =
+                        cancelPending
                         ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
                         : .sessionEnabled(session.enabled)
                     if case .success(let next) = task.applying(input, now: now) { try save(db, from: task, to: next, now: now) }
@@ -178,7 +187,8 @@ extension Store {
             """
             SELECT id, configuration FROM tasks
             WHERE session_id = ? AND state IN \(Store.unfinishedStates) AND configuration != '{}' ORDER BY seq
-            """, [sessionID]) { ($0.string(0), $0.string(1)) }
+            """, [sessionID]
+        ) { ($0.string(0), $0.string(1)) }
         var refused: [String] = []
         var reason = ""
         for (taskID, overrides) in rows {
@@ -191,8 +201,10 @@ extension Store {
         }
         guard !refused.isEmpty else { return }
         let named = refused.prefix(10).joined(separator: ", ") + (refused.count > 10 ? " and \(refused.count - 10) more" : "")
-        throw ValidationError("configuration", "cannot be applied under the own configuration of task(s) \(named) (\(reason)); "
-                              + "PATCH or cancel those tasks first")
+        throw ValidationError(
+            "configuration",
+            "cannot be applied under the own configuration of task(s) \(named) (\(reason)); "
+                + "PATCH or cancel those tasks first")
     }
 
     /// DELETE ?mode=finish: refuse new tasks, let the rest finish, remove the record when empty.

@@ -14,7 +14,9 @@ extension Store {
     /// Each result says whether it was created. At most `maxOpen` unfinished tasks may be in the
     /// session afterwards (else `StoreError.tooManyTasks`), counted inside the transaction, so
     /// concurrent creates cannot pass the limit together. Durable when it returns.
-    public func createTasks(sessionID: String, _ tasks: [TaskRecord], maxOpen: Int = .max) throws(StoreError) -> [(TaskRecord, Bool)] {
+    public func createTasks(sessionID: String, _ tasks: [TaskRecord], maxOpen: Int = .max) throws(StoreError) -> [(
+        TaskRecord, Bool
+    )] {
         let now = self.now
         return try write { [self] db in
             guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
@@ -31,9 +33,11 @@ extension Store {
             let quota = session.configuration.quotaBytes
             var held: Int64 = 0
             if quota != nil {
-                held = try db.queryFirst(
-                    "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates)",
-                    [sessionID]) { $0.int(0) } ?? 0
+                held =
+                    try db.queryFirst(
+                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates)",
+                        [sessionID]
+                    ) { $0.int(0) } ?? 0
             }
             for draft in tasks {
                 if let key = draft.idempotencyKey {
@@ -96,7 +100,9 @@ extension Store {
     /// Applies a client change to an unfinished task (PATCH) inside the write transaction; then
     /// the task is moved as the change calls for (`TaskInput.patched`). `change` may throw a
     /// ValidationError.
-    public func updateTask(id: String, _ change: @escaping @Sendable (inout TaskRecord) throws -> Void) throws(StoreError) -> TaskRecord {
+    public func updateTask(id: String, _ change: @escaping @Sendable (inout TaskRecord) throws -> Void) throws(StoreError)
+        -> TaskRecord
+    {
         let now = self.now
         return try write { [self] db in
             guard let current = try TaskRows.fetch(db, id: id) else { throw StoreError.notFound }
@@ -113,8 +119,10 @@ extension Store {
     }
 
     /// cancel / suspend / resume (SPEC §2.2); a refused transition is a conflict.
-    public func apply(_ command: TaskCommand, to id: String,
-                      reason: CancellationReason = .userCancelled) throws(StoreError) -> TaskRecord {
+    public func apply(
+        _ command: TaskCommand, to id: String,
+        reason: CancellationReason = .userCancelled
+    ) throws(StoreError) -> TaskRecord {
         let now = self.now
         return try write { [self] db in try transition(db, id: id, .command(command, reason), now: now) }
     }
@@ -134,12 +142,15 @@ extension Store {
     /// no such task.
     public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {
         try read { db in
-            guard let sequence = try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [taskID], { $0.int(0) }) else { return nil }
+            guard let sequence = try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [taskID], { $0.int(0) }) else {
+                return nil
+            }
             return try db.query(
                 """
                 SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
                 FROM attempts WHERE task_seq = ? ORDER BY number DESC
-                """, [sequence]) { row -> AttemptRecord in
+                """, [sequence]
+            ) { row -> AttemptRecord in
                 guard let outcome = AttemptRecord.Outcome(rawValue: row.string(5)) else {
                     throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
                 }

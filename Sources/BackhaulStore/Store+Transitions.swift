@@ -56,8 +56,9 @@ extension Store {
     }
 
     func insertCleanup(_ db: Connection, taskID: String, _ plan: CleanupPlan, now: Timestamp) throws {
-        try db.run("INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES (?, ?, ?, ?)",
-                   [taskID, plan.json.serialized(), now, now])
+        try db.run(
+            "INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES (?, ?, ?, ?)",
+            [taskID, plan.json.serialized(), now, now])
         log.update { $0.cleanupsAdded = true }
     }
 
@@ -67,8 +68,9 @@ extension Store {
         guard !sessionID.isEmpty, try openTaskCount(db, sessionID: sessionID) == 0 else { return }
         var summary = JSONObject()
         for (state, count) in try counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
-        try appendEvent(db, type: "session.drained", sessionID: sessionID, taskID: nil,
-                        data: ["session_id": .string(sessionID), "task_counts": .object(summary)], now: now)
+        try appendEvent(
+            db, type: "session.drained", sessionID: sessionID, taskID: nil,
+            data: ["session_id": .string(sessionID), "task_counts": .object(summary)], now: now)
         if let session = try Store.fetchSession(db, id: sessionID), session.lifecycle == .finishing {
             try removeSession(db, id: sessionID)
         }

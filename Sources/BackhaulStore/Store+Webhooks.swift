@@ -26,9 +26,11 @@ extension Store {
         "id, session_id, url, events, secret, previous_secret, previous_secret_expires_at, enabled, disabled_reason, created_at"
 
     static func decodeWebhook(_ row: Row) throws -> WebhookRecord {
-        let events = (try JSON.parse(row.string(3))).arrayValue?.compactMap { $0.stringValue.flatMap(EventType.init(rawValue:)) } ?? []
-        var webhook = WebhookRecord(id: row.string(0), sessionID: row.string(1), url: row.string(2), events: events,
-                                    secret: row.string(4), createdAt: row.double(9))
+        let events =
+            (try JSON.parse(row.string(3))).arrayValue?.compactMap { $0.stringValue.flatMap(EventType.init(rawValue:)) } ?? []
+        var webhook = WebhookRecord(
+            id: row.string(0), sessionID: row.string(1), url: row.string(2), events: events,
+            secret: row.string(4), createdAt: row.double(9))
         webhook.previousSecret = row.optionalString(5)
         webhook.previousSecretExpiresAt = row.optionalDouble(6)
         webhook.enabled = row.int(7) != 0
@@ -48,9 +50,11 @@ extension Store {
                 previous_secret = excluded.previous_secret, previous_secret_expires_at = excluded.previous_secret_expires_at,
                 enabled = excluded.enabled, disabled_reason = excluded.disabled_reason
             """,
-            [webhook.id, webhook.sessionID, webhook.url, JSON.array(webhook.events.map { .string($0.rawValue) }).serialized(),
-             webhook.secret, webhook.previousSecret, webhook.previousSecretExpiresAt, webhook.enabled, webhook.disabledReason,
-             webhook.createdAt])
+            [
+                webhook.id, webhook.sessionID, webhook.url, JSON.array(webhook.events.map { .string($0.rawValue) }).serialized(),
+                webhook.secret, webhook.previousSecret, webhook.previousSecretExpiresAt, webhook.enabled, webhook.disabledReason,
+                webhook.createdAt,
+            ])
     }
 
     /// Pending deliveries of a subscription end as `abandoned`.
@@ -75,13 +79,16 @@ extension Store {
 
     public func webhooks(sessionID: String) throws(StoreError) -> [WebhookRecord] {
         try read { db in
-            try db.query("SELECT \(Store.webhookColumns) FROM webhooks WHERE session_id = ? ORDER BY created_at, id", [sessionID],
-                         Store.decodeWebhook)
+            try db.query(
+                "SELECT \(Store.webhookColumns) FROM webhooks WHERE session_id = ? ORDER BY created_at, id", [sessionID],
+                Store.decodeWebhook)
         }
     }
 
     /// Applies `change` to a subscription; re-enabling clears the reason it was disabled.
-    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws -> WebhookRecord {
+    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws
+        -> WebhookRecord
+    {
         let now = self.now
         return try write { db in
             guard var webhook = try Store.fetchWebhook(db, id: id) else { throw StoreError.notFound }
@@ -117,7 +124,8 @@ extension Store {
                 DeliveryRecord(
                     sequence: row.int(0), webhookID: row.string(1), eventSequence: row.int(2), eventID: row.string(3),
                     eventType: row.string(4), state: DeliveryRecord.State(rawValue: row.string(5)) ?? .pending,
-                    attempts: Int(row.int(6)), nextAttemptAt: row.optionalDouble(7), lastStatus: row.optionalInt(8).map { Int($0) },
+                    attempts: Int(row.int(6)), nextAttemptAt: row.optionalDouble(7),
+                    lastStatus: row.optionalInt(8).map { Int($0) },
                     lastError: row.optionalString(9), history: (try? JSON.parse(row.string(10))) ?? .array([]),
                     createdAt: row.double(11), finishedAt: row.optionalDouble(12))
             }
@@ -128,11 +136,13 @@ extension Store {
                 """
             var rows: [DeliveryRecord]
             if let state {
-                rows = try db.query("\(select) WHERE d.webhook_id = ? AND d.state = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                                    [webhookID, state.rawValue, after, limit + 1], map)
+                rows = try db.query(
+                    "\(select) WHERE d.webhook_id = ? AND d.state = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
+                    [webhookID, state.rawValue, after, limit + 1], map)
             } else {
-                rows = try db.query("\(select) WHERE d.webhook_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                                    [webhookID, after, limit + 1], map)
+                rows = try db.query(
+                    "\(select) WHERE d.webhook_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
+                    [webhookID, after, limit + 1], map)
             }
             var next: String?
             if rows.count > limit {
@@ -144,7 +154,8 @@ extension Store {
     }
 
     /// Pending deliveries due at `now`, oldest first, leaving out those already in flight.
-    public func dueDeliveries(now: Timestamp, limit: Int, excluding inFlight: Set<Int64>) throws(StoreError) -> [PendingDelivery] {
+    public func dueDeliveries(now: Timestamp, limit: Int, excluding inFlight: Set<Int64>) throws(StoreError) -> [PendingDelivery]
+    {
         try read { db in
             let rows = try db.query(
                 """
@@ -156,13 +167,17 @@ extension Store {
                 """, [now, limit + inFlight.count]
             ) { row -> PendingDelivery in
                 var secrets = [row.string(3)]
-                if let previous = row.optionalString(4), let expires = row.optionalDouble(5), expires > now { secrets.append(previous) }
+                if let previous = row.optionalString(4), let expires = row.optionalDouble(5), expires > now {
+                    secrets.append(previous)
+                }
                 // The body is built around the stored event data, never parsed again: the same bytes
                 // on every redelivery.
-                let event = EventRecord(sequence: 0, id: row.string(6), type: row.string(7), sessionID: "", taskID: nil,
-                                        createdAt: row.double(8), dataText: row.string(9))
-                return PendingDelivery(sequence: row.int(0), webhookID: row.string(1), url: row.string(2), secrets: secrets,
-                                       eventID: row.string(6), payload: Array(event.payloadText.utf8), attempts: Int(row.int(10)))
+                let event = EventRecord(
+                    sequence: 0, id: row.string(6), type: row.string(7), sessionID: "", taskID: nil,
+                    createdAt: row.double(8), dataText: row.string(9))
+                return PendingDelivery(
+                    sequence: row.int(0), webhookID: row.string(1), url: row.string(2), secrets: secrets,
+                    eventID: row.string(6), payload: Array(event.payloadText.utf8), attempts: Int(row.int(10)))
             }
             return Array(rows.filter { !inFlight.contains($0.sequence) }.prefix(limit))
         }
@@ -182,48 +197,60 @@ extension Store {
     }
 
     /// Writes one attempt's result. `gone` disables the subscription and abandons the rest.
-    public func recordDeliveryAttempt(sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
-                                      done: @escaping @Sendable (StoreError?) -> Void) {
+    public func recordDeliveryAttempt(
+        sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
+        done: @escaping @Sendable (StoreError?) -> Void
+    ) {
         let now = self.now
-        submit({ db in
-            guard let (webhookID, historyText) = try db.queryFirst(
-                "SELECT webhook_id, history FROM deliveries WHERE seq = ? AND state = 'pending'", [sequence],
-                { ($0.string(0), $0.string(1)) })
-            else { return }
-            var history = (try? JSON.parse(historyText))?.arrayValue ?? []
-            history.append(["at": .string(RFC3339.format(now)), "status": status.map { .int(Int64($0)) } ?? .null,
-                            "error": error.map { .string($0) } ?? .null])
-            let historyJSON = JSON.array(Array(history.suffix(20))).serialized()
-            let (state, next): (DeliveryRecord.State, Timestamp?) = switch decision {
-            case .delivered: (.delivered, nil)
-            case .retry(let at): (.pending, at)
-            case .failed: (.failed, nil)
-            case .gone: (.abandoned, nil)
-            }
-            try db.run(
-                """
-                UPDATE deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?,
-                    history = ?, finished_at = ?
-                WHERE seq = ?
-                """,
-                [state.rawValue, next, status, error, historyJSON, state == .pending ? nil : now, sequence])
-            if decision == .gone {
-                try db.run("UPDATE webhooks SET enabled = 0, disabled_reason = ? WHERE id = ?",
-                           ["the receiver answered 410 Gone", webhookID])
-                try Store.abandonDeliveries(db, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
-            }
-        }, done: { result in
-            if case .failure(let error) = result { done(error) } else { done(nil) }
-        })
+        submit(
+            { db in
+                guard
+                    let (webhookID, historyText) = try db.queryFirst(
+                        "SELECT webhook_id, history FROM deliveries WHERE seq = ? AND state = 'pending'", [sequence],
+                        { ($0.string(0), $0.string(1)) })
+                else { return }
+                var history = (try? JSON.parse(historyText))?.arrayValue ?? []
+                history.append([
+                    "at": .string(RFC3339.format(now)), "status": status.map { .int(Int64($0)) } ?? .null,
+                    "error": error.map { .string($0) } ?? .null,
+                ])
+                let historyJSON = JSON.array(Array(history.suffix(20))).serialized()
+                let (state, next): (DeliveryRecord.State, Timestamp?) =
+                    switch decision {
+                    case .delivered: (.delivered, nil)
+                    case .retry(let at): (.pending, at)
+                    case .failed: (.failed, nil)
+                    case .gone: (.abandoned, nil)
+                    }
+                try db.run(
+                    """
+                    UPDATE deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?,
+                        history = ?, finished_at = ?
+                    WHERE seq = ?
+                    """,
+                    [state.rawValue, next, status, error, historyJSON, state == .pending ? nil : now, sequence])
+                if decision == .gone {
+                    try db.run(
+                        "UPDATE webhooks SET enabled = 0, disabled_reason = ? WHERE id = ?",
+                        ["the receiver answered 410 Gone", webhookID])
+                    try Store.abandonDeliveries(db, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
+                }
+            },
+            done: { result in
+                if case .failure(let error) = result { done(error) } else { done(nil) }
+            })
     }
 
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
     public func deliveryCounts() throws(StoreError) -> [DeliveryRecord.State: Int] {
         try read { db in
             var counts: [DeliveryRecord.State: Int] = [:]
-            for (state, count) in try db.query("SELECT state, COUNT(*) FROM deliveries GROUP BY state", [], {
-                ($0.string(0), Int($0.int(1)))
-            }) {
+            for (state, count) in try db.query(
+                "SELECT state, COUNT(*) FROM deliveries GROUP BY state", [],
+                {
+                    ($0.string(0), Int($0.int(1)))
+                })
+            {
                 if let state = DeliveryRecord.State(rawValue: state) { counts[state] = count }
             }
             return counts

@@ -74,14 +74,21 @@ public final class Store: Sendable {
         writer = StoreWriter(connection: db, log: log)
         let frames = FrameCount()
         db.onWALCommit { frames.value = $0 }
-        writer.afterCommit = { [walPolicy, maintenance] db in Store.keepWALBounded(db, walPolicy, maintenance, frames: frames.value) }
+        writer.afterCommit = { [walPolicy, maintenance] db in
+            Store.keepWALBounded(db, walPolicy, maintenance, frames: frames.value)
+        }
         writer.start()
     }
 
     /// Stops the writer after the writes handed to it; a scratch database is removed. Closing
     /// again does nothing.
     public func close() {
-        guard closed.withLock({ closed in defer { closed = true }; return !closed }) else { return }
+        guard
+            closed.withLock({ closed in
+                defer { closed = true }
+                return !closed
+            })
+        else { return }
         writer.stop()
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
     }
@@ -108,9 +115,12 @@ public final class Store: Sendable {
     /// writer's thread after the commit, with the result.
     func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
         let box = ResultBox<T>()
-        writer.submit(StoreWriter.Job(durable: false, body: { db, _ in box.value = try body(db) }, done: { error in
-            if let error { done(.failure(error)) } else if let value = box.value { done(.success(value)) }
-        }))
+        writer.submit(
+            StoreWriter.Job(
+                durable: false, body: { db, _ in box.value = try body(db) },
+                done: { error in
+                    if let error { done(.failure(error)) } else if let value = box.value { done(.success(value)) }
+                }))
     }
 
     /// Runs `body` on a read connection: it sees the last commit and waits for no writer.

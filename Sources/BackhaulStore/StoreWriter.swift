@@ -65,7 +65,10 @@ final class StoreWriter: @unchecked Sendable {
     /// relaxed) once this returns.
     func perform<T>(durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T) throws(StoreError) -> T {
         let outcome = Outcome<T>()
-        submit(Job(durable: durable, body: { db, log in outcome.value = try body(db, log) }, done: { error in outcome.finish(error) }))
+        submit(
+            Job(
+                durable: durable, body: { db, log in outcome.value = try body(db, log) }, done: { error in outcome.finish(error) }
+            ))
         return try outcome.wait()
     }
 

@@ -33,7 +33,9 @@ enum TaskRows {
         task.kind = kind
         task.state = state
         if let reason = row.optionalString(5) {
-            guard let parsed = WaitingReason(rawValue: reason) else { throw StoreError.corrupt("task \(id) waits for the reason \(reason)") }
+            guard let parsed = WaitingReason(rawValue: reason) else {
+                throw StoreError.corrupt("task \(id) waits for the reason \(reason)")
+            }
             task.waitingReason = parsed
         }
         task.priority = row.double(11)
@@ -47,14 +49,24 @@ enum TaskRows {
         task.finishedAt = row.optionalDouble(20)
         task.nextAttemptAt = row.optionalDouble(21)
         task.earliestBeginAt = row.optionalDouble(22)
-        if !row.isNull(24) { task.response = try ResponseRecord.decode(try object(24, "response")).orThrow(corrupt("a response it cannot read")) }
-        if !row.isNull(25) { task.error = try TaskRecord.decodeError(try object(25, "error")).orThrow(corrupt("an error it cannot read")) }
+        if !row.isNull(24) {
+            task.response = try ResponseRecord.decode(try object(24, "response")).orThrow(corrupt("a response it cannot read"))
+        }
+        if !row.isNull(25) {
+            task.error = try TaskRecord.decodeError(try object(25, "error")).orThrow(corrupt("an error it cannot read"))
+        }
         if let code = row.optionalInt(26) {
             task.cancellation = try CancellationReason(rawValue: Int(code)).orThrow(corrupt("the cancellation reason \(code)"))
         }
-        if !row.isNull(27) { task.checkpoint = try TransferCheckpoint(try object(27, "checkpoint")).orThrow(corrupt("a checkpoint it cannot read")) }
-        if !row.isNull(28) { task.download = try DownloadSpec(try object(28, "download")).orThrow(corrupt("a download it cannot read")) }
-        if !row.isNull(30) { task.lastError = try LastError.decode(try object(30, "last error")).orThrow(corrupt("a last error it cannot read")) }
+        if !row.isNull(27) {
+            task.checkpoint = try TransferCheckpoint(try object(27, "checkpoint")).orThrow(corrupt("a checkpoint it cannot read"))
+        }
+        if !row.isNull(28) {
+            task.download = try DownloadSpec(try object(28, "download")).orThrow(corrupt("a download it cannot read"))
+        }
+        if !row.isNull(30) {
+            task.lastError = try LastError.decode(try object(30, "last error")).orThrow(corrupt("a last error it cannot read"))
+        }
         return task
     }
 
@@ -96,8 +108,10 @@ enum TaskRows {
         spec.interopVersion = value["interop_version"]?.intValue.map { Int($0) }
         if let s3 = value["s3"] {
             guard let region = s3["region"]?.stringValue, let key = s3["access_key_id"]?.stringValue,
-                let secret = s3["secret_access_key"]?.stringValue else { return nil }
-            spec.s3 = S3Credentials(region: region, accessKeyID: key, secretAccessKey: secret, sessionToken: s3["session_token"]?.stringValue)
+                let secret = s3["secret_access_key"]?.stringValue
+            else { return nil }
+            spec.s3 = S3Credentials(
+                region: region, accessKeyID: key, secretAccessKey: secret, sessionToken: s3["session_token"]?.stringValue)
         }
         return spec
     }
@@ -113,19 +127,26 @@ enum TaskRows {
                 error, cancellation)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
-            [task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
-             task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
-             task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
-             task.deleteFileOnSuccess, task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
-             task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt, task.earliestBeginAt,
-             task.deadlineAt, task.download.map { $0.json.serialized() }, task.error.map { TaskRecord.errorJSON($0).serialized() },
-             task.cancellation?.rawValue])
+            [
+                task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
+                task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
+                task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+                task.deleteFileOnSuccess,
+                task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
+                task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt,
+                task.earliestBeginAt,
+                task.deadlineAt, task.download.map { $0.json.serialized() },
+                task.error.map { TaskRecord.errorJSON($0).serialized() },
+                task.cancellation?.rawValue,
+            ])
     }
 
     /// Writes the columns in which `after` differs from `before` (the row as read), only while
     /// the row still meets `condition` (SQL) when one is given. Returns whether it wrote.
     @discardableResult
-    static func update(_ db: Connection, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil) throws -> Bool {
+    static func update(_ db: Connection, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil) throws
+        -> Bool
+    {
         var columns: [String] = []
         var values: [any SQLBindable] = []
         func set<T: Equatable>(_ column: String, _ keyPath: KeyPath<TaskRecord, T>, _ value: @autoclosure () -> any SQLBindable) {
@@ -140,7 +161,8 @@ enum TaskRows {
             values += [requestColumn(after.request), after.request.hostKey]
         }
         set("priority", \.priority, after.priority)
-        set("configuration", \.configurationOverrides,
+        set(
+            "configuration", \.configurationOverrides,
             after.configurationOverrides.isEmpty ? "{}" : JSON.object(after.configurationOverrides).serialized())
         set("attempts", \.attempts, after.attempts)
         set("bytes_sent", \.bytesTransferred, after.bytesTransferred)
@@ -157,7 +179,8 @@ enum TaskRows {
         guard !columns.isEmpty else { return true }
         values.append(after.sequence)
         let guarded = condition.map { " AND " + $0 } ?? ""
-        return try db.run("UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE seq = ?" + guarded, values) > 0
+        return try db.run(
+            "UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE seq = ?" + guarded, values) > 0
     }
 
     static func fetch(_ db: Connection, id: String) throws -> TaskRecord? {

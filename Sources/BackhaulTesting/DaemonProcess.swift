@@ -76,7 +76,8 @@ public final class DaemonProcess {
     /// The daemon binary: beside the test bundle, or `BACKHAUL_BINARY`.
     public static var binary: String {
         if let path = ProcessInfo.processInfo.environment["BACKHAUL_BINARY"] { return path }
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: executable).deletingLastPathComponent().appendingPathComponent("backhauld").path
     }
 
@@ -132,15 +133,19 @@ public final class DaemonProcess {
         logHandle.seekToEndOfFile()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["--listen", "127.0.0.1:0", "--state-dir", stateDirectory, "--allow-root", allowedRoot,
-                             "--log-level", "debug", "--route-file", routeFile] + extraArguments
+        process.arguments =
+            [
+                "--listen", "127.0.0.1:0", "--state-dir", stateDirectory, "--allow-root", allowedRoot,
+                "--log-level", "debug", "--route-file", routeFile,
+            ] + extraArguments
         process.standardError = logHandle
         process.standardOutput = logHandle
         try process.run()
         self.process = process
         var found: UInt16?
         eventually(timeout: 20) {
-            let lines = ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "").split(separator: "\n").dropFirst(startLine)
+            let lines = ((try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "").split(separator: "\n").dropFirst(
+                startLine)
             for line in lines where line.contains("\"msg\":\"listening\"") {
                 if let value = try? JSON.parse(String(line)), let text = value["http.port"]?.stringValue { found = UInt16(text) }
             }
@@ -179,10 +184,13 @@ public final class DaemonProcess {
 
     /// One API call; the status and the parsed body (null when empty or not JSON).
     @discardableResult
-    public func call(_ method: String, _ path: String, _ body: JSON? = nil, headers: [String] = [],
-                     timeout: Int = 30) throws -> (Int, JSON) {
-        let exchange = try client.send(method, url + path, headers: headers, body: body.map { $0.serializedBytes() },
-                                       timeoutSeconds: timeout)
+    public func call(
+        _ method: String, _ path: String, _ body: JSON? = nil, headers: [String] = [],
+        timeout: Int = 30
+    ) throws -> (Int, JSON) {
+        let exchange = try client.send(
+            method, url + path, headers: headers, body: body.map { $0.serializedBytes() },
+            timeoutSeconds: timeout)
         return (exchange.status, (try? JSON.parse(exchange.body, maxDepth: 64)) ?? .null)
     }
 

@@ -24,15 +24,19 @@ public final class IETFServer {
     /// naming its newest); `timeout`: seconds an interrupted upload waits for its resumption;
     /// `wantDigest`: OPTIONS asks for `Repr-Digest` and a mismatch is refused; `corruptAt`: the byte
     /// at that offset of each upload is flipped on its way in.
-    public init(directory: String, port: UInt16? = nil, origin: String? = nil, versions: [Int] = [3, 5, 6],
-                timeout: Int? = nil, wantDigest: Bool = false, corruptAt: Int64? = nil, start: Bool = true) throws {
+    public init(
+        directory: String, port: UInt16? = nil, origin: String? = nil, versions: [Int] = [3, 5, 6],
+        timeout: Int? = nil, wantDigest: Bool = false, corruptAt: Int64? = nil, start: Bool = true
+    ) throws {
         self.port = try port ?? freePort()
         self.directory = directory + "/ietf"
         logFile = directory + "/ietf-requests.jsonl"
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        var arguments = ["--port", String(self.port), "--dir", self.directory, "--log", logFile,
-                         "--versions", versions.map(String.init).joined(separator: ",")]
+        var arguments = [
+            "--port", String(self.port), "--dir", self.directory, "--log", logFile,
+            "--versions", versions.map(String.init).joined(separator: ","),
+        ]
         if let origin { arguments += ["--origin", origin] }
         if let timeout { arguments += ["--timeout", String(timeout)] }
         if wantDigest { arguments.append("--want-digest") }

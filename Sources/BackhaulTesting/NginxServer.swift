@@ -56,7 +56,8 @@ public final class NginxServer {
         let port = self.port
         let listening = eventually(timeout: 10) { (try? connectable(port: port)) == true || !process.isRunning }
         guard listening, process.isRunning else {
-            throw NginxError(message: "nginx did not start: \((try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "")")
+            throw NginxError(
+                message: "nginx did not start: \((try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "")")
         }
     }
 

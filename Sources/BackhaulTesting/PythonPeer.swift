@@ -69,15 +69,19 @@ public final class TusServer {
     /// offers the checksum extension and answers 460 to a PATCH that does not match it.
     /// `corruptPatch`: one byte of the Nth PATCH body is flipped on its way in.
     /// `port`: a fixed port (a state fixture's peers); nil picks a free one.
-    public init(directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0,
-                port: UInt16? = nil) throws {
+    public init(
+        directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0,
+        port: UInt16? = nil
+    ) throws {
         files = directory + "/tus-files"
         logFile = directory + "/tus-requests.jsonl"
         try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "tus_server.py", arguments: [
-            "--files", files, "--log", logFile, "--fail-patch", String(failPatch), "--corrupt-patch", String(corruptPatch),
-        ] + (checksum ? ["--checksum"] : []), port: port)
+        peer = try PythonPeer(
+            script: "tus_server.py",
+            arguments: [
+                "--files", files, "--log", logFile, "--fail-patch", String(failPatch), "--corrupt-patch", String(corruptPatch),
+            ] + (checksum ? ["--checksum"] : []), port: port)
     }
 
     public var creationURL: String { "http://127.0.0.1:\(peer.port)/files" }
@@ -85,8 +89,10 @@ public final class TusServer {
 
     /// The uploads the server holds (their data files).
     public var uploads: [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: files)) ?? []).filter { !$0.hasSuffix(".info") && !$0.hasPrefix(".") }
-            .map { files + "/" + $0 }
+        ((try? FileManager.default.contentsOfDirectory(atPath: files)) ?? []).filter {
+            !$0.hasSuffix(".info") && !$0.hasPrefix(".")
+        }
+        .map { files + "/" + $0 }
     }
 }
 
@@ -105,9 +111,12 @@ public final class S3Server {
         let credentialsFile = directory + "/s3-credentials.json"
         self.credentialsFile = credentialsFile
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        peer = try PythonPeer(script: "s3_server.py", arguments: [
-            "--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart), "--corrupt-part", String(corruptPart),
-        ])
+        peer = try PythonPeer(
+            script: "s3_server.py",
+            arguments: [
+                "--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart), "--corrupt-part",
+                String(corruptPart),
+            ])
         var loaded: JSON?
         eventually(timeout: 30) {
             loaded = FileManager.default.contents(atPath: credentialsFile).flatMap { try? JSON.parse(Array($0)) }
@@ -122,8 +131,10 @@ public final class S3Server {
 
     /// The `s3` object of a task.
     public var taskCredentials: JSON {
-        ["region": credentials["region"] ?? "us-east-1", "access_key_id": credentials["access_key_id"] ?? "",
-         "secret_access_key": credentials["secret_access_key"] ?? ""]
+        [
+            "region": credentials["region"] ?? "us-east-1", "access_key_id": credentials["access_key_id"] ?? "",
+            "secret_access_key": credentials["secret_access_key"] ?? "",
+        ]
     }
 
     public var requests: [JSON] { PythonPeer.lines(logFile) }
@@ -161,8 +172,10 @@ public final class S3Server {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
         let user = "\(credentials["access_key_id"]?.stringValue ?? ""):\(credentials["secret_access_key"]?.stringValue ?? "")"
-        process.arguments = ["-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                             objectURL(key)]
+        process.arguments = [
+            "-sf", "--aws-sigv4", "aws:amz:us-east-1:s3", "-u", user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+            objectURL(key),
+        ]
         let output = Pipe()
         process.standardOutput = output
         try? process.run()
@@ -180,9 +193,11 @@ public final class ThrottleProxy {
     /// `rate` 0: no limit. `holdAnswers`: each answer waits that many seconds before it goes back
     /// (a request the server acted on, whose answer the client may never see).
     public init(target: UInt16, rate: Int, holdAnswers: Double = 0) throws {
-        peer = try PythonPeer(script: "throttle_proxy.py", arguments: [
-            "--target", String(target), "--rate", String(rate), "--hold-answers", String(holdAnswers),
-        ])
+        peer = try PythonPeer(
+            script: "throttle_proxy.py",
+            arguments: [
+                "--target", String(target), "--rate", String(rate), "--hold-answers", String(holdAnswers),
+            ])
     }
 
     public var port: UInt16 { peer.port }
@@ -198,7 +213,9 @@ public enum PrometheusParser {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", PythonPeer.script("parse_metrics.py")]
-        let input = Pipe(), output = Pipe(), errors = Pipe()
+        let input = Pipe()
+        let output = Pipe()
+        let errors = Pipe()
         process.standardInput = input
         process.standardOutput = output
         process.standardError = errors
@@ -236,8 +253,10 @@ public final class DownloadServer {
         /// When a body is dropped, the served file of that name is first replaced (atomically) by
         /// the file at the path: the retry is certain to find it changed.
         public var replaceOnDrop: (name: String, with: String)?
-        public init(dropAfter: Int = 0, dropTimes: Int = 0, ignoreRange: Bool = false, ignoreIfRange: Bool = false,
-                    bytesPerSecond: Int = 0, noLength: Bool = false, replaceOnDrop: (name: String, with: String)? = nil) {
+        public init(
+            dropAfter: Int = 0, dropTimes: Int = 0, ignoreRange: Bool = false, ignoreIfRange: Bool = false,
+            bytesPerSecond: Int = 0, noLength: Bool = false, replaceOnDrop: (name: String, with: String)? = nil
+        ) {
             self.dropAfter = dropAfter
             self.dropTimes = dropTimes
             self.ignoreRange = ignoreRange
@@ -253,8 +272,10 @@ public final class DownloadServer {
         logFile = directory + "/download-requests.jsonl"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: logFile, contents: nil)
-        var arguments = ["--root", root, "--log", logFile, "--drop-after", String(faults.dropAfter),
-                         "--drop-times", String(faults.dropTimes), "--rate", String(faults.bytesPerSecond)]
+        var arguments = [
+            "--root", root, "--log", logFile, "--drop-after", String(faults.dropAfter),
+            "--drop-times", String(faults.dropTimes), "--rate", String(faults.bytesPerSecond),
+        ]
         if faults.ignoreRange { arguments.append("--ignore-range") }
         if faults.ignoreIfRange { arguments.append("--ignore-if-range") }
         if faults.noLength { arguments.append("--no-length") }

@@ -1,7 +1,7 @@
-import Foundation
-import Threads
 import BackhaulCore
+import Foundation
 import MicroHTTP
+import Threads
 
 /// An HTTP server on 127.0.0.1 that records every request (method, path, headers, the exact
 /// body bytes in a file) and misbehaves on cue: status codes, dropped connections, stalls,
@@ -68,13 +68,16 @@ public final class RecordingSink: Sendable {
     public func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
 
     /// `port`: a fixed port (a state fixture's sink); 0 picks a free one.
-    public init(directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}"),
-                port: UInt16 = 0) throws {
+    public init(
+        directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}"),
+        port: UInt16 = 0
+    ) throws {
         self.directory = directory
         self.fallback = Locked(fallback)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        server = try Daemon(host: "127.0.0.1", port: port, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
-                            handler: Handler(sink: self))
+        server = try Daemon(
+            host: "127.0.0.1", port: port, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
+            handler: Handler(sink: self))
     }
 
     deinit { server?.stop() }
@@ -108,7 +111,8 @@ public final class RecordingSink: Sendable {
     }
 
     fileprivate func begin(_ head: HTTPRequestHead) -> (Int, Behaviour, FileHandle?) {
-        var behaviour: Behaviour = state.withLock { $0.script.isEmpty ? nil : $0.script.removeFirst() } ?? fallback.withLock { $0 }
+        var behaviour: Behaviour =
+            state.withLock { $0.script.isEmpty ? nil : $0.script.removeFirst() } ?? fallback.withLock { $0 }
         if case .passThrough = behaviour { behaviour = fallback.withLock { $0 } }
         if case .flaky(let rate, let seed, let stall, let then) = behaviour {
             behaviour = state.withLock { state in
@@ -134,10 +138,11 @@ public final class RecordingSink: Sendable {
             state.inFlight += 1
             state.maxInFlight = max(state.maxInFlight, state.inFlight)
             let index = state.records.count
-            state.records.append(Recorded(
-                index: index, method: head.method, path: head.path, query: head.query, headers: head.headers,
-                bodyFile: "\(directory)/\(index).body", bodyLength: 0, answered: false, status: nil,
-                startedAt: Date().timeIntervalSince1970, endedAt: nil))
+            state.records.append(
+                Recorded(
+                    index: index, method: head.method, path: head.path, query: head.query, headers: head.headers,
+                    bodyFile: "\(directory)/\(index).body", bodyLength: 0, answered: false, status: nil,
+                    startedAt: Date().timeIntervalSince1970, endedAt: nil))
             return index
         }
         let file = "\(directory)/\(index).body"

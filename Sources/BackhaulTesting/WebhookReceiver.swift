@@ -9,8 +9,10 @@ public final class WebhookReceiver {
     public let logFile: String
     private let peer: PythonPeer
 
-    public init(directory: String, secrets: [String], failFirst: Int = 0, status: Int = 204, port: UInt16? = nil,
-                start: Bool = true) throws {
+    public init(
+        directory: String, secrets: [String], failFirst: Int = 0, status: Int = 204, port: UInt16? = nil,
+        start: Bool = true
+    ) throws {
         logFile = directory + "/webhooks-\(UUID().uuidString).jsonl"
         FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(

@@ -38,8 +38,10 @@ public final class WebhookDispatcher: Sendable {
     private let clock: any Clock
     fileprivate let shared = Locked(Shared())
 
-    public init(store: Store, worker: CurlWorker, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
-                clock: any Clock = SystemClock()) {
+    public init(
+        store: Store, worker: CurlWorker, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
+        clock: any Clock = SystemClock()
+    ) {
         self.store = store
         self.worker = worker
         self.logger = logger
@@ -142,7 +144,9 @@ public final class WebhookDispatcher: Sendable {
             do {
                 let busy = Set(inFlight.values.map(\.delivery.sequence)).union(shared.withLock { $0.recording })
                 if free > 0 {
-                    for delivery in try store.dueDeliveries(now: now, limit: free, excluding: busy) { start(delivery, now: now, driver) }
+                    for delivery in try store.dueDeliveries(now: now, limit: free, excluding: busy) {
+                        start(delivery, now: now, driver)
+                    }
                 }
                 nextDue = try store.nextDeliveryAt(excluding: busy)
             } catch {
@@ -156,8 +160,9 @@ public final class WebhookDispatcher: Sendable {
                 let item = try InFlight(delivery)
                 if options.denyPrivateDestinations { item.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
                 let timestamp = Int64(now)
-                let signature = WebhookSigner.header(secrets: delivery.secrets, id: delivery.eventID, timestamp: timestamp,
-                                                     body: delivery.payload)
+                let signature = WebhookSigner.header(
+                    secrets: delivery.secrets, id: delivery.eventID, timestamp: timestamp,
+                    body: delivery.payload)
                 var request = RequestOptions(url: delivery.url, method: .post)
                 request.body = .stream(length: Int64(delivery.payload.count))
                 request.timeoutSeconds = options.requestTimeout
@@ -177,14 +182,17 @@ public final class WebhookDispatcher: Sendable {
         }
 
         func record(_ delivery: PendingDelivery, status: Int?, error: String?, retryAfter: Double?) {
-            let decision = DeliveryPlan.decide(status: status, retryAfter: retryAfter, attempts: delivery.attempts + 1,
-                                               now: clock.now(), schedule: options.schedule)
+            let decision = DeliveryPlan.decide(
+                status: status, retryAfter: retryAfter, attempts: delivery.attempts + 1,
+                now: clock.now(), schedule: options.schedule)
             if decision != .delivered {
-                logger.info("webhook delivery failed", metadata: [
-                    "webhook.id": "\(delivery.webhookID)", "event.id": "\(delivery.eventID)",
-                    "delivery.attempt": "\(delivery.attempts + 1)", "http.status": "\(status.map(String.init) ?? "none")",
-                    "delivery.decision": "\(decision)",
-                ])
+                logger.info(
+                    "webhook delivery failed",
+                    metadata: [
+                        "webhook.id": "\(delivery.webhookID)", "event.id": "\(delivery.eventID)",
+                        "delivery.attempt": "\(delivery.attempts + 1)", "http.status": "\(status.map(String.init) ?? "none")",
+                        "delivery.decision": "\(decision)",
+                    ])
             }
             shared.withLock { _ = $0.recording.insert(delivery.sequence) }
             store.recordDeliveryAttempt(sequence: delivery.sequence, status: status, error: error, decision: decision) {

@@ -48,7 +48,9 @@ public struct CurlCode: RawRepresentable, Error, Sendable, Equatable, CustomStri
 public struct CurlMultiCode: RawRepresentable, Error, Sendable, CustomStringConvertible {
     public var rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
-    public var description: String { "curl multi error \(rawValue): \(String(cString: curl_multi_strerror(CURLMcode(rawValue))))" }
+    public var description: String {
+        "curl multi error \(rawValue): \(String(cString: curl_multi_strerror(CURLMcode(rawValue))))"
+    }
 }
 
 @inline(__always)

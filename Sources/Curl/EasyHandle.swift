@@ -71,39 +71,62 @@ public final class EasyHandle {
     private func installCallbacks() throws(CurlCode) {
         let me = Unmanaged.passUnretained(self).toOpaque()
         try check(bh_curl_easy_setopt_ptr(raw, CURLOPT_ERRORBUFFER, errorBuffer), self)
-        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_READFUNCTION, CURLOPT_READDATA, { buffer, size, count, userdata in
-            EasyHandle.owner(userdata).read(into: buffer, size * count)
-        }, me), self)
-        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_HEADERFUNCTION, CURLOPT_HEADERDATA, { buffer, size, count, userdata in
-            let length = size * count
-            if let buffer, let handler = EasyHandle.owner(userdata).onHeaderLine {
-                handler(String(decoding: UnsafeRawBufferPointer(start: buffer, count: length), as: UTF8.self))
-            }
-            return length
-        }, me), self)
-        try check(bh_curl_easy_set_data_callback(raw, CURLOPT_WRITEFUNCTION, CURLOPT_WRITEDATA, { buffer, size, count, userdata in
-            let length = size * count
-            guard let handler = EasyHandle.owner(userdata).onData else { return length }
-            return handler(UnsafeRawBufferPointer(start: buffer, count: length)) ? length : 0
-        }, me), self)
-        try check(bh_curl_easy_set_seek_callback(raw, { userdata, offset, origin in
-            let owner = EasyHandle.owner(userdata)
-            guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
-            return bh_curl_seekfunc_ok()
-        }, me), self)
-        try check(bh_curl_easy_set_trailer_callback(raw, { list, userdata in
-            guard let list, let lines = EasyHandle.owner(userdata).trailers?() else { return bh_curl_trailerfunc_ok() }
-            for line in lines { list.pointee = curl_slist_append(list.pointee, line) }
-            return bh_curl_trailerfunc_ok()
-        }, me), self)
-        try check(bh_curl_easy_set_prereq_callback(raw, { userdata, primary, _, _, _ in
-            guard let primary, let allow = EasyHandle.owner(userdata).allowPeer else { return 0 }
-            return allow(String(cString: primary)) ? 0 : 1
-        }, me), self)
-        try check(bh_curl_easy_set_xferinfo_callback(raw, { userdata, _, downloaded, _, uploaded in
-            guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }
-            return handler(Int64(uploaded), Int64(downloaded)) ? 0 : 1
-        }, me), self)
+        try check(
+            bh_curl_easy_set_data_callback(
+                raw, CURLOPT_READFUNCTION, CURLOPT_READDATA,
+                { buffer, size, count, userdata in
+                    EasyHandle.owner(userdata).read(into: buffer, size * count)
+                }, me), self)
+        try check(
+            bh_curl_easy_set_data_callback(
+                raw, CURLOPT_HEADERFUNCTION, CURLOPT_HEADERDATA,
+                { buffer, size, count, userdata in
+                    let length = size * count
+                    if let buffer, let handler = EasyHandle.owner(userdata).onHeaderLine {
+                        handler(String(decoding: UnsafeRawBufferPointer(start: buffer, count: length), as: UTF8.self))
+                    }
+                    return length
+                }, me), self)
+        try check(
+            bh_curl_easy_set_data_callback(
+                raw, CURLOPT_WRITEFUNCTION, CURLOPT_WRITEDATA,
+                { buffer, size, count, userdata in
+                    let length = size * count
+                    guard let handler = EasyHandle.owner(userdata).onData else { return length }
+                    return handler(UnsafeRawBufferPointer(start: buffer, count: length)) ? length : 0
+                }, me), self)
+        try check(
+            bh_curl_easy_set_seek_callback(
+                raw,
+                { userdata, offset, origin in
+                    let owner = EasyHandle.owner(userdata)
+                    guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else {
+                        return bh_curl_seekfunc_cantseek()
+                    }
+                    return bh_curl_seekfunc_ok()
+                }, me), self)
+        try check(
+            bh_curl_easy_set_trailer_callback(
+                raw,
+                { list, userdata in
+                    guard let list, let lines = EasyHandle.owner(userdata).trailers?() else { return bh_curl_trailerfunc_ok() }
+                    for line in lines { list.pointee = curl_slist_append(list.pointee, line) }
+                    return bh_curl_trailerfunc_ok()
+                }, me), self)
+        try check(
+            bh_curl_easy_set_prereq_callback(
+                raw,
+                { userdata, primary, _, _, _ in
+                    guard let primary, let allow = EasyHandle.owner(userdata).allowPeer else { return 0 }
+                    return allow(String(cString: primary)) ? 0 : 1
+                }, me), self)
+        try check(
+            bh_curl_easy_set_xferinfo_callback(
+                raw,
+                { userdata, _, downloaded, _, uploaded in
+                    guard let handler = EasyHandle.owner(userdata).onProgress else { return 0 }
+                    return handler(Int64(uploaded), Int64(downloaded)) ? 0 : 1
+                }, me), self)
     }
 
     fileprivate static func owner(_ userdata: UnsafeMutableRawPointer?) -> EasyHandle {
@@ -147,9 +170,11 @@ public final class EasyHandle {
     /// A `multipart/form-data` body (`curl_mime_*`): text fields, then one part streamed through `readBody`.
     /// With `trailingField` (a name and the value's exact length), one more text field follows
     /// the file, its value taken from `trailingFieldValue` when curl reaches it.
-    public func setMultipartBody(fields: [(String, String)], fileField: String, filename: String,
-                                 contentType: String?, fileSize: Int64,
-                                 trailingField: (name: String, length: Int)? = nil) throws(CurlCode) {
+    public func setMultipartBody(
+        fields: [(String, String)], fileField: String, filename: String,
+        contentType: String?, fileSize: Int64,
+        trailingField: (name: String, length: Int)? = nil
+    ) throws(CurlCode) {
         guard let form = curl_mime_init(raw) else { throw CurlCode.outOfMemory }
         if let mime { curl_mime_free(mime) }
         mime = form
@@ -163,26 +188,36 @@ public final class EasyHandle {
         try check(curl_mime_filename(part, filename), self)
         try check(curl_mime_type(part, contentType ?? "application/octet-stream"), self)
         let me = Unmanaged.passUnretained(self).toOpaque()
-        try check(bh_curl_mime_data_cb(part, Int(fileSize), { buffer, size, count, userdata in
-            EasyHandle.owner(userdata).read(into: buffer, size * count)
-        }, { userdata, offset, origin in
-            let owner = EasyHandle.owner(userdata)
-            guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else { return bh_curl_seekfunc_cantseek() }
-            return bh_curl_seekfunc_ok()
-        }, me), self)
+        try check(
+            bh_curl_mime_data_cb(
+                part, Int(fileSize),
+                { buffer, size, count, userdata in
+                    EasyHandle.owner(userdata).read(into: buffer, size * count)
+                },
+                { userdata, offset, origin in
+                    let owner = EasyHandle.owner(userdata)
+                    guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else {
+                        return bh_curl_seekfunc_cantseek()
+                    }
+                    return bh_curl_seekfunc_ok()
+                }, me), self)
         if let trailingField {
             let last = curl_mime_addpart(form)
             try check(curl_mime_name(last, trailingField.name), self)
             trailingFieldOffset = 0
             self.trailingField = nil
-            try check(bh_curl_mime_data_cb(last, trailingField.length, { buffer, size, count, userdata in
-                EasyHandle.owner(userdata).readTrailingField(into: buffer, size * count)
-            }, { userdata, offset, origin in
-                let owner = EasyHandle.owner(userdata)
-                guard origin == SEEK_SET, offset == 0 else { return bh_curl_seekfunc_cantseek() }
-                owner.trailingFieldOffset = 0
-                return bh_curl_seekfunc_ok()
-            }, me), self)
+            try check(
+                bh_curl_mime_data_cb(
+                    last, trailingField.length,
+                    { buffer, size, count, userdata in
+                        EasyHandle.owner(userdata).readTrailingField(into: buffer, size * count)
+                    },
+                    { userdata, offset, origin in
+                        let owner = EasyHandle.owner(userdata)
+                        guard origin == SEEK_SET, offset == 0 else { return bh_curl_seekfunc_cantseek() }
+                        owner.trailingFieldOffset = 0
+                        return bh_curl_seekfunc_ok()
+                    }, me), self)
         }
         try check(bh_curl_easy_setopt_mime(raw, form), self)
     }

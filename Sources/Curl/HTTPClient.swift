@@ -30,8 +30,10 @@ public final class HTTPClient {
     }
 
     /// Sends one request and waits for the whole response.
-    public func send(_ method: String, _ url: String, headers: [String] = [], body: [UInt8]? = nil,
-                     timeoutSeconds: Int = 30) throws(CurlCode) -> HTTPExchange {
+    public func send(
+        _ method: String, _ url: String, headers: [String] = [], body: [UInt8]? = nil,
+        timeoutSeconds: Int = 30
+    ) throws(CurlCode) -> HTTPExchange {
         try prepare(url, timeoutSeconds: timeoutSeconds)
         requestBody.replace(with: body ?? [])
         switch (method, body) {
@@ -58,8 +60,10 @@ public final class HTTPClient {
     /// with no overall time limit. `tick` is called about once a second while nothing arrives.
     /// Either returning false ends the exchange, which is then not an error. A status other than
     /// 2xx is not streamed: its body is kept in the answer.
-    public func stream(_ url: String, headers: [String] = [], receive: @escaping (UnsafeRawBufferPointer) -> Bool,
-                       tick: @escaping () -> Bool) throws(CurlCode) -> HTTPExchange {
+    public func stream(
+        _ url: String, headers: [String] = [], receive: @escaping (UnsafeRawBufferPointer) -> Bool,
+        tick: @escaping () -> Bool
+    ) throws(CurlCode) -> HTTPExchange {
         try prepare(url, timeoutSeconds: 0)
         try easy.set(CURLOPT_HTTPGET, 1)
         try easy.set(CURLOPT_CONNECTTIMEOUT, 10)
@@ -83,7 +87,7 @@ public final class HTTPClient {
         }
         do {
             try perform()
-        } catch where stopped {
+        } catch  where stopped {
             // Ended by `receive` or `tick`: the answer so far is the answer.
         }
         return HTTPExchange(status: easy.responseCode, headers: response.headers, body: response.body)

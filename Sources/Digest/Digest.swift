@@ -8,8 +8,9 @@ public enum HMACSHA256 {
         let ok = key.withUnsafeBytes { keyBytes in
             message.withUnsafeBufferPointer { messageBytes in
                 output.withUnsafeMutableBufferPointer { out in
-                    bh_hmac_sha256(keyBytes.baseAddress, Int32(keyBytes.count), messageBytes.baseAddress, messageBytes.count,
-                                   out.baseAddress)
+                    bh_hmac_sha256(
+                        keyBytes.baseAddress, Int32(keyBytes.count), messageBytes.baseAddress, messageBytes.count,
+                        out.baseAddress)
                 }
             }
         }
@@ -20,7 +21,9 @@ public enum HMACSHA256 {
     /// Constant-time comparison of two byte strings (`CRYPTO_memcmp`).
     public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count else { return false }
-        return a.withUnsafeBytes { left in b.withUnsafeBytes { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, a.count) == 0 } }
+        return a.withUnsafeBytes { left in
+            b.withUnsafeBytes { right in CRYPTO_memcmp(left.baseAddress, right.baseAddress, a.count) == 0 }
+        }
     }
 }
 

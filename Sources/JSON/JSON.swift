@@ -69,7 +69,10 @@ extension JSON {
     /// (integers past UInt64.max) or that overflow a double (`1e400`) are refused rather than
     /// silently changed.
     private init(borrowing object: OpaquePointer?) throws(JSONParseError) {
-        guard let object else { self = .null; return }
+        guard let object else {
+            self = .null
+            return
+        }
         switch json_object_get_type(object) {
         case json_type_null: self = .null
         case json_type_boolean: self = .bool(json_object_get_boolean(object) != 0)
@@ -139,7 +142,10 @@ extension JSON {
         case .bool(let value): output += value ? [116, 114, 117, 101] : [102, 97, 108, 115, 101]
         case .int(let value): output += Array(String(value).utf8)
         case .double(let value):
-            guard value.isFinite else { output += [110, 117, 108, 108]; return }
+            guard value.isFinite else {
+                output += [110, 117, 108, 108]
+                return
+            }
             if value == value.rounded(), abs(value) < 1e15 {
                 // A whole double keeps a fraction, as json-c prints it, so it reads back a double.
                 output += Array(String(Int64(value)).utf8) + [46, 48]
@@ -221,7 +227,8 @@ extension JSON {
             var copy = s
             return copy.withUTF8 { buffer in
                 buffer.withMemoryRebound(to: CChar.self) { chars in
-                    chars.isEmpty ? json_object_new_string("") : json_object_new_string_len(chars.baseAddress!, Int32(chars.count))
+                    chars.isEmpty
+                        ? json_object_new_string("") : json_object_new_string_len(chars.baseAddress!, Int32(chars.count))
                 }
             }
         case .array(let items):

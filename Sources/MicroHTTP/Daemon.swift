@@ -23,9 +23,11 @@ public final class Daemon: @unchecked Sendable {
     public let host: String
 
     /// Binds `host:port` (port 0 picks a free one) and starts serving.
-    public init(host: String, port: UInt16, threading: Threading = .threadPool(2),
-                connectionTimeoutSeconds: UInt32 = 60, connectionLimit: UInt32 = 1024,
-                handler: any StreamingHTTPHandler) throws(MicroHTTPError) {
+    public init(
+        host: String, port: UInt16, threading: Threading = .threadPool(2),
+        connectionTimeoutSeconds: UInt32 = 60, connectionLimit: UInt32 = 1024,
+        handler: any StreamingHTTPHandler
+    ) throws(MicroHTTPError) {
         let box = Unmanaged.passRetained(HandlerBox(handler))
         var flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_ITC.rawValue
         var poolSize: UInt32 = 0
@@ -58,8 +60,9 @@ public final class Daemon: @unchecked Sendable {
         }
         let started = withUnsafePointer(to: &storage) { storagePointer in
             storagePointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                bh_mhd_start(flags, port, address, poolSize, connectionTimeoutSeconds, connectionLimit,
-                             accessHandler, completedHandler, box.toOpaque())
+                bh_mhd_start(
+                    flags, port, address, poolSize, connectionTimeoutSeconds, connectionLimit,
+                    accessHandler, completedHandler, box.toOpaque())
             }
         }
         guard let started else {
@@ -113,19 +116,21 @@ private final class HeaderCollector {
 private func collect(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercaseKeys: Bool) -> [String: String] {
     let collector = HeaderCollector(lowercaseKeys: lowercaseKeys)
     withExtendedLifetime(collector) {
-        _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
-            let collector = Unmanaged<HeaderCollector>.fromOpaque(cls!).takeUnretainedValue()
-            guard let key else { return MHD_Result.YES }
-            var name = String(cString: key)
-            if collector.lowercaseKeys { name = name.lowercased() }
-            let text = value.map { String(cString: $0) } ?? ""
-            if let existing = collector.values[name], collector.lowercaseKeys {
-                collector.values[name] = existing + ", " + text
-            } else {
-                collector.values[name] = text
-            }
-            return MHD_Result.YES
-        }, Unmanaged.passUnretained(collector).toOpaque())
+        _ = MHD_get_connection_values(
+            connection, kind,
+            { cls, _, key, value in
+                let collector = Unmanaged<HeaderCollector>.fromOpaque(cls!).takeUnretainedValue()
+                guard let key else { return MHD_Result.YES }
+                var name = String(cString: key)
+                if collector.lowercaseKeys { name = name.lowercased() }
+                let text = value.map { String(cString: $0) } ?? ""
+                if let existing = collector.values[name], collector.lowercaseKeys {
+                    collector.values[name] = existing + ", " + text
+                } else {
+                    collector.values[name] = text
+                }
+                return MHD_Result.YES
+            }, Unmanaged.passUnretained(collector).toOpaque())
     }
     return collector.values
 }
@@ -201,21 +206,25 @@ private func queue(_ response: HTTPResponse, on connection: OpaquePointer) -> MH
     switch response.body {
     case .bytes(let bytes):
         mhdResponse = bytes.withUnsafeBytes { buffer in
-            MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress),
-                                            .RESPMEM_MUST_COPY)
+            MHD_create_response_from_buffer(
+                buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress),
+                .RESPMEM_MUST_COPY)
         }
     case .stream(let stream):
         let box = Unmanaged.passRetained(StreamBox(stream)).toOpaque()
-        mhdResponse = MHD_create_response_from_callback(bh_mhd_size_unknown(), 16 * 1024, { cls, _, buffer, max in
-            let box = Unmanaged<StreamBox>.fromOpaque(cls!).takeUnretainedValue()
-            switch box.stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max)) {
-            case .bytes(let count): return count
-            case .end: return bh_mhd_content_reader_end_of_stream()
-            case .error: return bh_mhd_content_reader_end_with_error()
-            }
-        }, box, { cls in
-            Unmanaged<StreamBox>.fromOpaque(cls!).release()
-        })
+        mhdResponse = MHD_create_response_from_callback(
+            bh_mhd_size_unknown(), 16 * 1024,
+            { cls, _, buffer, max in
+                let box = Unmanaged<StreamBox>.fromOpaque(cls!).takeUnretainedValue()
+                switch box.stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: max)) {
+                case .bytes(let count): return count
+                case .end: return bh_mhd_content_reader_end_of_stream()
+                case .error: return bh_mhd_content_reader_end_with_error()
+                }
+            }, box,
+            { cls in
+                Unmanaged<StreamBox>.fromOpaque(cls!).release()
+            })
     }
     guard let mhdResponse else { return MHD_Result.NO }
     defer { MHD_destroy_response(mhdResponse) }

@@ -9,8 +9,10 @@ public struct HTTPRequestHead: Sendable {
     public var headers: [String: String]
     public var remoteAddress: String
 
-    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-                remoteAddress: String = "127.0.0.1") {
+    public init(
+        method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
+        remoteAddress: String = "127.0.0.1"
+    ) {
         self.method = method
         self.path = path
         self.query = query
@@ -31,8 +33,10 @@ public struct HTTPRequest: Sendable {
         self.body = body
     }
 
-    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-                body: [UInt8] = []) {
+    public init(
+        method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
+        body: [UInt8] = []
+    ) {
         self.init(head: HTTPRequestHead(method: method, path: path, query: query, headers: headers), body: body)
     }
 
@@ -122,8 +126,10 @@ public struct BufferingHandler: StreamingHTTPHandler {
     public var handle: @Sendable (HTTPRequest) -> HTTPResponse
     public var tooLarge: @Sendable (HTTPRequestHead, Int) -> HTTPResponse
 
-    public init(maxBodyBytes: Int, tooLarge: @escaping @Sendable (HTTPRequestHead, Int) -> HTTPResponse,
-                handle: @escaping @Sendable (HTTPRequest) -> HTTPResponse) {
+    public init(
+        maxBodyBytes: Int, tooLarge: @escaping @Sendable (HTTPRequestHead, Int) -> HTTPResponse,
+        handle: @escaping @Sendable (HTTPRequest) -> HTTPResponse
+    ) {
         self.maxBodyBytes = maxBodyBytes
         self.handle = handle
         self.tooLarge = tooLarge

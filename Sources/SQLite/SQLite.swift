@@ -16,7 +16,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// The primary result code (extended codes carry it in the low byte).
     public var primaryCode: Int32 { code & 0xFF }
     /// The database or its disk is full (`SQLITE_FULL`), or the file could not be written.
-    public var isStorageFull: Bool { primaryCode == SQLITE_FULL || code == SQLITE_IOERR | (3 << 8) }  // SQLITE_IOERR_WRITE is a macro expression
+    /// (`SQLITE_IOERR_WRITE` is a macro expression Swift does not import: spelled out.)
+    public var isStorageFull: Bool { primaryCode == SQLITE_FULL || code == SQLITE_IOERR | (3 << 8) }
     public var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
 
     public var description: String {
@@ -152,13 +153,16 @@ public final class Connection {
     /// Defines an SQL function `name(…)` of `arguments` values that calls `body` and returns NULL:
     /// for TEMP triggers that tell this process about changes (`sqlite3_create_function_v2`).
     /// `body` reads the values through `FunctionArguments`, valid only during the call.
-    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping (FunctionArguments) -> Void) throws(SQLiteError) {
+    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping (FunctionArguments) -> Void)
+        throws(SQLiteError)
+    {
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let code = sqlite3_create_function_v2(
             handle, name, arguments, SQLITE_UTF8, box,
             { context, count, values in
                 guard let context, let pointer = sqlite3_user_data(context) else { return }
-                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(FunctionArguments(values: values, count: count))
+                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(
+                    FunctionArguments(values: values, count: count))
                 sqlite3_result_null(context)
             }, nil, nil,
             { pointer in
@@ -173,11 +177,13 @@ public final class Connection {
     public func onWALCommit(_ body: @escaping (Int) -> Void) {
         walHook = WALHook(body)
         let box = Unmanaged.passUnretained(walHook!).toOpaque()
-        sqlite3_wal_hook(handle, { userdata, _, _, frames in
-            guard let userdata else { return SQLITE_OK }
-            Unmanaged<WALHook>.fromOpaque(userdata).takeUnretainedValue().body(Int(frames))
-            return SQLITE_OK
-        }, box)
+        sqlite3_wal_hook(
+            handle,
+            { userdata, _, _, frames in
+                guard let userdata else { return SQLITE_OK }
+                Unmanaged<WALHook>.fromOpaque(userdata).takeUnretainedValue().body(Int(frames))
+                return SQLITE_OK
+            }, box)
     }
 
     /// Rows changed by the last statement (`sqlite3_changes`).
@@ -195,7 +201,10 @@ public final class Connection {
     }
 
     public enum CheckpointMode: Int32, Sendable {
-        case passive = 0, full = 1, restart = 2, truncate = 3
+        case passive = 0
+        case full = 1
+        case restart = 2
+        case truncate = 3
     }
 
     /// True while a transaction is open (`sqlite3_get_autocommit` is 0).
@@ -221,11 +230,6 @@ public struct FunctionArguments {
     fileprivate let values: UnsafeMutablePointer<OpaquePointer?>?
     public let count: Int32
 
-    fileprivate init(values: UnsafeMutablePointer<OpaquePointer?>?, count: Int32) {
-        self.values = values
-        self.count = count
-    }
-
     private func value(_ index: Int32) -> OpaquePointer? { index < count ? values?[Int(index)] : nil }
 
     public func isNull(_ index: Int32) -> Bool { value(index).map { sqlite3_value_type($0) == SQLITE_NULL } ?? true }
@@ -234,7 +238,9 @@ public struct FunctionArguments {
     public func optionalDouble(_ index: Int32) -> Double? { isNull(index) ? nil : double(index) }
     public func optionalInt(_ index: Int32) -> Int64? { isNull(index) ? nil : int(index) }
     public func string(_ index: Int32) -> String? {
-        guard let value = value(index), sqlite3_value_type(value) != SQLITE_NULL, let text = sqlite3_value_text(value) else { return nil }
+        guard let value = value(index), sqlite3_value_type(value) != SQLITE_NULL, let text = sqlite3_value_text(value) else {
+            return nil
+        }
         let length = Int(sqlite3_value_bytes(value))
         return String(decoding: UnsafeRawBufferPointer(start: text, count: length), as: UTF8.self)
     }

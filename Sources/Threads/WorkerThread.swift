@@ -14,11 +14,13 @@ public final class WorkerThread: @unchecked Sendable {
 
     public func start(_ body: @escaping @Sendable () -> Void) {
         let box = Unmanaged.passRetained(Box(body)).toOpaque()
-        let result = pthread_create(&thread, nil, { argument in
-            let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
-            box.body()
-            return nil
-        }, box)
+        let result = pthread_create(
+            &thread, nil,
+            { argument in
+                let box = Unmanaged<Box>.fromOpaque(argument!).takeRetainedValue()
+                box.body()
+                return nil
+            }, box)
         precondition(result == 0, "cannot start a thread: \(result)")
         started = true
     }

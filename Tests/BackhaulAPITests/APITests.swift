@@ -1,6 +1,6 @@
 import BackhaulAPI
-import BackhaulFiles
 import BackhaulCore
+import BackhaulFiles
 import BackhaulStore
 import Foundation
 import JSON
@@ -26,9 +26,10 @@ final class APIHarness {
 
     deinit { try? FileManager.default.removeItem(atPath: root) }
 
-    func call(_ method: String, _ path: String, _ body: JSON? = nil, raw: String? = nil, query: [String: String] = [:],
-              token: String? = nil) -> (Int, JSON, HTTPResponse)
-    {
+    func call(
+        _ method: String, _ path: String, _ body: JSON? = nil, raw: String? = nil, query: [String: String] = [:],
+        token: String? = nil
+    ) -> (Int, JSON, HTTPResponse) {
         let bytes = raw.map { Array($0.utf8) } ?? body?.serializedBytes() ?? []
         let headers = token.map { ["authorization": "Bearer \($0)"] } ?? [:]
         let (response, _) = router.handle(HTTPRequest(method: method, path: path, query: query, headers: headers, body: bytes))
@@ -78,7 +79,7 @@ struct APITests {
         ("interop_version on raw", ["upload": ["protocol": "raw", "interop_version": 6]], 422, "validation_failed"),
         ("interop_version not spoken", ["upload": ["protocol": "ietf", "interop_version": 4]], 422, "validation_failed"),
         ("interop_version as text", ["upload": ["protocol": "auto", "interop_version": "6"]], 422, "validation_failed"),
-        ("chunk_size on ietf", ["upload": ["protocol": "ietf", "chunk_size": 1048576]], 422, "validation_failed"),
+        ("chunk_size on ietf", ["upload": ["protocol": "ietf", "chunk_size": 1_048_576]], 422, "validation_failed"),
     ]
 
     @Test("every bad task input answers problem+json with its code", arguments: badTasks.indices)
@@ -88,7 +89,11 @@ struct APITests {
         mkfifo(api.root + "/fifo", 0o600)
         var patched = JSONObject()
         for (key, value) in overrides {
-            if case .string(let text) = value { patched[key] = .string(text.replacingOccurrences(of: "ROOT", with: api.root)) } else { patched[key] = value }
+            if case .string(let text) = value {
+                patched[key] = .string(text.replacingOccurrences(of: "ROOT", with: api.root))
+            } else {
+                patched[key] = value
+            }
         }
         let (got, body, response) = api.call("POST", "/v1/sessions/s/tasks", api.task(patched))
         #expect(got == status, "\(name): \(body.serialized())")
@@ -101,12 +106,16 @@ struct APITests {
 
     @Test("ietf and auto are accepted and shown with what the server has not told yet; /v1/info lists them")
     func ietfAndAuto() throws {
-        let (status, ietf, _) = api.call("POST", "/v1/sessions/s/tasks", api.task(["upload": ["protocol": "ietf", "interop_version": 5]]))
+        let (status, ietf, _) = api.call(
+            "POST", "/v1/sessions/s/tasks", api.task(["upload": ["protocol": "ietf", "interop_version": 5]]))
         #expect(status == 201, "\(ietf.serialized())")
         #expect(ietf["upload"] == ["protocol": "ietf", "interop_version": 5, "interop_version_selected": .null])
         let (_, auto, _) = api.call("POST", "/v1/sessions/s/tasks", api.task(["upload": ["protocol": "auto"]]))
-        #expect(auto["upload"] == ["protocol": "auto", "interop_version": .null, "chunk_size": 8388608, "protocol_selected": .null,
-                                   "protocol_fallback": .null, "interop_version_selected": .null])
+        #expect(
+            auto["upload"] == [
+                "protocol": "auto", "interop_version": .null, "chunk_size": 8_388_608, "protocol_selected": .null,
+                "protocol_fallback": .null, "interop_version_selected": .null,
+            ])
         let protocols = api.call("GET", "/v1/info").1["protocols"]?.arrayValue?.compactMap(\.stringValue) ?? []
         #expect(protocols.contains("ietf") && protocols.contains("auto"))
     }
@@ -178,12 +187,15 @@ struct APITests {
 
     @Test("PATCH a task: priority, headers merged and removed, configuration; finished tasks refuse")
     func patchTask() throws {
-        let (_, created, _) = api.call("POST", "/v1/sessions/s/tasks",
-                                       api.task(["request": ["url": "http://h/x", "headers": ["X-A": "1", "X-Token": "t"]]]))
+        let (_, created, _) = api.call(
+            "POST", "/v1/sessions/s/tasks",
+            api.task(["request": ["url": "http://h/x", "headers": ["X-A": "1", "X-Token": "t"]]]))
         let id = try #require(created["id"]?.stringValue)
-        let (status, patched, _) = api.call("PATCH", "/v1/tasks/\(id)", [
-            "priority": 0.9, "request": ["headers": ["X-A": .null, "X-B": "2"]], "configuration": ["discretionary": true],
-        ])
+        let (status, patched, _) = api.call(
+            "PATCH", "/v1/tasks/\(id)",
+            [
+                "priority": 0.9, "request": ["headers": ["X-A": .null, "X-B": "2"]], "configuration": ["discretionary": true],
+            ])
         #expect(status == 200)
         #expect(patched["priority"] == .double(0.9))
         #expect(patched["request"]?["headers"] == ["X-Token": "[redacted]", "X-B": "2"])
@@ -206,15 +218,24 @@ struct APITests {
     @Test("secrets are redacted in every answer")
     func redaction() throws {
         _ = api.call("PUT", "/v1/sessions/r", ["configuration": ["default_headers": ["Authorization": "Bearer SESSIONSECRET"]]])
-        let (_, task, _) = api.call("POST", "/v1/sessions/r/tasks", api.task([
-            "request": ["url": "http://h/x", "headers": ["Authorization": "Bearer TASKSECRET", "Cookie": "c=COOKIESECRET",
-                                                         "X-Api-Key": "KEYSECRET"]],
-            "configuration": ["default_headers": ["X-Session-Token": "OVERRIDESECRET"]],
-        ]))
+        let (_, task, _) = api.call(
+            "POST", "/v1/sessions/r/tasks",
+            api.task([
+                "request": [
+                    "url": "http://h/x",
+                    "headers": [
+                        "Authorization": "Bearer TASKSECRET", "Cookie": "c=COOKIESECRET",
+                        "X-Api-Key": "KEYSECRET",
+                    ],
+                ],
+                "configuration": ["default_headers": ["X-Session-Token": "OVERRIDESECRET"]],
+            ]))
         let id = try #require(task["id"]?.stringValue)
-        let answers = [task.serialized(), api.call("GET", "/v1/tasks/\(id)").1.serialized(),
-                       api.call("GET", "/v1/sessions/r/tasks").1.serialized(), api.call("GET", "/v1/sessions/r").1.serialized(),
-                       api.call("GET", "/v1/sessions").1.serialized()]
+        let answers = [
+            task.serialized(), api.call("GET", "/v1/tasks/\(id)").1.serialized(),
+            api.call("GET", "/v1/sessions/r/tasks").1.serialized(), api.call("GET", "/v1/sessions/r").1.serialized(),
+            api.call("GET", "/v1/sessions").1.serialized(),
+        ]
         for answer in answers {
             for secret in ["SESSIONSECRET", "TASKSECRET", "COOKIESECRET", "KEYSECRET", "OVERRIDESECRET"] {
                 #expect(!answer.contains(secret), "\(secret) leaked")

@@ -8,11 +8,12 @@ import Testing
 struct AccessTests {
     static let admin = "admin-token-0123456789"
     static let camera = "camera-token-0123456789"
-    static let tokens = try! AccessTokens(parsing: """
-        # who may do what
-        \(admin) admin
-        \(camera) client cam-* fleet.?   # two patterns
-        """)
+    static let tokens = try! AccessTokens(
+        parsing: """
+            # who may do what
+            \(admin) admin
+            \(camera) client cam-* fleet.?   # two patterns
+            """)
 
     func harness() throws -> APIHarness {
         let harness = try APIHarness(tokens: Self.tokens)
@@ -38,7 +39,9 @@ struct AccessTests {
     @Test("a client sees its sessions only: others are 404 to read (as if absent) and 403 to change")
     func clientScope() throws {
         let harness = try harness()
-        let listed = harness.call("GET", "/v1/sessions", token: Self.camera).1["sessions"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
+        let listed = harness.call("GET", "/v1/sessions", token: Self.camera).1["sessions"]?.arrayValue?.compactMap {
+            $0["id"]?.stringValue
+        }
         #expect(listed == ["cam-1", "cam-2"])
         #expect(harness.call("GET", "/v1/sessions/cam-1", token: Self.camera).0 == 200)
         let hidden = harness.call("GET", "/v1/sessions/other", token: Self.camera)
@@ -73,16 +76,21 @@ struct AccessTests {
     @Test("network and policy changes need an admin token")
     func adminOnly() throws {
         let harness = try harness()
-        for (method, path) in [("PUT", "/v1/network"), ("DELETE", "/v1/network"), ("PUT", "/v1/policy"), ("DELETE", "/v1/policy")] {
+        for (method, path) in [
+            ("PUT", "/v1/network"), ("DELETE", "/v1/network"), ("PUT", "/v1/policy"), ("DELETE", "/v1/policy"),
+        ] {
             #expect(harness.call(method, path, ["type": "wifi"], token: Self.camera).0 == 403, "\(method) \(path)")
         }
         // An admin passes the check (the in-process harness has no engine, hence 503).
         #expect(harness.call("PUT", "/v1/network", ["type": "wifi"], token: Self.admin).0 == 503)
     }
 
-    @Test("token files: roles, patterns, comments; weak or malformed entries are refused", arguments: [
-        "short admin", "long-enough-token-1 root", "long-enough-token-1 client", "long-enough-token-1 admin cam-*", "   # nothing",
-    ])
+    @Test(
+        "token files: roles, patterns, comments; weak or malformed entries are refused",
+        arguments: [
+            "short admin", "long-enough-token-1 root", "long-enough-token-1 client", "long-enough-token-1 admin cam-*",
+            "   # nothing",
+        ])
     func invalidTokenFiles(_ text: String) {
         #expect(throws: AccessTokens.Invalid.self) { try AccessTokens(parsing: text) }
     }

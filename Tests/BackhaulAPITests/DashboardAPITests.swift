@@ -1,6 +1,6 @@
 import BackhaulAPI
-import BackhaulFiles
 import BackhaulCore
+import BackhaulFiles
 import BackhaulStore
 import BackhaulUI
 import Foundation
@@ -21,14 +21,18 @@ struct DashboardAPITests {
     @Test("/ and /ui/{file}: types, a strong ETag with 304, CSP without inline script or style, nosniff; unknown files 404")
     func served() throws {
         let api = try APIHarness()
-        let expected = ["/": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css", "/ui/icon.svg": "image/svg+xml"]
+        let expected = [
+            "/": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css", "/ui/icon.svg": "image/svg+xml",
+        ]
         for (path, type) in expected {
             let response = get(api.router, path)
             #expect(response.status == 200, "\(path)")
             #expect(response.header("Content-Type")?.hasPrefix(type) == true, "\(path): \(response.header("Content-Type") ?? "")")
             #expect(response.header("X-Content-Type-Options") == "nosniff")
             let policy = try #require(response.header("Content-Security-Policy"))
-            #expect(policy.contains("default-src 'none'") && policy.contains("script-src 'self'") && policy.contains("style-src 'self'"))
+            #expect(
+                policy.contains("default-src 'none'") && policy.contains("script-src 'self'")
+                    && policy.contains("style-src 'self'"))
             #expect(policy.contains("connect-src 'self'") && policy.contains("frame-ancestors 'none'"))
             #expect(!policy.contains("unsafe"), "no unsafe-inline, no unsafe-eval")
             let etag = try #require(response.header("ETag"))
@@ -47,14 +51,20 @@ struct DashboardAPITests {
         let page = String(decoding: Dashboard.page.bytes, as: UTF8.self)
         let scripts = page.components(separatedBy: "<script").dropFirst()
         #expect(scripts.count == 1 && scripts.allSatisfy { $0.hasPrefix(" src=\"/ui/") }, "scripts come from /ui/ only")
-        #expect(!page.contains("<style") && !page.contains(" style=") && page.range(of: #" on[a-z]+="#, options: .regularExpression) == nil)
+        #expect(
+            !page.contains("<style") && !page.contains(" style=")
+                && page.range(of: #" on[a-z]+="#, options: .regularExpression) == nil)
         for asset in [Dashboard.page] + Array(Dashboard.files.values) {
             var text = String(decoding: asset.bytes, as: UTF8.self)
             text = text.replacingOccurrences(of: "xmlns=\"http://www.w3.org/2000/svg\"", with: "")
-            #expect(!text.contains("http://") && !text.contains("https://") && !text.contains("//cdn"), "\(asset.name) names another host")
+            #expect(
+                !text.contains("http://") && !text.contains("https://") && !text.contains("//cdn"),
+                "\(asset.name) names another host")
             #expect(!text.contains("eval(") && !text.contains("innerHTML"), "\(asset.name) builds no code or markup from strings")
         }
-        print("dashboard: \(Dashboard.totalBytes) bytes in all (\(Dashboard.files.map { "\($0.key) \($0.value.bytes.count)" }.sorted().joined(separator: ", ")), index.html \(Dashboard.page.bytes.count))")
+        print(
+            "dashboard: \(Dashboard.totalBytes) bytes in all (\(Dashboard.files.map { "\($0.key) \($0.value.bytes.count)" }.sorted().joined(separator: ", ")), index.html \(Dashboard.page.bytes.count))"
+        )
         #expect(Dashboard.totalBytes < 60_000)
     }
 
@@ -100,10 +110,13 @@ struct DashboardAPITests {
         let store = try Store(path: ":memory:")
         var options = APIOptions(allowedRoots: AllowedRoots([root]))
         options.tokens = try AccessTokens(parsing: "\(Self.admin) admin\n\(Self.camera) client cam-*")
-        let router = API(store: store, status: nil, settings: nil, eventFeed: EventFeed(), options: options, logger: Logger(label: "test")).router
+        let router = API(
+            store: store, status: nil, settings: nil, eventFeed: EventFeed(), options: options, logger: Logger(label: "test")
+        ).router
         func call(_ method: String, _ path: String, _ body: JSON? = nil, token: String = Self.admin) -> (Int, JSON) {
-            let request = HTTPRequest(method: method, path: path, headers: ["authorization": "Bearer \(token)"],
-                                      body: body?.serializedBytes() ?? [])
+            let request = HTTPRequest(
+                method: method, path: path, headers: ["authorization": "Bearer \(token)"],
+                body: body?.serializedBytes() ?? [])
             let response = router.handle(request).0
             return (response.status, (try? JSON.parse(response.bodyBytes)) ?? .null)
         }
@@ -111,26 +124,37 @@ struct DashboardAPITests {
         var ids: [String: String] = [:]
         for session in ["dog-1", "cam-1"] {
             #expect(call("PUT", "/v1/sessions/\(session)", ["configuration": [:]]).0 == 201)
-            let task = call("POST", "/v1/sessions/\(session)/tasks", ["file": .string(root + "/f"), "request": ["url": "http://127.0.0.1:9/x"]])
+            let task = call(
+                "POST", "/v1/sessions/\(session)/tasks",
+                ["file": .string(root + "/f"), "request": ["url": "http://127.0.0.1:9/x"]])
             ids[session] = task.1["id"]?.stringValue
             #expect(call("POST", "/v1/tasks/\(ids[session] ?? "")/cancel").0 == 200)
         }
         let (dog, cam) = (try #require(ids["dog-1"]), try #require(ids["cam-1"]))
 
-        let stream = router.handle(HTTPRequest(method: "GET", path: "/v1/events", query: ["after": "0"],
-                                               headers: ["authorization": "Bearer \(Self.camera)"])).0
+        let stream = router.handle(
+            HTTPRequest(
+                method: "GET", path: "/v1/events", query: ["after": "0"],
+                headers: ["authorization": "Bearer \(Self.camera)"])
+        ).0
         #expect(stream.status == 200 && stream.header("Content-Type") == "text/event-stream")
         let text = read(stream) { $0.contains(cam) }
         #expect(text.contains(cam), "the client's own event arrives: \(text)")
         #expect(!text.contains(dog), "another session's event does not: \(text)")
 
-        let everything = router.handle(HTTPRequest(method: "GET", path: "/v1/events", query: ["after": "0"],
-                                                   headers: ["authorization": "Bearer \(Self.admin)"])).0
+        let everything = router.handle(
+            HTTPRequest(
+                method: "GET", path: "/v1/events", query: ["after": "0"],
+                headers: ["authorization": "Bearer \(Self.admin)"])
+        ).0
         let all = read(everything) { $0.contains(cam) }
         #expect(all.contains(dog) && all.contains(cam), "an admin sees both")
 
-        let other = router.handle(HTTPRequest(method: "GET", path: "/v1/events", query: ["session": "dog-1"],
-                                              headers: ["authorization": "Bearer \(Self.camera)"])).0
+        let other = router.handle(
+            HTTPRequest(
+                method: "GET", path: "/v1/events", query: ["session": "dog-1"],
+                headers: ["authorization": "Bearer \(Self.camera)"])
+        ).0
         #expect(other.status == 403)
     }
 }

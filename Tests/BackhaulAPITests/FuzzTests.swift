@@ -14,7 +14,7 @@ struct FuzzTests {
     struct Generator: RandomNumberGenerator {
         var state: UInt64
         mutating func next() -> UInt64 {
-            state = state &* 6364136223846793005 &+ 1442695040888963407
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
             var value = state
             value ^= value >> 33
             return value
@@ -44,8 +44,11 @@ struct FuzzTests {
             case 0 where !bytes.isEmpty: bytes[position] = UInt8.random(in: 0...255, using: &random)
             case 1 where !bytes.isEmpty: bytes.remove(at: position)
             case 2: bytes.insert(contentsOf: fragments.randomElement(using: &random)!, at: position)
-            case 3 where !bytes.isEmpty: bytes = Array(bytes[..<position]) + Array(bytes[position...].prefix(Int.random(in: 0...8, using: &random)))
-            default: bytes.insert(contentsOf: Array(repeating: UInt8(ascii: "["), count: Int.random(in: 1...200, using: &random)), at: position)
+            case 3 where !bytes.isEmpty:
+                bytes = Array(bytes[..<position]) + Array(bytes[position...].prefix(Int.random(in: 0...8, using: &random)))
+            default:
+                bytes.insert(
+                    contentsOf: Array(repeating: UInt8(ascii: "["), count: Int.random(in: 1...200, using: &random)), at: position)
             }
         }
         return bytes
@@ -59,7 +62,9 @@ struct FuzzTests {
             let input = Self.mutate(Array(Self.corpus[round % Self.corpus.count].utf8), &random)
             guard let value = try? JSON.parse(input, maxDepth: 32) else { continue }
             parsed += 1
-            #expect((try? JSON.parse(value.serializedBytes(), maxDepth: 32)) == value, "\(String(decoding: input, as: UTF8.self)) -> \(value.serialized())")
+            #expect(
+                (try? JSON.parse(value.serializedBytes(), maxDepth: 32)) == value,
+                "\(String(decoding: input, as: UTF8.self)) -> \(value.serialized())")
         }
         print("fuzz: 20000 mutated documents, \(parsed) parsed and round-tripped, the rest refused")
         #expect(parsed > 0)
@@ -71,7 +76,8 @@ struct FuzzTests {
         let harness = try APIHarness()
         #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)
         let task = try #require(harness.call("POST", "/v1/sessions/s/tasks", harness.task()).1["id"]?.stringValue)
-        let webhook = try #require(harness.call("POST", "/v1/sessions/s/webhooks", ["url": "http://127.0.0.1:9/h"]).1["id"]?.stringValue)
+        let webhook = try #require(
+            harness.call("POST", "/v1/sessions/s/webhooks", ["url": "http://127.0.0.1:9/h"]).1["id"]?.stringValue)
         // Existing resources only, so every body reaches its handler's decoding.
         let targets: [(String, String)] = [
             ("POST", "/v1/sessions/s/tasks"), ("PUT", "/v1/sessions/t"), ("PATCH", "/v1/sessions/s"),
@@ -105,15 +111,20 @@ struct LimitTests {
         #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)
         var many = JSONObject()
         for index in 0..<101 { many["X-H\(index)"] = "v" }
-        let tooMany = harness.call("POST", "/v1/sessions/s/tasks", harness.task(["request": ["url": "http://127.0.0.1:9/x", "headers": .object(many)]]))
+        let tooMany = harness.call(
+            "POST", "/v1/sessions/s/tasks", harness.task(["request": ["url": "http://127.0.0.1:9/x", "headers": .object(many)]]))
         #expect(tooMany.0 == 422 && tooMany.1["field"]?.stringValue == "request.headers")
-        let huge = harness.call("POST", "/v1/sessions/s/tasks", harness.task([
-            "request": ["url": "http://127.0.0.1:9/x", "headers": ["X-Big": .string(String(repeating: "a", count: 8193))]],
-        ]))
+        let huge = harness.call(
+            "POST", "/v1/sessions/s/tasks",
+            harness.task([
+                "request": ["url": "http://127.0.0.1:9/x", "headers": ["X-Big": .string(String(repeating: "a", count: 8193))]]
+            ]))
         #expect(huge.0 == 422 && huge.1["field"]?.stringValue == "request.headers.X-Big")
     }
 
-    @Test("a PATCH whose merged configuration is invalid is 422 naming the field, and changes nothing (found by the fuzz test: it was 500)")
+    @Test(
+        "a PATCH whose merged configuration is invalid is 422 naming the field, and changes nothing (found by the fuzz test: it was 500)"
+    )
     func invalidPatchInsideTheTransaction() throws {
         let harness = try APIHarness()
         #expect(harness.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 201)

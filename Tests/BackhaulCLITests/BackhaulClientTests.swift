@@ -19,7 +19,8 @@ struct BackhaulClientTests {
         #expect(task.localPath == "/data/clip.bin" && task.destination == nil && task.uploadProtocol == "chunked")
         #expect(task.url == "https://ingest.example/clips/clip.bin" && task.attempts == 2)
         #expect(
-            task.progress == TaskProgress(bytesTransferred: 1024, bytesTotal: 4096, fraction: 0.25, bytesPerSecond: 512, etaSeconds: 6))
+            task.progress
+                == TaskProgress(bytesTransferred: 1024, bytesTotal: 4096, fraction: 0.25, bytesPerSecond: 512, etaSeconds: 6))
         #expect(
             task.error == nil && task.lastError == nil && task.responseStatus == nil && task.createdAt == "2026-11-20T10:00:01Z")
         #expect(task.json == (try JSON.parse(Canned.task())))

@@ -12,61 +12,87 @@ struct AutoUploadStateMachineTests {
         var upload = UploadSpec(protocolName: .auto)
         upload.chunkSize = 1000
         upload.interopVersion = pinned
-        return TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: size, modifiedAtNanoseconds: 0),
-                          request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        return TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: size, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
-    static let probe = TransferStep.send(PlannedRequest(method: "OPTIONS", url: url, headers: [("Upload-Draft-Interop-Version", "6")],
-                                                      body: .empty))
+    static let probe = TransferStep.send(
+        PlannedRequest(
+            method: "OPTIONS", url: url, headers: [("Upload-Draft-Interop-Version", "6")],
+            body: .empty))
 
     // MARK: The rules
 
-    @Test("the answer to OPTIONS picks ietf, else tus, else raw", arguments: [
-        (204, ["upload-limit": "min-size=0"], ProtocolSelection.Choice(.ietf, interopVersion: 6)),  // Apple's server
-        (400, ["upload-draft-interop-version": "3"], ProtocolSelection.Choice(.ietf, interopVersion: 3)),  // refused 6, speaks 3
-        (200, ["upload-draft-interop-version": "5", "tus-resumable": "1.0.0"], ProtocolSelection.Choice(.ietf, interopVersion: 5)),
-        (200, ["upload-draft-interop-version": "9"], ProtocolSelection.Choice(.ietf, interopVersion: 6)),
-        (204, ["tus-resumable": "1.0.0", "tus-version": "1.0.0", "tus-extension": "creation"], ProtocolSelection.Choice(.tus)),
-        (204, ["tus-version": "1.0.0"], ProtocolSelection.Choice(.tus)),
-        (200, ["tus-resumable": "1.0.0"], ProtocolSelection.Choice(.tus)),
-        (200, ["allow": "GET, PUT"], ProtocolSelection.Choice(.raw)),
-        (405, [:], ProtocolSelection.Choice(.raw)),  // nginx
-        (404, [:], ProtocolSelection.Choice(.raw)),
-        (403, [:], ProtocolSelection.Choice(.raw)),
-        (501, ["upload-limit": "min-size=0"], nil),  // a server error decides nothing
-        (503, [:], nil),
-        (429, ["tus-resumable": "1.0.0"], nil),
-        (408, [:], nil),
-        (401, [:], nil),  // the credentials first
-        (407, [:], nil),
-    ] as [(Int, [String: String], ProtocolSelection.Choice?)])
+    @Test(
+        "the answer to OPTIONS picks ietf, else tus, else raw",
+        arguments: [
+            (204, ["upload-limit": "min-size=0"], ProtocolSelection.Choice(.ietf, interopVersion: 6)),  // Apple's server
+            // Refused 6, speaks 3:
+            (400, ["upload-draft-interop-version": "3"], ProtocolSelection.Choice(.ietf, interopVersion: 3)),
+            (
+                200, ["upload-draft-interop-version": "5", "tus-resumable": "1.0.0"],
+                ProtocolSelection.Choice(.ietf, interopVersion: 5)
+            ),
+            (200, ["upload-draft-interop-version": "9"], ProtocolSelection.Choice(.ietf, interopVersion: 6)),
+            (
+                204, ["tus-resumable": "1.0.0", "tus-version": "1.0.0", "tus-extension": "creation"],
+                ProtocolSelection.Choice(.tus)
+            ),
+            (204, ["tus-version": "1.0.0"], ProtocolSelection.Choice(.tus)),
+            (200, ["tus-resumable": "1.0.0"], ProtocolSelection.Choice(.tus)),
+            (200, ["allow": "GET, PUT"], ProtocolSelection.Choice(.raw)),
+            (405, [:], ProtocolSelection.Choice(.raw)),  // nginx
+            (404, [:], ProtocolSelection.Choice(.raw)),
+            (403, [:], ProtocolSelection.Choice(.raw)),
+            (501, ["upload-limit": "min-size=0"], nil),  // a server error decides nothing
+            (503, [:], nil),
+            (429, ["tus-resumable": "1.0.0"], nil),
+            (408, [:], nil),
+            (401, [:], nil),  // the credentials first
+            (407, [:], nil),
+        ] as [(Int, [String: String], ProtocolSelection.Choice?)])
     func rules(_ status: Int, _ headers: [String: String], _ expected: ProtocolSelection.Choice?) {
         #expect(ProtocolSelection.choose(ResponseHead(status: status, headers: headers)) == expected)
     }
 
     @Test("the question: OPTIONS on request.url with the task's headers and the newest interop version")
     func question() {
-        let probe = ProtocolSelection.probe(url: Self.url, headers: [("Authorization", "Bearer x"), ("upload-draft-interop-version", "1")])
-        #expect(probe == PlannedRequest(method: "OPTIONS", url: Self.url,
-                                        headers: [("Authorization", "Bearer x"), ("Upload-Draft-Interop-Version", "6")], body: .empty))
+        let probe = ProtocolSelection.probe(
+            url: Self.url, headers: [("Authorization", "Bearer x"), ("upload-draft-interop-version", "1")])
+        #expect(
+            probe
+                == PlannedRequest(
+                    method: "OPTIONS", url: Self.url,
+                    headers: [("Authorization", "Bearer x"), ("Upload-Draft-Interop-Version", "6")], body: .empty))
     }
 
     // MARK: The machine
 
-    @Test("ietf picked: the creation follows at the version found (no second OPTIONS); the 104 and the pick are in the checkpoint")
+    @Test(
+        "ietf picked: the creation follows at the version found (no second OPTIONS); the 104 and the pick are in the checkpoint")
     func picksIETF() {
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: nil)
         #expect(machine.start(now: 0) == Self.probe)
         #expect(machine.checkpoint?.protocolSelected == nil)
-        guard case .send(let creation) = machine.didReceive(ResponseHead(status: 400, headers: ["upload-draft-interop-version": "3"]), now: 0)
-        else { Issue.record("expected the creation"); return }
+        guard
+            case .send(let creation) = machine.didReceive(
+                ResponseHead(status: 400, headers: ["upload-draft-interop-version": "3"]), now: 0)
+        else {
+            Issue.record("expected the creation")
+            return
+        }
         #expect(creation.method == "PUT" && creation.url == Self.url && creation.body == .file(offset: 0, length: 2500))
         #expect(creation.headers.contains { $0 == ("Upload-Draft-Interop-Version", "3") })
         #expect(creation.headers.contains { $0 == ("Upload-Incomplete", "?0") })
         #expect(machine.selection == ProtocolSelection.Choice(.ietf, interopVersion: 3))
-        #expect(machine.didReceiveInformational(ResponseHead(status: 104, headers: [
-            "upload-draft-interop-version": "3", "location": Self.resource,
-        ])) == true)
+        #expect(
+            machine.didReceiveInformational(
+                ResponseHead(
+                    status: 104,
+                    headers: [
+                        "upload-draft-interop-version": "3", "location": Self.resource,
+                    ])) == true)
         var expected = TransferCheckpoint(offset: 0, location: Self.resource)
         expected.interopVersion = 3
         expected.protocolSelected = .ietf
@@ -80,8 +106,13 @@ struct AutoUploadStateMachineTests {
     func pinnedWins() {
         var machine = AutoUpload(task: Self.task(pinned: 5), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
-        guard case .send(let creation) = machine.didReceive(ResponseHead(status: 204, headers: ["upload-limit": "min-size=0"]), now: 0)
-        else { Issue.record("expected the creation"); return }
+        guard
+            case .send(let creation) = machine.didReceive(
+                ResponseHead(status: 204, headers: ["upload-limit": "min-size=0"]), now: 0)
+        else {
+            Issue.record("expected the creation")
+            return
+        }
         #expect(creation.headers.contains { $0 == ("Upload-Draft-Interop-Version", "5") })
     }
 
@@ -89,12 +120,17 @@ struct AutoUploadStateMachineTests {
     func picksTus() {
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
-        guard case .send(let creation) = machine.didReceive(ResponseHead(status: 204, headers: ["tus-resumable": "1.0.0"]), now: 0) else {
-            Issue.record("expected the tus creation"); return
+        guard
+            case .send(let creation) = machine.didReceive(ResponseHead(status: 204, headers: ["tus-resumable": "1.0.0"]), now: 0)
+        else {
+            Issue.record("expected the tus creation")
+            return
         }
         #expect(creation.method == "POST" && creation.headers.contains { $0 == ("Upload-Length", "2500") })
-        guard case .send(let patch) = machine.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0) else {
-            Issue.record("expected a PATCH"); return
+        guard case .send(let patch) = machine.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0)
+        else {
+            Issue.record("expected a PATCH")
+            return
         }
         #expect(patch.method == "PATCH" && patch.body == .file(offset: 0, length: 1000))
         #expect(machine.checkpoint?.protocolSelected == .tus && machine.checkpoint?.location == "http://h:8080/files/abc")
@@ -105,7 +141,8 @@ struct AutoUploadStateMachineTests {
     func picksRaw() {
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 405), now: 0)
+        #expect(
+            machine.didReceive(ResponseHead(status: 405), now: 0)
                 == .send(PlannedRequest(method: "PUT", url: Self.url, headers: [], body: .file(offset: 0, length: 2500))))
         #expect(machine.checkpoint?.protocolSelected == .raw)
         #expect(machine.didReceive(ResponseHead(status: 201), now: 0) == .completed)
@@ -126,33 +163,47 @@ struct AutoUploadStateMachineTests {
     func keepsPick() {
         var checkpoint = TransferCheckpoint(offset: 1000, location: "http://h:8080/files/abc")
         checkpoint.protocolSelected = .tus
-        var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: checkpoint,
-                                 cachedSelection: ProtocolSelection.Choice(.raw))
-        guard case .send(let head) = machine.start(now: 0) else { Issue.record("expected HEAD"); return }
+        var machine = AutoUpload(
+            task: Self.task(), headers: [], checkpoint: checkpoint,
+            cachedSelection: ProtocolSelection.Choice(.raw))
+        guard case .send(let head) = machine.start(now: 0) else {
+            Issue.record("expected HEAD")
+            return
+        }
         #expect(head.method == "HEAD" && head.url == "http://h:8080/files/abc")
         #expect(machine.selection == ProtocolSelection.Choice(.tus))
     }
 
     @Test("a pick cached for the host is used without asking, and written to the checkpoint")
     func cached() {
-        var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: nil,
-                                 cachedSelection: ProtocolSelection.Choice(.ietf, interopVersion: 5))
-        guard case .send(let creation) = machine.start(now: 0) else { Issue.record("expected the creation"); return }
+        var machine = AutoUpload(
+            task: Self.task(), headers: [], checkpoint: nil,
+            cachedSelection: ProtocolSelection.Choice(.ietf, interopVersion: 5))
+        guard case .send(let creation) = machine.start(now: 0) else {
+            Issue.record("expected the creation")
+            return
+        }
         #expect(creation.headers.contains { $0 == ("Upload-Draft-Interop-Version", "5") })
         #expect(machine.checkpoint?.protocolSelected == .ietf && machine.checkpoint?.interopVersion == 5)
     }
 
-    @Test("the server forgot the picked protocol's upload (404/410 on its resource): ask again, start afresh, say so", arguments: [404, 410])
+    @Test(
+        "the server forgot the picked protocol's upload (404/410 on its resource): ask again, start afresh, say so",
+        arguments: [404, 410])
     func fallback(_ status: Int) {
         var checkpoint = TransferCheckpoint(offset: 1000, location: Self.resource)
         checkpoint.protocolSelected = .ietf
         checkpoint.interopVersion = 6
         var machine = AutoUpload(task: Self.task(), headers: [], checkpoint: checkpoint)
-        guard case .send(let head) = machine.start(now: 0) else { Issue.record("expected HEAD"); return }
+        guard case .send(let head) = machine.start(now: 0) else {
+            Issue.record("expected HEAD")
+            return
+        }
         #expect(head.method == "HEAD" && head.url == Self.resource)
         #expect(machine.didReceive(ResponseHead(status: status), now: 0) == Self.probe)
         #expect(machine.selection == nil && machine.bytesAcknowledged == 0 && machine.cancellation == nil)
-        #expect(machine.didReceive(ResponseHead(status: 405), now: 0)
+        #expect(
+            machine.didReceive(ResponseHead(status: 405), now: 0)
                 == .send(PlannedRequest(method: "PUT", url: Self.url, headers: [], body: .file(offset: 0, length: 2500))))
         let saved = machine.checkpoint
         #expect(saved?.protocolSelected == .raw && saved?.location == nil && saved?.interopVersion == nil)

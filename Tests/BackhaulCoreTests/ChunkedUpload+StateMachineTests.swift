@@ -6,20 +6,25 @@ struct ChunkedUploadStateMachineTests {
     func task(size: Int64 = 2500, chunk: Int64 = 1000) -> TaskRecord {
         var upload = UploadSpec(protocolName: .chunked)
         upload.chunkSize = chunk
-        return TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
-                          request: RequestSpec(url: "http://h/u", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        return TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h/u", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
     func chunk(_ first: Int64, _ last: Int64, of total: Int64) -> TransferStep {
-        .send(PlannedRequest(method: "PUT", url: "http://h/u", headers: [("Content-Range", "bytes \(first)-\(last)/\(total)")],
-                             body: .file(offset: first, length: last - first + 1)))
+        .send(
+            PlannedRequest(
+                method: "PUT", url: "http://h/u", headers: [("Content-Range", "bytes \(first)-\(last)/\(total)")],
+                body: .file(offset: first, length: last - first + 1)))
     }
 
     @Test("chunks in order; 308 and 2xx advance; the last 2xx completes")
     func happyPath() {
         var machine = ChunkedUpload(task: task(), headers: [], checkpoint: nil)
         #expect(machine.start(now: 0) == chunk(0, 999, of: 2500))
-        #expect(machine.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-999"]), now: 0) == chunk(1000, 1999, of: 2500))
+        #expect(
+            machine.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-999"]), now: 0)
+                == chunk(1000, 1999, of: 2500))
         #expect(machine.bytesAcknowledged == 1000)
         #expect(machine.didReceive(ResponseHead(status: 200), now: 0) == chunk(2000, 2499, of: 2500))
         #expect(machine.didReceive(ResponseHead(status: 201), now: 0) == .completed)
@@ -30,7 +35,9 @@ struct ChunkedUploadStateMachineTests {
     func serverRange() {
         var machine = ChunkedUpload(task: task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-499"]), now: 0) == chunk(500, 1499, of: 2500))
+        #expect(
+            machine.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-499"]), now: 0) == chunk(500, 1499, of: 2500)
+        )
     }
 
     @Test("a failed chunk fails the attempt; the next attempt resumes at the acknowledged offset")
@@ -38,19 +45,29 @@ struct ChunkedUploadStateMachineTests {
         var machine = ChunkedUpload(task: task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
         _ = machine.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-999"]), now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 503, headers: ["retry-after": "3"]), now: 0) == .failed(.http(status: 503, retryAfter: 3)))
+        #expect(
+            machine.didReceive(ResponseHead(status: 503, headers: ["retry-after": "3"]), now: 0)
+                == .failed(.http(status: 503, retryAfter: 3)))
         #expect(machine.bytesAcknowledged == 1000)
         // Resuming asks the server first.
         var resumed = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: machine.bytesAcknowledged))
-        #expect(resumed.start(now: 0) == .send(PlannedRequest(method: "PUT", url: "http://h/u",
-                                                              headers: [("Content-Range", "bytes */2500")], body: .file(offset: 0, length: 0))))
-        #expect(resumed.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-1499"]), now: 0) == chunk(1500, 2499, of: 2500))
+        #expect(
+            resumed.start(now: 0)
+                == .send(
+                    PlannedRequest(
+                        method: "PUT", url: "http://h/u",
+                        headers: [("Content-Range", "bytes */2500")], body: .file(offset: 0, length: 0))))
+        #expect(
+            resumed.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-1499"]), now: 0)
+                == chunk(1500, 2499, of: 2500))
     }
 
-    @Test("resume query answers", arguments: [
-        (ResponseHead(status: 308, headers: [:]), chunk0: true), (ResponseHead(status: 400), chunk0: false),
-        (ResponseHead(status: 416), chunk0: false),
-    ])
+    @Test(
+        "resume query answers",
+        arguments: [
+            (ResponseHead(status: 308, headers: [:]), chunk0: true), (ResponseHead(status: 400), chunk0: false),
+            (ResponseHead(status: 416), chunk0: false),
+        ])
     func resumeQuery(_ response: ResponseHead, _ fromZero: Bool) {
         var machine = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000))
         _ = machine.start(now: 0)
@@ -77,7 +94,9 @@ struct ChunkedUploadStateMachineTests {
             return
         }
         var empty = ChunkedUpload(task: task(size: 0), headers: [], checkpoint: nil)
-        #expect(empty.start(now: 0) == .send(PlannedRequest(method: "PUT", url: "http://h/u", headers: [], body: .file(offset: 0, length: 0))))
+        #expect(
+            empty.start(now: 0)
+                == .send(PlannedRequest(method: "PUT", url: "http://h/u", headers: [], body: .file(offset: 0, length: 0))))
         #expect(empty.didReceive(ResponseHead(status: 201), now: 0) == .completed)
     }
 }

@@ -34,19 +34,25 @@ struct TaskStateTests {
 struct RetryTests {
     let policy = RetryPolicy(maxAttempts: nil, initialBackoff: 2, maxBackoff: 600)
 
-    func decide(_ failure: AttemptFailure, attempts: Int = 1, policy: RetryPolicy? = nil, deadline: Double = 1e9,
-                random: Double = 0.5) -> FailureDecision {
-        RetryPlanner.decide(failure, attempts: attempts, policy: policy ?? self.policy, now: 1000, deadline: deadline,
-                            random: { random })
+    func decide(
+        _ failure: AttemptFailure, attempts: Int = 1, policy: RetryPolicy? = nil, deadline: Double = 1e9,
+        random: Double = 0.5
+    ) -> FailureDecision {
+        RetryPlanner.decide(
+            failure, attempts: attempts, policy: policy ?? self.policy, now: 1000, deadline: deadline,
+            random: { random })
     }
 
-    @Test("transient statuses retry, others fail -1011", arguments: [200, 301, 400, 403, 404, 405, 408, 409, 410, 413, 422, 425, 429, 500, 501, 502, 503, 504, 505])
+    @Test(
+        "transient statuses retry, others fail -1011",
+        arguments: [200, 301, 400, 403, 404, 405, 408, 409, 410, 413, 422, 425, 429, 500, 501, 502, 503, 504, 505])
     func statuses(_ status: Int) {
         let decision = decide(.http(status: status, retryAfter: nil))
         if [408, 425, 429, 500, 502, 503, 504].contains(status) {
             #expect(decision == .retry(at: 1001))
         } else {
-            #expect(decision == .fail(TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)))
+            #expect(
+                decision == .fail(TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)))
         }
     }
 
@@ -71,10 +77,12 @@ struct RetryTests {
         #expect(decide(.http(status: 503, retryAfter: 30)) == .retry(at: 1030))
     }
 
-    @Test("exhausted attempts fail with the failure's own code", arguments: [
-        (TransportFailure.cannotFindHost, -1003), (.cannotConnect, -1004), (.connectionLost, -1005), (.timedOut, -1001),
-        (.other, -1005),
-    ])
+    @Test(
+        "exhausted attempts fail with the failure's own code",
+        arguments: [
+            (TransportFailure.cannotFindHost, -1003), (.cannotConnect, -1004), (.connectionLost, -1005), (.timedOut, -1001),
+            (.other, -1005),
+        ])
     func exhausted(_ failure: TransportFailure, _ code: Int) {
         let limited = RetryPolicy(maxAttempts: 3, initialBackoff: 2, maxBackoff: 600)
         guard case .fail(let error) = decide(.transport(failure, message: "x"), attempts: 3, policy: limited) else {
@@ -145,8 +153,10 @@ struct ConfigurationTests {
     @Test("overrides merge; retry and headers merge member by member")
     func overrides() throws {
         let base = try TransferConfiguration().applying(["retry": ["max_attempts": 5], "default_headers": ["X-A": "1"]])
-        let merged = try base.applying(["retry": ["initial_backoff": 1], "default_headers": ["x-a": "2", "X-B": "3"],
-                                        "allows_cellular_access": false])
+        let merged = try base.applying([
+            "retry": ["initial_backoff": 1], "default_headers": ["x-a": "2", "X-B": "3"],
+            "allows_cellular_access": false,
+        ])
         #expect(merged.retry.maxAttempts == 5)
         #expect(merged.retry.initialBackoff == 1)
         #expect(!merged.allowsCellularAccess)
@@ -154,16 +164,18 @@ struct ConfigurationTests {
         #expect(try TransferConfiguration().applying(merged.json) == merged)
     }
 
-    @Test("bad configuration is refused with the field named", arguments: [
-        (#"{"allows_cellular_access": "yes"}"#, "configuration.allows_cellular_access"),
-        (#"{"timeout_interval_for_request": 0}"#, "configuration.timeout_interval_for_request"),
-        (#"{"max_connections_per_host": 0}"#, "configuration.max_connections_per_host"),
-        (#"{"retry": {"max_attempts": 1.5}}"#, "configuration.retry.max_attempts"),
-        (#"{"retry": {"initial_backoff": 10, "max_backoff": 1}}"#, "configuration.retry.max_backoff"),
-        (#"{"colour": 1}"#, "configuration.colour"),
-        (#"{"default_headers": {"Content-Length": "1"}}"#, "configuration.default_headers.Content-Length"),
-        (#"{"default_headers": {"X-A": "a\r\nb"}}"#, "configuration.default_headers.X-A"),
-    ])
+    @Test(
+        "bad configuration is refused with the field named",
+        arguments: [
+            (#"{"allows_cellular_access": "yes"}"#, "configuration.allows_cellular_access"),
+            (#"{"timeout_interval_for_request": 0}"#, "configuration.timeout_interval_for_request"),
+            (#"{"max_connections_per_host": 0}"#, "configuration.max_connections_per_host"),
+            (#"{"retry": {"max_attempts": 1.5}}"#, "configuration.retry.max_attempts"),
+            (#"{"retry": {"initial_backoff": 10, "max_backoff": 1}}"#, "configuration.retry.max_backoff"),
+            (#"{"colour": 1}"#, "configuration.colour"),
+            (#"{"default_headers": {"Content-Length": "1"}}"#, "configuration.default_headers.Content-Length"),
+            (#"{"default_headers": {"X-A": "a\r\nb"}}"#, "configuration.default_headers.X-A"),
+        ])
     func invalid(_ text: String, _ field: String) throws {
         let value = try JSON.parse(text)
         #expect(throws: ValidationError.self) { try TransferConfiguration().applying(value) }
@@ -174,25 +186,31 @@ struct ConfigurationTests {
         }
     }
 
-    @Test("secret headers are recognised", arguments: [
-        ("Authorization", true), ("proxy-authorization", true), ("Cookie", true), ("X-Api-Key", true),
-        ("X-Auth-Token", true), ("X-Amz-Signature", true), ("X-Password", true), ("client_secret", true),
-        ("Content-Type", false), ("X-Trace", false), ("Accept", false),
-    ])
+    @Test(
+        "secret headers are recognised",
+        arguments: [
+            ("Authorization", true), ("proxy-authorization", true), ("Cookie", true), ("X-Api-Key", true),
+            ("X-Auth-Token", true), ("X-Amz-Signature", true), ("X-Password", true), ("client_secret", true),
+            ("Content-Type", false), ("X-Trace", false), ("Accept", false),
+        ])
     func secrets(_ name: String, _ secret: Bool) {
         #expect(HeaderRules.isSecret(name) == secret)
     }
 
-    @Test("URL parts", arguments: [
-        ("http://example.com/a", "http://example.com:80"), ("https://EXAMPLE.com", "https://example.com:443"),
-        ("http://127.0.0.1:8080/x?y", "http://127.0.0.1:8080"), ("http://user:pw@h:1/", "http://h:1"),
-        ("http://[::1]:9000/p", "http://[::1]:9000"),
-    ])
+    @Test(
+        "URL parts",
+        arguments: [
+            ("http://example.com/a", "http://example.com:80"), ("https://EXAMPLE.com", "https://example.com:443"),
+            ("http://127.0.0.1:8080/x?y", "http://127.0.0.1:8080"), ("http://user:pw@h:1/", "http://h:1"),
+            ("http://[::1]:9000/p", "http://[::1]:9000"),
+        ])
     func urls(_ url: String, _ key: String) {
         #expect(URLParts(url)?.hostKey == key)
     }
 
-    @Test("non-http URLs are refused", arguments: ["ftp://x/", "file:///etc/passwd", "http://", "http://h:99999/", "h/x", "http://a b/"])
+    @Test(
+        "non-http URLs are refused",
+        arguments: ["ftp://x/", "file:///etc/passwd", "http://", "http://h:99999/", "h/x", "http://a b/"])
     func badURLs(_ url: String) {
         #expect(URLParts(url) == nil)
     }
@@ -222,15 +240,20 @@ struct ConfigurationTests {
 @Suite("Upload state machines")
 struct UploadMachineTests {
     func task(_ upload: UploadSpec = UploadSpec()) -> TaskRecord {
-        TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: 1000, modifiedAtNanoseconds: 0),
-                   request: RequestSpec(url: "http://h/x", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: 1000, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h/x", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
     @Test("raw: one request with the whole file; 2xx completes")
     func raw() {
         var machine = SingleRequestUpload(task: task(), headers: [("A", "1")])
-        #expect(machine.start(now: 0) == .send(PlannedRequest(method: "PUT", url: "http://h/x", headers: [("A", "1")],
-                                                               body: .file(offset: 0, length: 1000))))
+        #expect(
+            machine.start(now: 0)
+                == .send(
+                    PlannedRequest(
+                        method: "PUT", url: "http://h/x", headers: [("A", "1")],
+                        body: .file(offset: 0, length: 1000))))
         #expect(machine.bytesAcknowledged == 0)
         #expect(machine.didReceive(ResponseHead(status: 204), now: 1) == .completed)
         #expect(machine.bytesAcknowledged == 1000)
@@ -240,11 +263,15 @@ struct UploadMachineTests {
     func rawFailure() {
         var machine = SingleRequestUpload(task: task(), headers: [])
         _ = machine.start(now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 503, headers: ["retry-after": "7"]), now: 0)
+        #expect(
+            machine.didReceive(ResponseHead(status: 503, headers: ["retry-after": "7"]), now: 0)
                 == .failed(.http(status: 503, retryAfter: 7)))
         #expect(machine.bytesAcknowledged == 0)
         // The next attempt starts over.
-        guard case .send = machine.start(now: 1) else { Issue.record("expected a request"); return }
+        guard case .send = machine.start(now: 1) else {
+            Issue.record("expected a request")
+            return
+        }
     }
 
     @Test("multipart: the plan names field, filename and type, defaulting to the file's name")

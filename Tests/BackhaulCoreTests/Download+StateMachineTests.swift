@@ -6,8 +6,9 @@ struct DownloadStateMachineTests {
     let url = "http://h/file.bin"
 
     func task() -> TaskRecord {
-        var task = TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/file.bin", size: 0, modifiedAtNanoseconds: 0),
-                              request: RequestSpec(url: url, method: "GET"), upload: UploadSpec(), createdAt: 0, deadlineAt: 100)
+        var task = TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/file.bin", size: 0, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: url, method: "GET"), upload: UploadSpec(), createdAt: 0, deadlineAt: 100)
         task.kind = .download
         task.download = DownloadSpec(destination: "/d/file.bin")
         return task
@@ -64,7 +65,8 @@ struct DownloadStateMachineTests {
 
     @Test("resuming sends Range and If-Range; a matching 206 is written at the offset")
     func resume() {
-        var machine = DownloadMachine(task: task(), headers: [("Range", "bytes=5-"), ("X", "y")], checkpoint: checkpoint(offset: 600))
+        var machine = DownloadMachine(
+            task: task(), headers: [("Range", "bytes=5-"), ("X", "y")], checkpoint: checkpoint(offset: 600))
         #expect(machine.start(now: 0) == get([("X", "y"), ("Range", "bytes=600-"), ("If-Range", "\"v1\"")]))
         let partial = ResponseHead(status: 206, headers: ["etag": "\"v1\"", "content-range": "bytes 600-999/1000"])
         #expect(machine.didReceiveHead(partial) == .write(offset: 600, total: 1000))
@@ -75,11 +77,13 @@ struct DownloadStateMachineTests {
 
     @Test("Last-Modified is the validator when there is no strong ETag")
     func lastModified() {
-        var machine = DownloadMachine(task: task(), headers: [], checkpoint: checkpoint(offset: 10, validator: "date:Sun, 22 Nov 2026 10:00:00 GMT"))
+        var machine = DownloadMachine(
+            task: task(), headers: [], checkpoint: checkpoint(offset: 10, validator: "date:Sun, 22 Nov 2026 10:00:00 GMT"))
         #expect(machine.start(now: 0) == get([("Range", "bytes=10-"), ("If-Range", "Sun, 22 Nov 2026 10:00:00 GMT")]))
         var fresh = DownloadMachine(task: task(), headers: [], checkpoint: nil)
         _ = fresh.start(now: 0)
-        _ = fresh.didReceiveHead(ResponseHead(status: 200, headers: ["etag": "W/\"weak\"", "last-modified": "Mon, 1 Jan 2026 00:00:00 GMT"]))
+        _ = fresh.didReceiveHead(
+            ResponseHead(status: 200, headers: ["etag": "W/\"weak\"", "last-modified": "Mon, 1 Jan 2026 00:00:00 GMT"]))
         #expect(fresh.checkpoint?.validator == "date:Mon, 1 Jan 2026 00:00:00 GMT")
     }
 
@@ -91,18 +95,23 @@ struct DownloadStateMachineTests {
     }
 
     /// What a ranged request's answer makes the machine do with the body.
-    @Test("answers to a ranged request", arguments: [
-        // The server ignores ranges, or If-Range found a changed file: the whole file from 0.
-        (ResponseHead(status: 200, headers: ["etag": "\"v2\"", "content-length": "900"]), ResponseBodyTarget.write(offset: 0, total: 900)),
-        // A 206 that does not start at the offset, or carries another ETag: start over.
-        (ResponseHead(status: 206, headers: ["etag": "\"v1\"", "content-range": "bytes 0-999/1000"]), .discard),
-        (ResponseHead(status: 206, headers: ["etag": "\"v2\"", "content-range": "bytes 600-999/1000"]), .discard),
-        // A 206 without Content-Range is not usable.
-        (ResponseHead(status: 206, headers: ["etag": "\"v1\""]), .discard),
-        // Errors are not written.
-        (ResponseHead(status: 503), .discard),
-        (ResponseHead(status: 416, headers: ["content-range": "bytes */1000"]), .discard),
-    ])
+    @Test(
+        "answers to a ranged request",
+        arguments: [
+            // The server ignores ranges, or If-Range found a changed file: the whole file from 0.
+            (
+                ResponseHead(status: 200, headers: ["etag": "\"v2\"", "content-length": "900"]),
+                ResponseBodyTarget.write(offset: 0, total: 900)
+            ),
+            // A 206 that does not start at the offset, or carries another ETag: start over.
+            (ResponseHead(status: 206, headers: ["etag": "\"v1\"", "content-range": "bytes 0-999/1000"]), .discard),
+            (ResponseHead(status: 206, headers: ["etag": "\"v2\"", "content-range": "bytes 600-999/1000"]), .discard),
+            // A 206 without Content-Range is not usable.
+            (ResponseHead(status: 206, headers: ["etag": "\"v1\""]), .discard),
+            // Errors are not written.
+            (ResponseHead(status: 503), .discard),
+            (ResponseHead(status: 416, headers: ["content-range": "bytes */1000"]), .discard),
+        ])
     func rangedAnswers(head: ResponseHead, expected: ResponseBodyTarget) {
         var machine = DownloadMachine(task: task(), headers: [], checkpoint: checkpoint(offset: 600))
         _ = machine.start(now: 0)

@@ -1,17 +1,20 @@
-@testable import BackhaulCore
 import Testing
+
+@testable import BackhaulCore
 
 @Suite("Glob")
 struct GlobTests {
-    @Test("matches like a shell pattern", arguments: [
-        ("*", "", true), ("*", "anything", true), ("", "", true), ("", "a", false),
-        ("cam-*", "cam-3", true), ("cam-*", "cam-", true), ("cam-*", "cab-3", false),
-        ("w?an*", "wlan0", true), ("w?an*", "wlxan0", false), ("?", "", false), ("?", "é", true),
-        ("*.example.com", "api.example.com", true), ("*.example.com", "example.com", false),
-        ("a*b*c", "aXbYc", true), ("a*b*c", "aXbYcZ", false), ("a*b*c", "abcbc", true),
-        ("*a", "bbba", true), ("*a*", "b", false), ("**", "x", true), ("a**b", "ab", true),
-        ("a*a*a*b", "aaaaab", true), ("a*a*a*b", "aaaaa", false),
-    ])
+    @Test(
+        "matches like a shell pattern",
+        arguments: [
+            ("*", "", true), ("*", "anything", true), ("", "", true), ("", "a", false),
+            ("cam-*", "cam-3", true), ("cam-*", "cam-", true), ("cam-*", "cab-3", false),
+            ("w?an*", "wlan0", true), ("w?an*", "wlxan0", false), ("?", "", false), ("?", "é", true),
+            ("*.example.com", "api.example.com", true), ("*.example.com", "example.com", false),
+            ("a*b*c", "aXbYc", true), ("a*b*c", "aXbYcZ", false), ("a*b*c", "abcbc", true),
+            ("*a", "bbba", true), ("*a*", "b", false), ("**", "x", true), ("a**b", "ab", true),
+            ("a*a*a*b", "aaaaab", true), ("a*a*a*b", "aaaaa", false),
+        ])
     func table(pattern: String, text: String, expected: Bool) {
         #expect(Glob.matches(pattern, text) == expected, "\(pattern) against \(text)")
     }

@@ -20,9 +20,11 @@ struct JSONTests {
         #expect(try JSON.parse(value.serialized()) == value)
     }
 
-    @Test("malformed input is refused with a position", arguments: [
-        "", "{", "{\"a\":}", "[1,]", "{'a':1}", "nul", "{\"a\":1} x", "\"\\x\"", "[1 2]", "01",
-    ])
+    @Test(
+        "malformed input is refused with a position",
+        arguments: [
+            "", "{", "{\"a\":}", "[1,]", "{'a':1}", "nul", "{\"a\":1} x", "\"\\x\"", "[1 2]", "01",
+        ])
     func malformed(_ text: String) {
         #expect(throws: JSONParseError.self) { try JSON.parse(text) }
     }
@@ -45,7 +47,7 @@ struct JSONTests {
         let value = try JSON.parse("[-9223372036854775808, 9223372036854775807, 18446744073709551614, 1e300]")
         let items = try #require(value.arrayValue)
         #expect(items[0] == .int(Int64.min) && items[1] == .int(Int64.max))
-        #expect(items[2].doubleValue == 18446744073709551614 && items[3].doubleValue == 1e300)
+        #expect(items[2].doubleValue == 18_446_744_073_709_551_614 && items[3].doubleValue == 1e300)
         for text in ["[123456789012345678901234567890]", "[1e400]", "[-1e400]", "{\"a\": 18446744073709551615}"] {
             #expect(throws: JSONParseError.self, "\(text)") { try JSON.parse(text) }
         }
@@ -70,8 +72,10 @@ struct JSONWriterTests {
         }
     }
 
-    static let strings = ["", "plain", "quote \" and \\ backslash", "tab\tnew\nline\rcr", "nul \u{0}", "\u{1}\u{1f}\u{7f}",
-                          "héllo 😀", "/slash/", "\u{2028}", "{\"not\": \"json\"}"]
+    static let strings = [
+        "", "plain", "quote \" and \\ backslash", "tab\tnew\nline\rcr", "nul \u{0}", "\u{1}\u{1f}\u{7f}",
+        "héllo 😀", "/slash/", "\u{2028}", "{\"not\": \"json\"}",
+    ]
 
     static func value(_ random: inout Seeded, depth: Int) -> JSON {
         switch random.next() % (depth > 3 ? 5 : 7) {
@@ -85,7 +89,9 @@ struct JSONWriterTests {
         case 5: return .array((0..<Int(random.next() % 4)).map { _ in value(&random, depth: depth + 1) })
         default:
             var object = JSONObject()
-            for index in 0..<Int(random.next() % 4) { object["k\(index)\(strings[index % strings.count])"] = value(&random, depth: depth + 1) }
+            for index in 0..<Int(random.next() % 4) {
+                object["k\(index)\(strings[index % strings.count])"] = value(&random, depth: depth + 1)
+            }
             return .object(object)
         }
     }
@@ -103,12 +109,14 @@ struct JSONWriterTests {
         }
     }
 
-    @Test("control characters are escaped; nothing else is", arguments: [
-        (JSON.string("a\"b\\c\n\u{0}"), #""a\"b\\c\n\u0000""#),
-        (JSON.string("é/😀"), "\"é/😀\""),
-        (JSON.double(3), "3.0"), (JSON.double(0.5), "0.5"), (JSON.int(-7), "-7"), (JSON.double(.infinity), "null"),
-        (["b": 1, "a": [true, nil]], #"{"b":1,"a":[true,null]}"#),
-    ] as [(JSON, String)])
+    @Test(
+        "control characters are escaped; nothing else is",
+        arguments: [
+            (JSON.string("a\"b\\c\n\u{0}"), #""a\"b\\c\n\u0000""#),
+            (JSON.string("é/😀"), "\"é/😀\""),
+            (JSON.double(3), "3.0"), (JSON.double(0.5), "0.5"), (JSON.int(-7), "-7"), (JSON.double(.infinity), "null"),
+            (["b": 1, "a": [true, nil]], #"{"b":1,"a":[true,null]}"#),
+        ] as [(JSON, String)])
     func exact(value: JSON, text: String) {
         #expect(value.serialized() == text)
     }

@@ -10,8 +10,9 @@ struct S3UploadStateMachineTests {
         var upload = UploadSpec(protocolName: .s3)
         upload.chunkSize = chunk
         upload.s3 = credentials
-        return TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
-                          request: RequestSpec(url: "http://s3/b/k", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        return TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://s3/b/k", method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
     func xml(_ text: String) -> [UInt8] { Array(text.utf8) }
@@ -26,7 +27,10 @@ struct S3UploadStateMachineTests {
     @Test("a file of one part is one signed PUT with the session token and unsigned payload")
     func single() {
         var machine = S3Upload(task: task(size: 1000), headers: [], checkpoint: nil)
-        guard case .send(let request) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let request) = machine.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(request.method == "PUT" && request.url == "http://s3/b/k" && request.body == .file(offset: 0, length: 1000))
         #expect(request.signing == credentials)
         #expect(request.headers.contains { $0 == ("x-amz-content-sha256", "UNSIGNED-PAYLOAD") })
@@ -37,71 +41,109 @@ struct S3UploadStateMachineTests {
     @Test("create, parts with their ETags persisted, complete with the part list")
     func multipart() {
         var machine = S3Upload(task: task(size: 12 * Self.mib, chunk: 5 * Self.mib), headers: [], checkpoint: nil)
-        guard case .send(let create) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let create) = machine.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(create.method == "POST" && create.url == "http://s3/b/k?uploads=")
-        guard case .send(let part1) = machine.didReceive(
-            ResponseHead(status: 200, body: xml("<InitiateMultipartUploadResult><UploadId>u+1</UploadId></InitiateMultipartUploadResult>")), now: 0)
-        else { Issue.record("expected part 1"); return }
+        guard
+            case .send(let part1) = machine.didReceive(
+                ResponseHead(
+                    status: 200,
+                    body: xml("<InitiateMultipartUploadResult><UploadId>u+1</UploadId></InitiateMultipartUploadResult>")), now: 0)
+        else {
+            Issue.record("expected part 1")
+            return
+        }
         #expect(part1.url == "http://s3/b/k?partNumber=1&uploadId=u%2B1")
         #expect(part1.body == .file(offset: 0, length: 5 * Self.mib))
         guard case .send(let part2) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e1\""]), now: 0) else {
-            Issue.record("expected part 2"); return
+            Issue.record("expected part 2")
+            return
         }
         #expect(part2.url == "http://s3/b/k?partNumber=2&uploadId=u%2B1")
         #expect(machine.checkpoint == TransferCheckpoint(offset: 5 * Self.mib, location: "u+1", parts: ["\"e1\""]))
         guard case .send(let part3) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e2\""]), now: 0) else {
-            Issue.record("expected part 3"); return
+            Issue.record("expected part 3")
+            return
         }
         #expect(part3.body == .file(offset: 10 * Self.mib, length: 2 * Self.mib))
         guard case .send(let complete) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e3\""]), now: 0) else {
-            Issue.record("expected complete"); return
+            Issue.record("expected complete")
+            return
         }
         #expect(complete.method == "POST" && complete.url == "http://s3/b/k?uploadId=u%2B1")
-        let expected = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag></Part>"
+        let expected =
+            "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag></Part>"
             + "<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag></Part>"
             + "<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part></CompleteMultipartUpload>"
         #expect(complete.body == .bytes(Array(expected.utf8)))
-        #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<CompleteMultipartUploadResult/>")), now: 0) == .completed)
+        #expect(
+            machine.didReceive(ResponseHead(status: 200, body: xml("<CompleteMultipartUploadResult/>")), now: 0) == .completed)
         #expect(machine.cancellation?.request.method == "DELETE")
     }
 
     @Test("a 200 carrying an <Error> from Complete is retried, not taken as success")
     func completeError() {
-        var machine = S3Upload(task: task(size: 12 * Self.mib, chunk: 6 * Self.mib), headers: [],
-                               checkpoint: TransferCheckpoint(offset: 12 * Self.mib, location: "u", parts: ["a", "b"]))
+        var machine = S3Upload(
+            task: task(size: 12 * Self.mib, chunk: 6 * Self.mib), headers: [],
+            checkpoint: TransferCheckpoint(offset: 12 * Self.mib, location: "u", parts: ["a", "b"]))
         _ = machine.start(now: 0)
-        _ = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>a</ETag><Size>6291456</Size></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag><Size>6291456</Size></Part></ListPartsResult>")), now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 200, body: xml("<Error><Code>InternalError</Code></Error>")), now: 0)
+        _ = machine.didReceive(
+            ResponseHead(
+                status: 200,
+                body: xml(
+                    "<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>a</ETag><Size>6291456</Size></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag><Size>6291456</Size></Part></ListPartsResult>"
+                )), now: 0)
+        #expect(
+            machine.didReceive(ResponseHead(status: 200, body: xml("<Error><Code>InternalError</Code></Error>")), now: 0)
                 == .failed(.http(status: 500, retryAfter: nil)))
     }
 
     @Test("resume: ListParts decides, up to the first missing or short part")
     func resume() {
-        var machine = S3Upload(task: task(size: 20 * Self.mib, chunk: 5 * Self.mib), headers: [],
-                               checkpoint: TransferCheckpoint(offset: 15 * Self.mib, location: "u", parts: ["a", "b", "c"]))
-        guard case .send(let list) = machine.start(now: 0) else { Issue.record("expected ListParts"); return }
+        var machine = S3Upload(
+            task: task(size: 20 * Self.mib, chunk: 5 * Self.mib), headers: [],
+            checkpoint: TransferCheckpoint(offset: 15 * Self.mib, location: "u", parts: ["a", "b", "c"]))
+        guard case .send(let list) = machine.start(now: 0) else {
+            Issue.record("expected ListParts")
+            return
+        }
         #expect(list.method == "GET" && list.url == "http://s3/b/k?uploadId=u")
-        let parts = "<Part><PartNumber>1</PartNumber><ETag>&quot;a&quot;</ETag><Size>5242880</Size></Part>"
+        let parts =
+            "<Part><PartNumber>1</PartNumber><ETag>&quot;a&quot;</ETag><Size>5242880</Size></Part>"
             + "<Part><PartNumber>2</PartNumber><ETag>&quot;b&quot;</ETag><Size>5242880</Size></Part>"
             + "<Part><PartNumber>4</PartNumber><ETag>&quot;d&quot;</ETag><Size>5242880</Size></Part>"
-        guard case .send(let next) = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult>\(parts)</ListPartsResult>")), now: 0)
-        else { Issue.record("expected part 3"); return }
+        guard
+            case .send(let next) = machine.didReceive(
+                ResponseHead(status: 200, body: xml("<ListPartsResult>\(parts)</ListPartsResult>")), now: 0)
+        else {
+            Issue.record("expected part 3")
+            return
+        }
         #expect(next.url == "http://s3/b/k?partNumber=3&uploadId=u")
         #expect(machine.etags == ["\"a\"", "\"b\""])
     }
 
     @Test("resume: a vanished upload (404) starts a new one")
     func vanished() {
-        var machine = S3Upload(task: task(size: 20 * Self.mib), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "u"))
+        var machine = S3Upload(
+            task: task(size: 20 * Self.mib), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "u"))
         _ = machine.start(now: 0)
-        guard case .send(let create) = machine.didReceive(ResponseHead(status: 404), now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let create) = machine.didReceive(ResponseHead(status: 404), now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(create.url == "http://s3/b/k?uploads=")
     }
 
     @Test("more than 10,000 parts fails -1103 at once")
     func tooManyParts() {
         var machine = S3Upload(task: task(size: 60 << 30, chunk: 5 * Self.mib), headers: [], checkpoint: nil)
-        guard case .failed(.fatal(let error)) = machine.start(now: 0) else { Issue.record("expected a failure"); return }
+        guard case .failed(.fatal(let error)) = machine.start(now: 0) else {
+            Issue.record("expected a failure")
+            return
+        }
         #expect(error.code == -1103)
     }
 
@@ -114,53 +156,84 @@ struct S3UploadStateMachineTests {
     @Test("checksum: SHA256 algorithm at creation, a digest header on every part, part checksums in Complete and the checkpoint")
     func checksumMultipart() {
         var machine = S3Upload(task: checksummed(size: 7 * Self.mib), headers: [], checkpoint: nil)
-        guard case .send(let create) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let create) = machine.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(create.headers.contains { $0 == ("x-amz-checksum-algorithm", "SHA256") })
-        guard case .send(let part1) = machine.didReceive(
-            ResponseHead(status: 200, body: xml("<InitiateMultipartUploadResult><UploadId>u</UploadId></InitiateMultipartUploadResult>")), now: 0)
-        else { Issue.record("expected part 1"); return }
+        guard
+            case .send(let part1) = machine.didReceive(
+                ResponseHead(
+                    status: 200,
+                    body: xml("<InitiateMultipartUploadResult><UploadId>u</UploadId></InitiateMultipartUploadResult>")), now: 0)
+        else {
+            Issue.record("expected part 1")
+            return
+        }
         #expect(part1.digestHeader == DigestHeader(name: "x-amz-checksum-sha256"))
         // BadDigest: the part was damaged on the way; the attempt ends to send it again.
         let bad = ResponseHead(status: 400, body: xml("<Error><Code>BadDigest</Code></Error>"))
         #expect(machine.didReceive(bad, now: 0) == .failed(.checksumMismatch(status: 400)))
         _ = machine.start(now: 0)
-        guard case .send(let again) = machine.didReceive(ResponseHead(status: 200, body: xml("<ListPartsResult></ListPartsResult>")), now: 0)
-        else { Issue.record("expected part 1 again"); return }
+        guard
+            case .send(let again) = machine.didReceive(
+                ResponseHead(status: 200, body: xml("<ListPartsResult></ListPartsResult>")), now: 0)
+        else {
+            Issue.record("expected part 1 again")
+            return
+        }
         #expect(again.url == part1.url && again.digestHeader == part1.digestHeader)
         _ = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e1\"", "x-amz-checksum-sha256": "c1=="]), now: 0)
         #expect(machine.checkpoint?.partChecksums == ["c1=="])
-        guard case .send(let complete) = machine.didReceive(ResponseHead(status: 200, headers: ["etag": "\"e2\"", "x-amz-checksum-sha256": "c2=="]), now: 0),
+        guard
+            case .send(let complete) = machine.didReceive(
+                ResponseHead(status: 200, headers: ["etag": "\"e2\"", "x-amz-checksum-sha256": "c2=="]), now: 0),
             case .bytes(let document) = complete.body
-        else { Issue.record("expected Complete"); return }
-        #expect(String(decoding: document, as: UTF8.self) == "<CompleteMultipartUpload>"
-            + "<Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag><ChecksumSHA256>c1==</ChecksumSHA256></Part>"
-            + "<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag><ChecksumSHA256>c2==</ChecksumSHA256></Part>"
-            + "</CompleteMultipartUpload>")
+        else {
+            Issue.record("expected Complete")
+            return
+        }
+        #expect(
+            String(decoding: document, as: UTF8.self) == "<CompleteMultipartUpload>"
+                + "<Part><PartNumber>1</PartNumber><ETag>&quot;e1&quot;</ETag><ChecksumSHA256>c1==</ChecksumSHA256></Part>"
+                + "<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag><ChecksumSHA256>c2==</ChecksumSHA256></Part>"
+                + "</CompleteMultipartUpload>")
     }
 
     @Test("checksum: ListParts on resume brings back each part's checksum")
     func checksumResume() {
-        var machine = S3Upload(task: checksummed(size: 12 * Self.mib), headers: [],
-                               checkpoint: TransferCheckpoint(offset: 0, location: "u", parts: []))
+        var machine = S3Upload(
+            task: checksummed(size: 12 * Self.mib), headers: [],
+            checkpoint: TransferCheckpoint(offset: 0, location: "u", parts: []))
         _ = machine.start(now: 0)
-        let listing = "<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><ChecksumSHA256>c1==</ChecksumSHA256>"
+        let listing =
+            "<ListPartsResult><Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><ChecksumSHA256>c1==</ChecksumSHA256>"
             + "<Size>5242880</Size></Part></ListPartsResult>"
         guard case .send(let part2) = machine.didReceive(ResponseHead(status: 200, body: xml(listing)), now: 0) else {
-            Issue.record("expected part 2"); return
+            Issue.record("expected part 2")
+            return
         }
         #expect(part2.url.hasPrefix("http://s3/b/k?partNumber=2&"))
-        #expect(machine.checkpoint == TransferCheckpoint(offset: 5 * Self.mib, location: "u", parts: ["\"e1\""], partChecksums: ["c1=="]))
+        #expect(
+            machine.checkpoint
+                == TransferCheckpoint(offset: 5 * Self.mib, location: "u", parts: ["\"e1\""], partChecksums: ["c1=="]))
     }
 
     @Test("checksum: a single PUT carries the digest; without checksums a 400 BadDigest is an ordinary failure")
     func checksumSingle() {
         var machine = S3Upload(task: checksummed(size: 1000), headers: [], checkpoint: nil)
-        guard case .send(let put) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let put) = machine.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(put.digestHeader == DigestHeader(name: "x-amz-checksum-sha256"))
         let bad = ResponseHead(status: 400, body: xml("<Error><Code>BadDigest</Code></Error>"))
         #expect(machine.didReceive(bad, now: 0) == .failed(.checksumMismatch(status: 400)))
         var plain = S3Upload(task: task(size: 1000), headers: [], checkpoint: nil)
-        guard case .send(let unsigned) = plain.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let unsigned) = plain.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(unsigned.digestHeader == nil)
         #expect(plain.didReceive(bad, now: 0) == .failed(.http(status: 400, retryAfter: nil)))
     }
@@ -174,24 +247,30 @@ struct S3CancellationTests {
         var upload = UploadSpec(protocolName: .s3)
         upload.chunkSize = 5 << 20
         upload.s3 = credentials
-        var task = TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
-                              request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
+        var task = TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
         task.attempts = attempts
         return task
     }
 
-    @Test("what a cancel releases, by what the task knows", arguments: [
-        // A known upload id: abort it, signed.
-        ("http://h:9/b/k.bin", 1, "u1", "DELETE http://h:9/b/k.bin?uploadId=u1"),
-        // It never ran: nothing at the server.
-        ("http://h:9/b/k.bin", 0, nil, nil),
-        // It ran, the id was never learned: list the key's uploads (path style, keys sorted).
-        // The prefix stops before the first character SigV4 would need escaped.
-        ("http://h:9/b/dir/k%20x.bin", 1, nil, "GET http://h:9/b?prefix=dir&uploads="),
-        ("http://h:9/b/%C3%A9t%C3%A9.bin", 1, nil, "GET http://h:9/b?uploads="),
-        // Virtual-hosted style: the bucket is the host.
-        ("https://bkt.s3.eu-west-1.amazonaws.com/a/k.bin", 2, nil, "GET https://bkt.s3.eu-west-1.amazonaws.com/?prefix=a&uploads="),
-    ] as [(String, Int, String?, String?)])
+    @Test(
+        "what a cancel releases, by what the task knows",
+        arguments: [
+            // A known upload id: abort it, signed.
+            ("http://h:9/b/k.bin", 1, "u1", "DELETE http://h:9/b/k.bin?uploadId=u1"),
+            // It never ran: nothing at the server.
+            ("http://h:9/b/k.bin", 0, nil, nil),
+            // It ran, the id was never learned: list the key's uploads (path style, keys sorted).
+            // The prefix stops before the first character SigV4 would need escaped.
+            ("http://h:9/b/dir/k%20x.bin", 1, nil, "GET http://h:9/b?prefix=dir&uploads="),
+            ("http://h:9/b/%C3%A9t%C3%A9.bin", 1, nil, "GET http://h:9/b?uploads="),
+            // Virtual-hosted style: the bucket is the host.
+            (
+                "https://bkt.s3.eu-west-1.amazonaws.com/a/k.bin", 2, nil,
+                "GET https://bkt.s3.eu-west-1.amazonaws.com/?prefix=a&uploads="
+            ),
+        ] as [(String, Int, String?, String?)])
     func plans(url: String, attempts: Int, uploadID: String?, expected: String?) {
         let checkpoint = uploadID.map { TransferCheckpoint(offset: 0, location: $0) }
         let machine = S3Upload(task: task(url: url, attempts: attempts), headers: [], checkpoint: checkpoint)
@@ -202,7 +281,8 @@ struct S3CancellationTests {
 
     @Test("a single-PUT file leaves nothing to release")
     func single() {
-        #expect(S3Upload(task: task(url: "http://h/b/k", size: 1000, attempts: 3), headers: [], checkpoint: nil).cancellation == nil)
+        #expect(
+            S3Upload(task: task(url: "http://h/b/k", size: 1000, attempts: 3), headers: [], checkpoint: nil).cancellation == nil)
     }
 
     @Test("the listing's follow-ups: every upload of exactly the key, each aborted")
@@ -218,14 +298,17 @@ struct S3CancellationTests {
             """
         let found = plan.followUps(listing: Array(listing.utf8))
         #expect(found.map(\.uploadID) == ["new+1", "second"])
-        #expect(found.first.map { "\($0.plan.request.method) \($0.plan.request.url)" } == "DELETE http://h:9/b/dir/k.bin?uploadId=new%2B1")
+        #expect(
+            found.first.map { "\($0.plan.request.method) \($0.plan.request.url)" }
+                == "DELETE http://h:9/b/dir/k.bin?uploadId=new%2B1")
         #expect(found.first?.plan.request.signing == credentials && found.first?.plan.abortListedUploads == nil)
     }
 
     @Test("the stored form reads back, credentials and listing included")
     func storedForm() throws {
-        let machine = S3Upload(task: task(url: "http://h:9/b/k.bin", attempts: 1), headers: [("x-amz-content-sha256", "UNSIGNED-PAYLOAD")],
-                               checkpoint: nil)
+        let machine = S3Upload(
+            task: task(url: "http://h:9/b/k.bin", attempts: 1), headers: [("x-amz-content-sha256", "UNSIGNED-PAYLOAD")],
+            checkpoint: nil)
         let plan = try #require(machine.cancellation)
         #expect(CleanupPlan.decode(plan.json) == plan)
         #expect(CleanupPlan.decode(["method": "DELETE", "url": "http://h/x", "headers": ["a": 1]]) == nil)

@@ -33,16 +33,18 @@ struct SchedulerTests {
     }
 
     /// Rows: (session limit, own limits, running before) → what starts.
-    @Test("per-key limits: the session's max_connections_per_host, a task's own limit, what already runs", arguments: [
-        (2, [nil, nil, nil], 0, [1, 2] as [Int64]),
-        (2, [nil, nil, nil], 1, [1]),
-        (2, [nil, nil, nil], 2, []),
-        // A task's own limit (3) lets it start beside one already running; the next, under the
-        // session's limit of 1, waits.
-        (1, [3, nil, nil], 1, [1]),
-        (1, [nil, 3, nil], 0, [1, 2]),
-        (5, [1, nil, nil], 1, []),
-    ] as [(Int, [Int?], Int, [Int64])])
+    @Test(
+        "per-key limits: the session's max_connections_per_host, a task's own limit, what already runs",
+        arguments: [
+            (2, [nil, nil, nil], 0, [1, 2] as [Int64]),
+            (2, [nil, nil, nil], 1, [1]),
+            (2, [nil, nil, nil], 2, []),
+            // A task's own limit (3) lets it start beside one already running; the next, under the
+            // session's limit of 1, waits.
+            (1, [3, nil, nil], 1, [1]),
+            (1, [nil, 3, nil], 0, [1, 2]),
+            (5, [1, nil, nil], 1, []),
+        ] as [(Int, [Int?], Int, [Int64])])
     func limits(sessionLimit: Int, own: [Int?], running: Int, expected: [Int64]) {
         var scheduler = Scheduler()
         scheduler.setLimit(session: "s", sessionLimit)

@@ -8,8 +8,9 @@ struct TaskTransitionTests {
     static let now: Timestamp = 1_000
 
     static func task(_ state: TaskState, _ reason: WaitingReason? = nil, attempts: Int = 1) -> TaskRecord {
-        var task = TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/f", size: 100, modifiedAtNanoseconds: 0),
-                              request: RequestSpec(url: "http://h/x", method: "PUT"), upload: UploadSpec(), createdAt: 0, deadlineAt: 5_000)
+        var task = TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/f", size: 100, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h/x", method: "PUT"), upload: UploadSpec(), createdAt: 0, deadlineAt: 5_000)
         task.state = state
         task.waitingReason = reason
         task.attempts = attempts
@@ -30,8 +31,14 @@ struct TaskTransitionTests {
         (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .retry(at: 1_010, error, nil)), .retrying, nil),
         (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .authenticationRequired(nil)), .authRequired, nil),
         (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .interrupted), .queued, nil),
-        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .held(.cellularNotAllowed)), .waiting, .cellularNotAllowed),
-        (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .cancelled(.insufficientSystemResources, "full")), .cancelled, nil),
+        (
+            .running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .held(.cellularNotAllowed)), .waiting,
+            .cellularNotAllowed
+        ),
+        (
+            .running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .cancelled(.insufficientSystemResources, "full")),
+            .cancelled, nil
+        ),
         (.running, nil, .attemptEnded(attempt: 1, bytesTransferred: 0, .invalidConfiguration(error)), .failed, nil),
         (.running, nil, .requeued(counted: true), .queued, nil),
         (.queued, nil, .requeued(counted: false), nil, nil),
@@ -69,7 +76,8 @@ struct TaskTransitionTests {
         let result = Self.task(from, reason).applying(input, now: Self.now)
         switch (result, expected) {
         case (.success(let task), let state?):
-            #expect(task.state == state && task.waitingReason == expectedReason, "row \(index): \(from) + \(input) → \(task.state)")
+            #expect(
+                task.state == state && task.waitingReason == expectedReason, "row \(index): \(from) + \(input) → \(task.state)")
         case (.failure(let refused), nil):
             #expect(refused.state == from, "row \(index)")
         case (.success(let task), nil):
@@ -84,7 +92,9 @@ struct TaskTransitionTests {
         let queued = Self.task(.queued, attempts: 0)
         let started = try queued.applying(.attemptStarted, now: 10).get()
         #expect(started.attempts == 1 && started.startedAt == 10 && TaskTransition.event(from: queued, to: started) == nil)
-        let retrying = try started.applying(.attemptEnded(attempt: 1, bytesTransferred: 40, .retry(at: 20, Self.error, nil)), now: 11).get()
+        let retrying = try started.applying(
+            .attemptEnded(attempt: 1, bytesTransferred: 40, .retry(at: 20, Self.error, nil)), now: 11
+        ).get()
         #expect(retrying.nextAttemptAt == 20 && retrying.lastError == LastError(Self.error, at: 11) && retrying.error == nil)
         #expect(retrying.bytesTransferred == 40)
         let again = try retrying.applying(.retryDue, now: 20).get().applying(.attemptStarted, now: 21).get()
@@ -99,20 +109,25 @@ struct TaskTransitionTests {
         let cancelled = try Self.task(.running).applying(.command(.cancel, .backgroundUpdatesDisabled), now: 30).get()
         #expect(cancelled.cancellation == .backgroundUpdatesDisabled && cancelled.error?.code == -999)
         #expect(TaskTransition.releasesServerSide(from: Self.task(.running), to: cancelled))
-        #expect(!TaskTransition.releasesServerSide(from: Self.task(.queued, attempts: 0), to: try Self.task(.queued, attempts: 0)
-            .applying(.command(.cancel, .userCancelled), now: 30).get()))
+        #expect(
+            !TaskTransition.releasesServerSide(
+                from: Self.task(.queued, attempts: 0),
+                to: try Self.task(.queued, attempts: 0)
+                    .applying(.command(.cancel, .userCancelled), now: 30).get()))
         let auth = try Self.task(.authRequired).applying(.deadlinePassed, now: 40).get()
         #expect(auth.error?.code == -1013 && auth.error?.httpStatus == 401)
         #expect(try Self.task(.retrying).applying(.deadlinePassed, now: 40).get().error?.code == -1001)
     }
 
-    @Test("a new task's first state", arguments: [
-        (true, nil, nil, TaskState.queued, nil),
-        (false, nil, nil, .waiting, WaitingReason.sessionDisabled),
-        (true, 2_000.0, nil, .waiting, .scheduled),
-        (true, 500.0, nil, .queued, nil),
-        (true, nil, "no room", .cancelled, nil),
-    ] as [(Bool, Timestamp?, String?, TaskState, WaitingReason?)])
+    @Test(
+        "a new task's first state",
+        arguments: [
+            (true, nil, nil, TaskState.queued, nil),
+            (false, nil, nil, .waiting, WaitingReason.sessionDisabled),
+            (true, 2_000.0, nil, .waiting, .scheduled),
+            (true, 500.0, nil, .queued, nil),
+            (true, nil, "no room", .cancelled, nil),
+        ] as [(Bool, Timestamp?, String?, TaskState, WaitingReason?)])
     func admitted(enabled: Bool, begin: Timestamp?, quota: String?, state: TaskState, reason: WaitingReason?) {
         var task = Self.task(.queued, attempts: 0)
         task.earliestBeginAt = begin

@@ -7,22 +7,31 @@ struct TusUploadStateMachineTests {
         var upload = UploadSpec(protocolName: .tus)
         upload.chunkSize = 1000
         upload.contentType = "video/mp4"
-        return TaskRecord(id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: size, modifiedAtNanoseconds: 0),
-                          request: RequestSpec(url: "http://h:1080/files", method: "POST"), upload: upload, createdAt: 0, deadlineAt: 100)
+        return TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/d/clip.mp4", size: size, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h:1080/files", method: "POST"), upload: upload, createdAt: 0, deadlineAt: 100)
     }
 
     let tus = ("Tus-Resumable", "1.0.0")
 
     func patch(_ offset: Int64, _ length: Int64, at url: String = "http://h:1080/files/abc") -> TransferStep {
-        .send(PlannedRequest(method: "PATCH", url: url, headers: [tus, ("Upload-Offset", String(offset)),
-                                                                  ("Content-Type", "application/offset+octet-stream")],
-                             body: .file(offset: offset, length: length)))
+        .send(
+            PlannedRequest(
+                method: "PATCH", url: url,
+                headers: [
+                    tus, ("Upload-Offset", String(offset)),
+                    ("Content-Type", "application/offset+octet-stream"),
+                ],
+                body: .file(offset: offset, length: length)))
     }
 
     @Test("creation, then PATCHes; the Location (relative or not) becomes the checkpoint")
     func creation() {
         var machine = TusUpload(task: task(), headers: [], checkpoint: nil)
-        guard case .send(let create) = machine.start(now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let create) = machine.start(now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(create.method == "POST")
         #expect(create.headers.contains { $0 == ("Upload-Length", "2500") })
         // filename clip.mp4, filetype video/mp4, base64
@@ -38,26 +47,35 @@ struct TusUploadStateMachineTests {
 
     @Test("resume: HEAD gives the server's offset")
     func resume() {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
-        #expect(machine.start(now: 0) == .send(PlannedRequest(method: "HEAD", url: "http://h:1080/files/abc", headers: [tus], body: .empty)))
+        var machine = TusUpload(
+            task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        #expect(
+            machine.start(now: 0)
+                == .send(PlannedRequest(method: "HEAD", url: "http://h:1080/files/abc", headers: [tus], body: .empty)))
         #expect(machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1800"]), now: 0) == patch(1800, 700))
     }
 
     @Test("409 offset mismatch re-syncs with HEAD instead of failing")
     func conflict() {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(
+            task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         _ = machine.start(now: 0)
         _ = machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "0"]), now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 409), now: 0)
+        #expect(
+            machine.didReceive(ResponseHead(status: 409), now: 0)
                 == .send(PlannedRequest(method: "HEAD", url: "http://h:1080/files/abc", headers: [tus], body: .empty)))
         #expect(machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0) == patch(1000, 1000))
     }
 
     @Test("an expired upload (404 or 410 to HEAD) starts a new one", arguments: [404, 410])
     func expired(_ status: Int) {
-        var machine = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        var machine = TusUpload(
+            task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
         _ = machine.start(now: 0)
-        guard case .send(let request) = machine.didReceive(ResponseHead(status: status), now: 0) else { Issue.record("expected a request"); return }
+        guard case .send(let request) = machine.didReceive(ResponseHead(status: status), now: 0) else {
+            Issue.record("expected a request")
+            return
+        }
         #expect(request.method == "POST")
         #expect(machine.bytesAcknowledged == 0)
     }
@@ -67,10 +85,12 @@ struct TusUploadStateMachineTests {
         var machine = TusUpload(task: task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
         #expect(machine.didReceive(ResponseHead(status: 503), now: 0) == .failed(.http(status: 503, retryAfter: nil)))
-        var backwards = TusUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
+        var backwards = TusUpload(
+            task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         _ = backwards.start(now: 0)
         _ = backwards.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0)
-        guard case .failed(.fatal) = backwards.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "500"]), now: 0) else {
+        guard case .failed(.fatal) = backwards.didReceive(ResponseHead(status: 204, headers: ["upload-offset": "500"]), now: 0)
+        else {
             Issue.record("an offset going backwards must fail")
             return
         }
@@ -86,29 +106,38 @@ struct TusUploadStateMachineTests {
 
     @Test("checksum: OPTIONS first; an offer of sha256 puts Upload-Checksum on every PATCH; 460 sends the chunk again")
     func checksumOffered() {
-        var machine = TusUpload(task: checksummed(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
-        #expect(machine.start(now: 0) == .send(PlannedRequest(method: "OPTIONS", url: "http://h:1080/files", headers: [tus], body: .empty)))
+        var machine = TusUpload(
+            task: checksummed(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        #expect(
+            machine.start(now: 0)
+                == .send(PlannedRequest(method: "OPTIONS", url: "http://h:1080/files", headers: [tus], body: .empty)))
         guard case .send(let head) = machine.didReceive(ResponseHead(status: 204, headers: Self.offersSHA256), now: 0) else {
-            Issue.record("expected HEAD"); return
+            Issue.record("expected HEAD")
+            return
         }
         #expect(head.method == "HEAD" && machine.checksumOffered == true)
-        guard case .send(let patch) = machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0) else {
-            Issue.record("expected PATCH"); return
+        guard case .send(let patch) = machine.didReceive(ResponseHead(status: 200, headers: ["upload-offset": "1000"]), now: 0)
+        else {
+            Issue.record("expected PATCH")
+            return
         }
         #expect(patch.digestHeader == DigestHeader(name: "Upload-Checksum", prefix: "sha256 "))
         #expect(machine.didReceive(ResponseHead(status: 460), now: 0) == .failed(.checksumMismatch(status: 460)))
     }
 
-    @Test("checksum: a server without the extension (or without sha256, or failing OPTIONS) gets plain PATCHes", arguments: [
-        (204, ["tus-extension": "creation,termination"]),
-        (204, ["tus-extension": "checksum", "tus-checksum-algorithm": "sha1,md5"]),
-        (405, [:]),
-    ])
+    @Test(
+        "checksum: a server without the extension (or without sha256, or failing OPTIONS) gets plain PATCHes",
+        arguments: [
+            (204, ["tus-extension": "creation,termination"]),
+            (204, ["tus-extension": "checksum", "tus-checksum-algorithm": "sha1,md5"]),
+            (405, [:]),
+        ])
     func checksumNotOffered(_ status: Int, _ headers: [String: String]) {
         var machine = TusUpload(task: checksummed(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
         guard case .send(let create) = machine.didReceive(ResponseHead(status: status, headers: headers), now: 0) else {
-            Issue.record("expected creation"); return
+            Issue.record("expected creation")
+            return
         }
         #expect(create.method == "POST" && machine.checksumOffered == false)
         #expect(machine.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0) == patch(0, 1000))

@@ -1,6 +1,7 @@
-@testable import BackhaulStore
 import BackhaulCore
 import Threads
+
+@testable import BackhaulStore
 
 /// The engine's store calls hand their answer to a callback on the writer's thread; tests wait
 /// for it.
@@ -21,11 +22,14 @@ extension Store {
     func finishAttempt(id: String, attempt: Int, bytesTransferred: Int64, result: AttemptEnd) throws -> TaskRecord? {
         guard let task = try task(id: id) else { return nil }
         let now = SystemClock().now()
-        let history = AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: bytesTransferred, bytesReceived: 0, outcome: result.outcome)
+        let history = AttemptRecord(
+            startedAt: now, endedAt: now, bytesTransferred: bytesTransferred, bytesReceived: 0, outcome: result.outcome)
         var started = task
         started.attempts = attempt
         started.state = .running
-        return try waitFor { done in finishAttempt(started, bytesTransferred: bytesTransferred, end: result, history: history, done: done) }
+        return try waitFor { done in
+            finishAttempt(started, bytesTransferred: bytesTransferred, end: result, history: history, done: done)
+        }
     }
 
     func requeueRunning(except running: Set<String>) throws -> Int {

@@ -1,12 +1,12 @@
 import BackhaulCore
-import Threads
-@testable import BackhaulStore
+import Foundation
 import Glibc
 import JSON
 import SQLite
-import Foundation
 import Testing
 import Threads
+
+@testable import BackhaulStore
 
 /// A clock tests move by hand.
 final class ManualClock: Clock {
@@ -15,11 +15,14 @@ final class ManualClock: Clock {
     func advance(_ seconds: Double) { time.withLock { $0 += seconds } }
 }
 
-func makeTask(_ id: String, session: String = "s", key: String? = nil, priority: Double = 0.5, now: Double = 1_000_000,
-              deadline: Double = 2_000_000) -> TaskRecord {
-    var task = TaskRecord(id: id, sessionID: session, file: FileInfo(path: "/d/\(id)", size: 10, modifiedAtNanoseconds: 1),
-                          request: RequestSpec(url: "http://h/\(id)", method: "PUT", headers: [("Authorization", "Bearer x")]),
-                          upload: UploadSpec(), createdAt: now, deadlineAt: deadline)
+func makeTask(
+    _ id: String, session: String = "s", key: String? = nil, priority: Double = 0.5, now: Double = 1_000_000,
+    deadline: Double = 2_000_000
+) -> TaskRecord {
+    var task = TaskRecord(
+        id: id, sessionID: session, file: FileInfo(path: "/d/\(id)", size: 10, modifiedAtNanoseconds: 1),
+        request: RequestSpec(url: "http://h/\(id)", method: "PUT", headers: [("Authorization", "Bearer x")]),
+        upload: UploadSpec(), createdAt: now, deadlineAt: deadline)
     task.idempotencyKey = key
     task.priority = priority
     return task
@@ -166,7 +169,8 @@ struct StoreTests {
         DispatchQueue.concurrentPerform(iterations: 8) { index in
             _ = try? store.createTasks(sessionID: "s", [makeTask(index % 2 == 0 ? "dup" : "new\(index)")])
         }
-        #expect(try store.tasks(sessionID: "s", state: nil, cursor: nil, limit: 100).tasks.map(\.id).sorted()
+        #expect(
+            try store.tasks(sessionID: "s", state: nil, cursor: nil, limit: 100).tasks.map(\.id).sorted()
                 == ["dup", "new1", "new3", "new5", "new7"])
     }
 
@@ -179,7 +183,8 @@ struct StoreTests {
         _ = try store.apply(.cancel, to: "a")
         _ = try store.apply(.suspend, to: "b")
         let changes = seen.withLock { $0 }
-        let a = try #require(try store.task(id: "a")).sequence, b = try #require(try store.task(id: "b")).sequence
+        let a = try #require(try store.task(id: "a")).sequence
+        let b = try #require(try store.task(id: "b")).sequence
         #expect(changes.queued.map(\.sequence) == [a, b])
         #expect(changes.unqueued == [a, b])
         #expect(changes.leftRunning == ["a"])
@@ -232,9 +237,12 @@ struct StoreTests {
     func timers() throws {
         var scheduled = makeTask("later")
         scheduled.earliestBeginAt = clock.now() + 10
-        _ = try store.createTasks(sessionID: "s", [makeTask("retry"), scheduled, makeTask("expiring", deadline: clock.now() + 20)])
+        _ = try store.createTasks(
+            sessionID: "s", [makeTask("retry"), scheduled, makeTask("expiring", deadline: clock.now() + 20)])
         _ = try store.startAttempt(id: "retry")
-        _ = try store.finishAttempt(id: "retry", attempt: 1, bytesTransferred: 0, result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
+        _ = try store.finishAttempt(
+            id: "retry", attempt: 1, bytesTransferred: 0,
+            result: .retry(at: clock.now() + 5, TaskError(.timedOut, message: "t"), nil))
         #expect(try store.nextTimer() == clock.now() + 5)
         clock.advance(6)
         #expect(try store.fireTimers(now: clock.now()).expired == 0)
@@ -324,22 +332,29 @@ struct StoreCleanupTests {
     func listedUploadHeldByAnotherTask() throws {
         _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("other")])
         _ = try store.startAttempt(id: "other")
-        store.saveCheckpoint(sequence: try #require(try store.task(id: "other")).sequence, attempt: 1,
-                             TransferCheckpoint(offset: 0, location: "held-id"))
+        store.saveCheckpoint(
+            sequence: try #require(try store.task(id: "other")).sequence, attempt: 1,
+            TransferCheckpoint(offset: 0, location: "held-id"))
         try store.settle()
         _ = try store.startAttempt(id: "ran")
         _ = try store.apply(.cancel, to: "ran")
         let due = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
         let plan = try #require(try due.first?.plan.get())
-        let abort = { (id: String) in (uploadID: id, plan: CleanupPlan(request: PlannedRequest(method: "DELETE", url: "http://x/\(id)",
-                                                                                             headers: [], body: .empty))) }
+        let abort = { (id: String) in
+            (
+                uploadID: id,
+                plan: CleanupPlan(
+                    request: PlannedRequest(
+                        method: "DELETE", url: "http://x/\(id)",
+                        headers: [], body: .empty))
+            )
+        }
         #expect(try store.replaceCleanup(sequence: due[0].sequence, with: [abort("held-id"), abort("orphan")]) == 1)
         let next = try store.dueCleanups(now: clock.now(), limit: 10, excluding: [])
         #expect(try next.map { try $0.plan.get().request.url } == ["http://x/orphan"])
         _ = plan
     }
 }
-
 
 @Suite("Store refuses what it cannot read")
 struct StoreCorruptionTests {
@@ -462,8 +477,10 @@ struct StoreUpkeepTests {
         stop.withLock { $0 = true }
         readers.wait()
         let figures = store.maintenanceFigures
-        print("WAL with readers busy, \(truncating ? "TRUNCATE past 400 frames" : "PASSIVE only"): largest \(largest) bytes; "
-              + "\(figures.truncateCheckpoints) truncating, \(figures.passiveCheckpoints) passive, \(figures.checkpointsBusy) held back")
+        print(
+            "WAL with readers busy, \(truncating ? "TRUNCATE past 400 frames" : "PASSIVE only"): largest \(largest) bytes; "
+                + "\(figures.truncateCheckpoints) truncating, \(figures.passiveCheckpoints) passive, \(figures.checkpointsBusy) held back"
+        )
         if truncating {
             #expect(figures.truncateCheckpoints > 0)
             #expect(largest < 8 << 20, "the WAL reached \(largest) bytes")

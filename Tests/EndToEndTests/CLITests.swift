@@ -7,13 +7,17 @@ import Testing
 
 extension EndToEndTests {
     /// Runs the `backhaul` binary (beside the test bundle) against the fixture's daemon.
-    func cli(_ fixture: Fixture, _ arguments: [String], url: String? = nil) throws -> (status: Int32, output: String, errors: String) {
+    func cli(_ fixture: Fixture, _ arguments: [String], url: String? = nil) throws -> (
+        status: Int32, output: String, errors: String
+    ) {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul")
+        process.executableURL = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent(
+            "backhaul")
         process.arguments = arguments
         process.environment = ["BACKHAUL_URL": url ?? "http://127.0.0.1:\(fixture.daemon.port)", "PATH": "/usr/bin:/bin"]
         process.currentDirectoryURL = URL(fileURLWithPath: fixture.data)
-        let output = Pipe(), errors = Pipe()
+        let output = Pipe()
+        let errors = Pipe()
         process.standardOutput = output
         process.standardError = errors
         try process.run()
@@ -30,7 +34,8 @@ extension EndToEndTests {
         let fixture = try Fixture()
         try fixture.session("cli", ["retry": ["initial_backoff": 30, "max_backoff": 30]])
         let file = fixture.makeFile("clip.bin", size: 1000)
-        let id = try fixture.enqueue(file, session: "cli", extra: ["request": ["url": .string("http://127.0.0.1:\(try freePort())/x")]])
+        let id = try fixture.enqueue(
+            file, session: "cli", extra: ["request": ["url": .string("http://127.0.0.1:\(try freePort())/x")]])
         _ = try fixture.daemon.waitForTask(id, state: "retrying")
         let listed = try cli(fixture, ["ls", "--session", "cli"])
         #expect(listed.output.contains("retrying ! cannot_connect_to_host"), "\(listed.output)")
@@ -39,12 +44,14 @@ extension EndToEndTests {
         #expect(shown.output.contains("attempts, newest first:") && shown.output.contains("retry"), "\(shown.output)")
     }
 
-    @Test("cli: upload --wait, ls, show, sessions, info, network and webhooks, with tables and --json; exit codes scripts rely on")
+    @Test(
+        "cli: upload --wait, ls, show, sessions, info, network and webhooks, with tables and --json; exit codes scripts rely on")
     func commandLine() throws {
         let fixture = try Fixture()
         let first = fixture.makeFile("clip-1.bin", size: 200_000)
         _ = fixture.makeFile("clip-2.bin", size: 300_000)
-        let upload = try cli(fixture, ["upload", "clip-1.bin", "clip-2.bin", "--to", fixture.sink.url("/in/"), "--wait", "--json"])
+        let upload = try cli(
+            fixture, ["upload", "clip-1.bin", "clip-2.bin", "--to", fixture.sink.url("/in/"), "--wait", "--json"])
         #expect(upload.status == 0, "\(upload.errors)")
         let tasks = try JSON.parse(upload.output).arrayValue ?? []
         #expect(tasks.count == 2 && tasks.allSatisfy { $0["state"]?.stringValue == "completed" })
@@ -52,10 +59,13 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.requests.first { $0.path == "/in/clip-1.bin" }?.body) == Bytes(fixture.contents(first)))
 
         let listed = try cli(fixture, ["ls", "--session", "cli"])
-        #expect(listed.status == 0 && listed.output.hasPrefix("ID") && listed.output.contains("completed") && listed.output.contains("100%"))
+        #expect(
+            listed.status == 0 && listed.output.hasPrefix("ID") && listed.output.contains("completed")
+                && listed.output.contains("100%"))
         let id = tasks[0]["id"]?.stringValue ?? ""
         let shown = try cli(fixture, ["show", id])
-        #expect(shown.output.contains("state:      completed") && shown.output.contains("response:   HTTP 201"), "\(shown.output)")
+        #expect(
+            shown.output.contains("state:      completed") && shown.output.contains("response:   HTTP 201"), "\(shown.output)")
         #expect(shown.output.contains("attempts, newest first:") && shown.output.contains("completed"), "\(shown.output)")
         #expect(try cli(fixture, ["sessions"]).output.contains("cli"))
         let info = try cli(fixture, ["info"])
@@ -91,12 +101,17 @@ extension EndToEndTests {
         let fixture = try Fixture()
         let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
         let source = fixture.scratch.makeFile("nginx/root/map.tiles", size: 700_000)
-        let fetched = try cli(fixture, ["download", nginx.url("/map.tiles"), "--to", "./", "--sha256", sha256sum(source), "--wait"])
+        let fetched = try cli(
+            fixture, ["download", nginx.url("/map.tiles"), "--to", "./", "--sha256", sha256sum(source), "--wait"])
         #expect(fetched.status == 0, "\(fetched.output) \(fetched.errors)")
         #expect(fetched.output.contains("completed") && fetched.output.contains("100%"), "\(fetched.output)")
         #expect(Bytes(fixture.contents(fixture.data + "/map.tiles")) == Bytes(fixture.contents(source)))
-        let wrong = try cli(fixture, ["download", nginx.url("/map.tiles"), "--to", "copy.tiles", "--sha256", String(repeating: "0", count: 64),
-                                      "--wait", "--json"])
+        let wrong = try cli(
+            fixture,
+            [
+                "download", nginx.url("/map.tiles"), "--to", "copy.tiles", "--sha256", String(repeating: "0", count: 64),
+                "--wait", "--json",
+            ])
         #expect(wrong.status == 3)
         let failed = try JSON.parse(wrong.output).arrayValue ?? []
         #expect(failed.count == 1 && failed[0]["error"]?["name"]?.stringValue == "download_checksum_mismatch", "\(wrong.output)")
@@ -124,15 +139,19 @@ extension EndToEndTests {
     @Test("cli: watch in a terminal (a pty from script(1)) redraws frames in place and ends with --until-done")
     func commandLineWatchInTerminal() throws {
         // A progress event a second: the bars follow the event stream.
-        let fixture = try Fixture(daemonArguments: ["--progress-interval", "1"],
-                                  sink: .throttle(bytesPerSecond: 8_000_000, then: .respond(status: 201)))
+        let fixture = try Fixture(
+            daemonArguments: ["--progress-interval", "1"],
+            sink: .throttle(bytesPerSecond: 8_000_000, then: .respond(status: 201)))
         _ = fixture.makeFile("tty.bin", size: 24_000_000)
         #expect(try cli(fixture, ["upload", "tty.bin", "--to", fixture.sink.url("/tty")]).status == 0)
-        let binary = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul").path
+        let binary = URL(fileURLWithPath: DaemonProcess.binary).deletingLastPathComponent().appendingPathComponent("backhaul")
+            .path
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
         process.arguments = ["-qfec", "\(binary) watch --until-done --interval 0.3", "/dev/null"]
-        process.environment = ["BACKHAUL_URL": "http://127.0.0.1:\(fixture.daemon.port)", "PATH": "/usr/bin:/bin", "TERM": "xterm"]
+        process.environment = [
+            "BACKHAUL_URL": "http://127.0.0.1:\(fixture.daemon.port)", "PATH": "/usr/bin:/bin", "TERM": "xterm",
+        ]
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
@@ -143,7 +162,8 @@ extension EndToEndTests {
         let frames = text.components(separatedBy: "\u{1B}[H\u{1B}[2J").filter { !$0.isEmpty }
         #expect(frames.count >= 2, "frames are redrawn in place: \(frames.count)")
         #expect(frames.contains { $0.contains("tty.bin") && $0.contains("[#") && $0.contains("ETA") })
-        #expect(frames.last?.contains("0 running") == true && frames.last?.contains("1 completed") == true, "\(frames.last ?? "")")
+        #expect(
+            frames.last?.contains("0 running") == true && frames.last?.contains("1 completed") == true, "\(frames.last ?? "")")
         // The progress came from the event stream: the running tasks were listed once, at the start.
         let metrics = try HTTPClient().send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
         let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))

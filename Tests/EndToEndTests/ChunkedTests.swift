@@ -35,8 +35,11 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.assembled("/a")) == Bytes(fixture.contents(file)))
         let ranges = fixture.sink.requests.compactMap { $0.headers["content-range"] }
         // Two chunks, the failed third, the resume query, then the third again and the fourth.
-        #expect(ranges == ["bytes 0-1048575/4194304", "bytes 1048576-2097151/4194304", "bytes 2097152-3145727/4194304",
-                           "bytes */4194304", "bytes 2097152-3145727/4194304", "bytes 3145728-4194303/4194304"])
+        #expect(
+            ranges == [
+                "bytes 0-1048575/4194304", "bytes 1048576-2097151/4194304", "bytes 2097152-3145727/4194304",
+                "bytes */4194304", "bytes 2097152-3145727/4194304", "bytes 3145728-4194303/4194304",
+            ])
         #expect(task["attempts"]?.intValue == 2)
     }
 
@@ -55,7 +58,8 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.assembled("/big")) == Bytes(fixture.contents(file)))
         let sent = fixture.sink.totalBodyBytes
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
-        #expect(fixture.sink.requests.contains { $0.headers["content-range"] == "bytes */\(size)" }, "asked the server where it was")
+        #expect(
+            fixture.sink.requests.contains { $0.headers["content-range"] == "bytes */\(size)" }, "asked the server where it was")
         print("chunked SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file")
     }
 }

@@ -15,9 +15,11 @@ extension EndToEndTests {
             .appendingPathComponent("OpenAPI/backhaul.yaml").path
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-m", "schemathesis.cli", "run", spec, "--url", "http://127.0.0.1:\(fixture.daemon.port)",
-                             "--max-examples", "30", "--exclude-path", "/v1/events",
-                             "--exclude-checks", "positive_data_acceptance", "--seed", "1"]
+        process.arguments = [
+            "python3", "-m", "schemathesis.cli", "run", spec, "--url", "http://127.0.0.1:\(fixture.daemon.port)",
+            "--max-examples", "30", "--exclude-path", "/v1/events",
+            "--exclude-checks", "positive_data_acceptance", "--seed", "1",
+        ]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output

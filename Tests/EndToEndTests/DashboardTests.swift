@@ -44,7 +44,9 @@ struct BrowserRun {
 extension EndToEndTests {
     /// The scene the README's screenshot shows: uploads moving in one session, and in another a
     /// task waiting for credentials, one retrying after a 503 and one refused with 403.
-    @Test("dashboard in Chromium: a running upload's bar moves, auth_required gets new headers from the page, cancel cancels, nothing from another host")
+    @Test(
+        "dashboard in Chromium: a running upload's bar moves, auth_required gets new headers from the page, cancel cancels, nothing from another host"
+    )
     func dashboardInTheBrowser() throws {
         let fixture = try Fixture(daemonArguments: ["--progress-interval", "0.5"])
         try fixture.session("kiosk-7")
@@ -53,41 +55,59 @@ extension EndToEndTests {
         #expect(try fixture.daemon.call("POST", "/v1/sessions/kiosk-7/webhooks", ["url": "http://127.0.0.1:9/hooks"]).0 == 201)
         let file = fixture.makeFile("clip.bin", size: 6 << 20)
         let small = fixture.makeFile("bundle.tar", size: 300_000)
-        func attentionTask(_ name: String, _ path: String, _ behaviour: RecordingSink.Behaviour, until state: String) throws -> String {
+        func attentionTask(_ name: String, _ path: String, _ behaviour: RecordingSink.Behaviour, until state: String) throws
+            -> String
+        {
             fixture.sink.enqueue(behaviour)
-            let id = try fixture.enqueue(small, session: "kiosk-7", extra: [
-                "description": .string(name),
-                "request": ["url": .string(fixture.sink.url(path)), "method": "PUT", "headers": ["Authorization": "Bearer expired"]],
-            ])
+            let id = try fixture.enqueue(
+                small, session: "kiosk-7",
+                extra: [
+                    "description": .string(name),
+                    "request": [
+                        "url": .string(fixture.sink.url(path)), "method": "PUT", "headers": ["Authorization": "Bearer expired"],
+                    ],
+                ])
             let task = try fixture.daemon.waitForTask(id, state: state, timeout: 20)
             try #require(task["state"]?.stringValue == state, "\(name): \(task.serialized())")
             return id
         }
         // The sink answers requests in order: 401, then 503 (Retry-After keeps the retry far away), then 403.
         let auth = try attentionTask("kiosk log bundle", "/auth", .respond(status: 401), until: "auth_required")
-        let retrying = try attentionTask("core dump 2026-11-23", "/dumps", .respond(status: 503, headers: [("Retry-After", "900")]),
-                                         until: "retrying")
+        let retrying = try attentionTask(
+            "core dump 2026-11-23", "/dumps", .respond(status: 503, headers: [("Retry-After", "900")]),
+            until: "retrying")
         let failed = try attentionTask("metrics export", "/metrics", .respond(status: 403), until: "failed")
         // Four uploads shaped to 64 KiB/s each: they run for the whole scenario.
-        #expect(try fixture.daemon.call("PUT", "/v1/policy", [
-            "bandwidth_limit": 262_144, "discretionary_daily_budget": ["wifi": 21_474_836_480, "cellular": 524_288_000],
-        ]).0 == 200)
+        #expect(
+            try fixture.daemon.call(
+                "PUT", "/v1/policy",
+                [
+                    "bandwidth_limit": 262_144, "discretionary_daily_budget": ["wifi": 21_474_836_480, "cellular": 524_288_000],
+                ]
+            ).0 == 200)
         var running: [String] = []
         for index in 41...44 {
-            running.append(try fixture.enqueue(file, path: "/clips/\(index)", session: "cam-3",
-                                               extra: ["description": .string("clip \(index) of camera 3")]))
+            running.append(
+                try fixture.enqueue(
+                    file, path: "/clips/\(index)", session: "cam-3",
+                    extra: ["description": .string("clip \(index) of camera 3")]))
         }
-        try #require(eventually(timeout: 20) {
-            (try? fixture.daemon.task(running[0]))?["progress"]?["bytes_sent"]?.intValue ?? 0 > 0
-        }, "the first upload is moving")
+        try #require(
+            eventually(timeout: 20) {
+                (try? fixture.daemon.task(running[0]))?["progress"]?["bytes_sent"]?.intValue ?? 0 > 0
+            }, "the first upload is moving")
 
         let screenshot = ProcessInfo.processInfo.environment["BACKHAUL_SCREENSHOT"] ?? fixture.scratch.file("dashboard.png")
-        let run = try BrowserRun("interact", fixture.daemon.url + "/", [
-            "--running", running[0], "--auth", auth, "--retrying", retrying, "--failed", failed, "--screenshot", screenshot,
-            "--new-token", "renewed-credential-1",
-        ])
+        let run = try BrowserRun(
+            "interact", fixture.daemon.url + "/",
+            [
+                "--running", running[0], "--auth", auth, "--retrying", retrying, "--failed", failed, "--screenshot", screenshot,
+                "--new-token", "renewed-credential-1",
+            ])
         fixture.expectLog(run.status == 0, "browser: \(run.output)")
-        print("dashboard: \(run.result["bar"].map { "bar \($0.serialized())" } ?? ""), \(run.result["requests"]?.intValue ?? 0) URLs, all this daemon's")
+        print(
+            "dashboard: \(run.result["bar"].map { "bar \($0.serialized())" } ?? ""), \(run.result["requests"]?.intValue ?? 0) URLs, all this daemon's"
+        )
 
         // What the page did, seen from the API and the server.
         #expect(try fixture.daemon.task(running[0])["state"]?.stringValue == "cancelled")
@@ -118,24 +138,31 @@ extension EndToEndTests {
         let file = fixture.makeFile("a.bin", size: 4 << 20)
         var tasks: [String: String] = [:]
         for session in ["cam-1", "dog-1"] {
-            let (status, task) = try fixture.daemon.call("POST", "/v1/sessions/\(session)/tasks", [
-                "file": .string(file), "request": ["url": .string(fixture.sink.url("/\(session)")), "method": "PUT"],
-            ], headers: bearer)
+            let (status, task) = try fixture.daemon.call(
+                "POST", "/v1/sessions/\(session)/tasks",
+                [
+                    "file": .string(file), "request": ["url": .string(fixture.sink.url("/\(session)")), "method": "PUT"],
+                ], headers: bearer)
             try #require(status == 201)
             tasks[session] = task["id"]?.stringValue
         }
-        let run = try BrowserRun("token", fixture.daemon.url + "/", [
-            "--token", client, "--visible", "cam-1", "--hidden", "dog-1", "--hidden-task", tasks["dog-1"] ?? "",
-        ])
+        let run = try BrowserRun(
+            "token", fixture.daemon.url + "/",
+            [
+                "--token", client, "--visible", "cam-1", "--hidden", "dog-1", "--hidden-task", tasks["dog-1"] ?? "",
+            ])
         fixture.expectLog(run.status == 0, "browser: \(run.output)")
         fixture.daemon.kill9()
     }
 
-    @Test("dashboard across a daemon restart: the page says the stream dropped, follows it again with Last-Event-ID, and the bar moves on")
+    @Test(
+        "dashboard across a daemon restart: the page says the stream dropped, follows it again with Last-Event-ID, and the bar moves on"
+    )
     func dashboardFollowsTheStreamAcrossARestart() throws {
         let port = try freePort()
-        let fixture = try Fixture(daemonArguments: ["--listen", "127.0.0.1:\(port)", "--progress-interval", "0.5"],
-                                  sink: .throttle(bytesPerSecond: 200_000, then: .respond(status: 201)))
+        let fixture = try Fixture(
+            daemonArguments: ["--listen", "127.0.0.1:\(port)", "--progress-interval", "0.5"],
+            sink: .throttle(bytesPerSecond: 200_000, then: .respond(status: 201)))
         try fixture.session()
         let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 64 << 20))
         let signals = fixture.scratch.file("signals")
@@ -168,14 +195,17 @@ extension EndToEndTests {
     /// ten seconds.
     @Test("dashboard at 1,000 running tasks: every row renders in batches and the page stays responsive")
     func dashboardAtAThousandRunningTasks() throws {
-        let fixture = try Fixture(daemonArguments: ["--max-transfers", "1000", "--progress-interval", "2"],
-                                  sink: .throttle(bytesPerSecond: 4096, then: .respond(status: 201)))
+        let fixture = try Fixture(
+            daemonArguments: ["--max-transfers", "1000", "--progress-interval", "2"],
+            sink: .throttle(bytesPerSecond: 4096, then: .respond(status: 201)))
         let file = fixture.makeFile("log.bin", size: 16 << 20)
         for group in 1...4 {
             try fixture.session("fleet-\(group)", ["max_connections_per_host": 256])
             let tasks: [JSON] = (1...250).map { index in
-                ["file": .string(file), "description": .string("fleet \(group) log \(index)"),
-                 "request": ["url": .string(fixture.sink.url("/fleet/\(group)/\(index)")), "method": "PUT"]]
+                [
+                    "file": .string(file), "description": .string("fleet \(group) log \(index)"),
+                    "request": ["url": .string(fixture.sink.url("/fleet/\(group)/\(index)")), "method": "PUT"],
+                ]
             }
             let (status, body) = try fixture.daemon.call("POST", "/v1/sessions/fleet-\(group)/tasks", ["tasks": .array(tasks)])
             try #require(status == 201, "\(body.serialized().prefix(300))")
@@ -192,7 +222,8 @@ extension EndToEndTests {
         fixture.expectLog(run.status == 0, "browser: \(run.output)")
         let result = run.result
         func number(_ key: String) -> Double { result[key]?.doubleValue ?? result[key]?.intValue.map(Double.init) ?? -1 }
-        print("""
+        print(
+            """
             dashboard at 1000 running tasks: \(Int(number("rows"))) rows, first full render \(Int(number("first_render_ms"))) ms \
             after navigation; over \(Int(number("window_seconds"))) s with \(Int(number("events"))) events: \(Int(number("frames"))) frames, \
             frame gap p50 \(Int(number("frame_p50"))) ms, p95 \(Int(number("frame_p95"))) ms, max \(Int(number("frame_max"))) ms; \
@@ -211,7 +242,9 @@ extension EndToEndTests {
     @Test("GET /v1/policy shows what is left of today's discretionary budget; --no-ui removes the dashboard")
     func budgetLeftAndNoUI() throws {
         let fixture = try Fixture()
-        #expect(try fixture.daemon.call("PUT", "/v1/policy", ["discretionary_daily_budget": ["wired": 10_000_000, "cellular": 0]]).0 == 200)
+        #expect(
+            try fixture.daemon.call("PUT", "/v1/policy", ["discretionary_daily_budget": ["wired": 10_000_000, "cellular": 0]]).0
+                == 200)
         let whole = try fixture.daemon.call("GET", "/v1/policy").1
         #expect(whole["budget_remaining"] == ["wired": 10_000_000, "cellular": 0])
         try fixture.session("s1", ["discretionary": true])

@@ -1,12 +1,12 @@
-import BackhaulTesting
-import Threads
-import Curl
-import Foundation
 import BackhaulCore
+import BackhaulTesting
+import Curl
 import Digest
+import Foundation
 import Glibc
 import JSON
 import Testing
+import Threads
 
 /// Defects found by review and by a new user's tries (issue 15): each test failed before its fix.
 extension EndToEndTests {
@@ -18,11 +18,14 @@ extension EndToEndTests {
         let fixture = try Fixture()
         try fixture.session("s1", ["retry": ["initial_backoff": 5, "max_backoff": 60]])
         #expect(try fixture.daemon.call("PUT", "/v1/network", ["type": "cellular"]).0 == 200)
-        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 10_000), extra: [
-            "configuration": ["allows_cellular_access": false, "retry": ["initial_backoff": 40]],
-        ])
+        let id = try fixture.enqueue(
+            fixture.makeFile("a.bin", size: 10_000),
+            extra: [
+                "configuration": ["allows_cellular_access": false, "retry": ["initial_backoff": 40]]
+            ])
         _ = try waitFor(fixture, id, "waiting", "cellular_not_allowed")
-        let (status, problem) = try fixture.daemon.call("PATCH", "/v1/sessions/s1", ["configuration": ["retry": ["max_backoff": 20]]])
+        let (status, problem) = try fixture.daemon.call(
+            "PATCH", "/v1/sessions/s1", ["configuration": ["retry": ["max_backoff": 20]]])
         #expect(status == 422 && problem["code"]?.stringValue == "validation_failed", "\(problem.serialized())")
         #expect(problem["detail"]?.stringValue?.contains(id) == true, "the problem names the task: \(problem.serialized())")
         #expect(try fixture.daemon.call("GET", "/v1/sessions/s1").1["configuration"]?["retry"]?["max_backoff"]?.doubleValue == 60)
@@ -80,7 +83,8 @@ extension EndToEndTests {
         let fixture = try Fixture()
         try fixture.session("gone")
         let file = fixture.makeFile("a.bin", size: 1000)
-        let later = try fixture.enqueue(file, session: "gone", extra: ["earliest_begin_at": "2099-01-01T00:00:00Z", "idempotency_key": "k1"])
+        let later = try fixture.enqueue(
+            file, session: "gone", extra: ["earliest_begin_at": "2099-01-01T00:00:00Z", "idempotency_key": "k1"])
         #expect(try fixture.daemon.call("DELETE", "/v1/sessions/gone?mode=cancel").0 == 204)
         #expect(try fixture.daemon.call("GET", "/v1/sessions/gone").0 == 404)
         let (status, task) = try fixture.daemon.call("GET", "/v1/tasks/\(later)")
@@ -90,9 +94,11 @@ extension EndToEndTests {
         // its idempotency key is free again.
         try fixture.session("gone")
         #expect(try fixture.daemon.call("GET", "/v1/sessions/gone/tasks").1["tasks"]?.arrayValue?.isEmpty == true)
-        let again = try fixture.daemon.call("POST", "/v1/sessions/gone/tasks", [
-            "file": .string(file), "request": ["url": .string(fixture.sink.url("/x"))], "idempotency_key": "k1",
-        ])
+        let again = try fixture.daemon.call(
+            "POST", "/v1/sessions/gone/tasks",
+            [
+                "file": .string(file), "request": ["url": .string(fixture.sink.url("/x"))], "idempotency_key": "k1",
+            ])
         #expect(again.0 == 201 && again.1["id"]?.stringValue != later)
     }
 }
@@ -126,7 +132,8 @@ extension EndToEndTests {
 
         // Nobody listening: the transport error, named, while it retries.
         let port = try freePort()
-        let refused = try fixture.enqueue(file, extra: ["request": ["url": .string("http://127.0.0.1:\(port)/x"), "method": "PUT"]])
+        let refused = try fixture.enqueue(
+            file, extra: ["request": ["url": .string("http://127.0.0.1:\(port)/x"), "method": "PUT"]])
         let waiting = try fixture.daemon.waitForTask(refused, state: "retrying")
         #expect(waiting["last_error"]?["code"]?.intValue == -1004, "\(waiting.serialized())")
         #expect(waiting["last_error"]?["name"]?.stringValue == "cannot_connect_to_host")
@@ -144,12 +151,15 @@ extension EndToEndTests {
         let database = fixture.daemon.stateDirectory + "/backhaul.db"
         let edit = Process()
         edit.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        edit.arguments = ["python3", "-c", """
+        edit.arguments = [
+            "python3", "-c",
+            """
             import sqlite3, sys
             db = sqlite3.connect(sys.argv[1])
             db.execute("UPDATE settings SET value = '{\\"type\\": \\"5g\\"}' WHERE key = 'network_override'")
             db.commit()
-            """, database]
+            """, database,
+        ]
         try edit.run()
         edit.waitUntilExit()
         #expect(throws: DaemonProcess.DaemonError.self) { try fixture.daemon.start() }
@@ -188,8 +198,11 @@ extension EndToEndTests {
             return ["completed", "failed", "cancelled"].contains(last["state"]?.stringValue ?? "")
         }
         fixture.expectLog(finished && last["state"]?.stringValue == "completed", last.serialized())
-        #expect(slowest < max(0.05, hashSeconds / 2),
-                "the slowest GET took \(slowest) s; hashing the file takes \(hashSeconds) s")
-        print("verification: slowest GET \(String(format: "%.3f", slowest)) s while a \(String(format: "%.2f", hashSeconds)) s hash ran")
+        #expect(
+            slowest < max(0.05, hashSeconds / 2),
+            "the slowest GET took \(slowest) s; hashing the file takes \(hashSeconds) s")
+        print(
+            "verification: slowest GET \(String(format: "%.3f", slowest)) s while a \(String(format: "%.2f", hashSeconds)) s hash ran"
+        )
     }
 }

@@ -10,7 +10,9 @@ extension EndToEndTests {
 
     @Test("Deploy/: the example config starts the daemon as written, and the Dockerfiles pass hadolint")
     func deployFiles() throws {
-        let fixture = try Fixture(daemonArguments: ["--config", Self.repository.appendingPathComponent("Deploy/backhauld.json").path])
+        let fixture = try Fixture(daemonArguments: [
+            "--config", Self.repository.appendingPathComponent("Deploy/backhauld.json").path,
+        ])
         let info = try fixture.daemon.call("GET", "/v1/info").1
         #expect(info["upload_hosts"]?.arrayValue?.count == 2 && info["shutdown_grace"]?.doubleValue == 20)
         let policy = try fixture.daemon.call("GET", "/v1/policy").1
@@ -19,9 +21,11 @@ extension EndToEndTests {
 
         let lint = Process()
         lint.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        lint.arguments = ["hadolint"] + ["Deploy/Dockerfile", "Deploy/test/swift-builder.Dockerfile"].map {
-            Self.repository.appendingPathComponent($0).path
-        }
+        lint.arguments =
+            ["hadolint"]
+            + ["Deploy/Dockerfile", "Deploy/test/swift-builder.Dockerfile"].map {
+                Self.repository.appendingPathComponent($0).path
+            }
         let output = Pipe()
         lint.standardOutput = output
         lint.standardError = output

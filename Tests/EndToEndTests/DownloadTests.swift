@@ -8,7 +8,9 @@ import Testing
 extension Fixture {
     /// Enqueues one download into `data/<name>` and returns its id.
     func enqueueDownload(_ url: String, to name: String, extra: JSONObject = [:]) throws -> String {
-        var object: JSONObject = ["kind": "download", "request": ["url": .string(url)], "destination": .string(data + "/" + name)]
+        var object: JSONObject = [
+            "kind": "download", "request": ["url": .string(url)], "destination": .string(data + "/" + name),
+        ]
         for (key, value) in extra { object[key] = value }
         let (status, body) = try daemon.call("POST", "/v1/sessions/s1/tasks", .object(object))
         try #require(status == 201, "enqueue download: \(status) \(body.serialized())")
@@ -32,14 +34,16 @@ func sha256sum(_ path: String) -> String {
 }
 
 extension EndToEndTests {
-    @Test("download from nginx: byte-exact, verified, renamed into place; no .part left; an existing file is kept unless overwrite")
+    @Test(
+        "download from nginx: byte-exact, verified, renamed into place; no .part left; an existing file is kept unless overwrite")
     func nginxDownload() throws {
         let fixture = try Fixture()
         let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
         let source = fixture.scratch.makeFile("nginx/root/firmware.bin", size: 5 << 20)
         try fixture.session()
-        let id = try fixture.enqueueDownload(nginx.url("/firmware.bin"), to: "firmware.bin",
-                                             extra: ["expected_sha256": .string(sha256sum(source))])
+        let id = try fixture.enqueueDownload(
+            nginx.url("/firmware.bin"), to: "firmware.bin",
+            extra: ["expected_sha256": .string(sha256sum(source))])
         let task = try fixture.daemon.waitForTask(id, timeout: 60)
         fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
         #expect(Bytes(fixture.contents(fixture.data + "/firmware.bin")) == Bytes(fixture.contents(source)))
@@ -51,10 +55,12 @@ extension EndToEndTests {
         #expect(task["response"]?["status"]?.intValue == 200)
 
         // The destination now exists: a second download there is refused unless it may overwrite.
-        let refused = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", [
-            "kind": "download", "request": ["url": .string(nginx.url("/firmware.bin"))],
-            "destination": .string(fixture.data + "/firmware.bin"),
-        ])
+        let refused = try fixture.daemon.call(
+            "POST", "/v1/sessions/s1/tasks",
+            [
+                "kind": "download", "request": ["url": .string(nginx.url("/firmware.bin"))],
+                "destination": .string(fixture.data + "/firmware.bin"),
+            ])
         #expect(refused.0 == 409 && refused.1["code"]?.stringValue == "destination_exists", "\(refused)")
         try Data("old".utf8).write(to: URL(fileURLWithPath: fixture.data + "/firmware.bin"))
         let again = try fixture.enqueueDownload(nginx.url("/firmware.bin"), to: "firmware.bin", extra: ["overwrite": true])
@@ -83,7 +89,9 @@ extension EndToEndTests {
             (["destination": "relative/f"], 422, "validation_failed"),
             (["destination": .string(fixture.data + "/f"), "expected_sha256": "abc"], 422, "validation_failed"),
             (["destination": .string(fixture.data + "/f"), "file": "/x"], 422, "validation_failed"),
-            (["destination": .string(fixture.data + "/f"), "request": ["url": url, "method": "POST"]], 422, "validation_failed"),
+            (
+                ["destination": .string(fixture.data + "/f"), "request": ["url": url, "method": "POST"]], 422, "validation_failed"
+            ),
         ]
         for (fields, status, code) in cases {
             var object: JSONObject = ["kind": "download", "request": ["url": url]]
@@ -100,14 +108,17 @@ extension EndToEndTests {
         let size = 3 << 20
         for ignoreRange in [false, true] {
             let fixture = try Fixture()
-            let server = try DownloadServer(directory: fixture.scratch.file("dl"),
-                                            faults: .init(dropAfter: 1 << 20, dropTimes: 2, ignoreRange: ignoreRange))
+            let server = try DownloadServer(
+                directory: fixture.scratch.file("dl"),
+                faults: .init(dropAfter: 1 << 20, dropTimes: 2, ignoreRange: ignoreRange))
             let source = fixture.scratch.makeFile("dl/served/data.bin", size: size)
             try fixture.session("s1", quickRetry)
             let id = try fixture.enqueueDownload(server.url("data.bin"), to: "data.bin")
             let task = try fixture.daemon.waitForTask(id, timeout: 60)
             fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
-            #expect(Bytes(fixture.contents(fixture.data + "/data.bin")) == Bytes(fixture.contents(source)), "ignoreRange \(ignoreRange)")
+            #expect(
+                Bytes(fixture.contents(fixture.data + "/data.bin")) == Bytes(fixture.contents(source)),
+                "ignoreRange \(ignoreRange)")
             let requests = server.requests
             #expect(requests.count == 3, "\(requests)")
             if ignoreRange {
@@ -127,9 +138,11 @@ extension EndToEndTests {
             // The first body drops after 1 MiB, and the server replaces the file before it closes
             // that connection, so the retry always meets the new file.
             let replacement = fixture.scratch.file("dl/new.bin")
-            let server = try DownloadServer(directory: fixture.scratch.file("dl"),
-                                            faults: .init(dropAfter: 1 << 20, dropTimes: 1, ignoreIfRange: ignoreIfRange,
-                                                          replaceOnDrop: ("data.bin", replacement)))
+            let server = try DownloadServer(
+                directory: fixture.scratch.file("dl"),
+                faults: .init(
+                    dropAfter: 1 << 20, dropTimes: 1, ignoreIfRange: ignoreIfRange,
+                    replaceOnDrop: ("data.bin", replacement)))
             fixture.scratch.makeFile("dl/served/data.bin", size: 3 << 20)
             fixture.scratch.makeFile("dl/new.bin", size: (3 << 20) + 12345)
             let expected = fixture.contents(replacement)
@@ -153,9 +166,10 @@ extension EndToEndTests {
         let source = fixture.scratch.makeFile("dl/served/big.bin", size: size)
         try fixture.session()
         let id = try fixture.enqueueDownload(server.url("big.bin"), to: "big.bin")
-        try #require(eventually(timeout: 20) {
-            ((try? fixture.daemon.call("GET", "/v1/tasks/\(id)"))?.1["progress"]?["bytes_received"]?.intValue ?? 0) > 5 << 20
-        })
+        try #require(
+            eventually(timeout: 20) {
+                ((try? fixture.daemon.call("GET", "/v1/tasks/\(id)"))?.1["progress"]?["bytes_received"]?.intValue ?? 0) > 5 << 20
+            })
         fixture.daemon.kill9()
         try fixture.daemon.start()
         let task = try fixture.daemon.waitForTask(id, timeout: 60)
@@ -176,8 +190,9 @@ extension EndToEndTests {
         let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
         fixture.scratch.makeFile("nginx/root/f.bin", size: 1 << 20)
         try fixture.session()
-        let id = try fixture.enqueueDownload(nginx.url("/f.bin"), to: "f.bin",
-                                             extra: ["expected_sha256": .string(String(repeating: "ab", count: 32))])
+        let id = try fixture.enqueueDownload(
+            nginx.url("/f.bin"), to: "f.bin",
+            extra: ["expected_sha256": .string(String(repeating: "ab", count: 32))])
         let task = try fixture.daemon.waitForTask(id, timeout: 60)
         fixture.expectLog(task["state"]?.stringValue == "failed", task.serialized())
         #expect(task["error"]?["code"]?.intValue == -3006)
@@ -188,8 +203,9 @@ extension EndToEndTests {
 
     /// Content-Length is checked against the free space before any byte is written; without it,
     /// the write that finds the disk full stops the download. Both cancel with reason 2.
-    @Test("download: a destination on a tiny tmpfs is cancelled with reason 2 and leaves no .part file",
-          .enabled(if: canMountTmpfs, "needs permission to mount a tmpfs"), arguments: [false, true])
+    @Test(
+        "download: a destination on a tiny tmpfs is cancelled with reason 2 and leaves no .part file",
+        .enabled(if: canMountTmpfs, "needs permission to mount a tmpfs"), arguments: [false, true])
     func downloadDiskFull(sizeUnknown: Bool) throws {
         let fixture = try Fixture()
         let server = try DownloadServer(directory: fixture.scratch.file("dl"), faults: .init(noLength: sizeUnknown))

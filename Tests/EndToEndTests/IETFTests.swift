@@ -15,17 +15,21 @@ extension EndToEndTests {
         init(_ fixture: Fixture, rate: Int, versions: [Int] = [3, 5, 6]) throws {
             let peerPort = try freePort()
             proxy = try ThrottleProxy(target: peerPort, rate: rate)
-            server = try IETFServer(directory: fixture.scratch.path, port: peerPort, origin: "http://127.0.0.1:\(proxy.port)",
-                                    versions: versions)
+            server = try IETFServer(
+                directory: fixture.scratch.path, port: peerPort, origin: "http://127.0.0.1:\(proxy.port)",
+                versions: versions)
         }
 
         func url(_ path: String) -> String { "http://127.0.0.1:\(proxy.port)\(path)" }
     }
 
-    func enqueueIETF(_ fixture: Fixture, url: String, file: String, upload: JSONObject = [:], session: String = "s1") throws -> String {
+    func enqueueIETF(_ fixture: Fixture, url: String, file: String, upload: JSONObject = [:], session: String = "s1") throws
+        -> String
+    {
         var object: JSONObject = ["protocol": "ietf"]
         for (key, value) in upload { object[key] = value }
-        return try fixture.enqueue(file, session: session, extra: ["request": ["url": .string(url), "method": "POST"], "upload": .object(object)])
+        return try fixture.enqueue(
+            file, session: session, extra: ["request": ["url": .string(url), "method": "POST"], "upload": .object(object)])
     }
 
     func requests(_ server: IETFServer, _ method: String) -> [JSON] {
@@ -54,7 +58,8 @@ extension EndToEndTests {
         try fixture.session()
         let size = 24 * 1024 * 1024
         let file = fixture.makeFile("clip.mp4", size: size)
-        let task = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: server.url("/up/clip.mp4"), file: file), timeout: 60)
+        let task = try fixture.daemon.waitForTask(
+            try enqueueIETF(fixture, url: server.url("/up/clip.mp4"), file: file), timeout: 60)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())\n\(log(server))")
         try #require(server.uploads.count == 1)
         #expect(Bytes(fixture.contents(server.uploads[0])) == Bytes(fixture.contents(file)))
@@ -67,20 +72,23 @@ extension EndToEndTests {
         #expect(task["response"]?["status"]?.intValue == 201)
     }
 
-    @Test("ietf: each interop version (3, 5, 6) pinned; unpinned against a server of version 3 only, OPTIONS finds 3",
-          arguments: [(3, [3, 5, 6], "3"), (5, [3, 5, 6], "5"), (6, [3, 5, 6], "6"), (nil, [3], "3")] as [(Int?, [Int], String)])
+    @Test(
+        "ietf: each interop version (3, 5, 6) pinned; unpinned against a server of version 3 only, OPTIONS finds 3",
+        arguments: [(3, [3, 5, 6], "3"), (5, [3, 5, 6], "5"), (6, [3, 5, 6], "6"), (nil, [3], "3")] as [(Int?, [Int], String)])
     func ietfVersions(_ pinned: Int?, _ versions: [Int], _ expected: String) throws {
         let fixture = try Fixture()
         let server = try IETFServer(directory: fixture.scratch.path, versions: versions)
         try fixture.session()
         let file = fixture.makeFile("v.bin", size: 3 * 1024 * 1024 + 5)
         let upload: JSONObject = pinned.map { ["interop_version": .int(Int64($0))] } ?? [:]
-        let task = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: server.url("/up/v.bin"), file: file, upload: upload))
+        let task = try fixture.daemon.waitForTask(
+            try enqueueIETF(fixture, url: server.url("/up/v.bin"), file: file, upload: upload))
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())\n\(log(server))")
         #expect(Bytes(fixture.contents(server.uploads.first ?? "")) == Bytes(fixture.contents(file)))
         let creation = try #require(requests(server, "POST").first)
         #expect(creation["interop_version"]?.stringValue == expected)
-        #expect(creation[expected == "3" ? "upload_incomplete" : "upload_complete"]?.stringValue == (expected == "3" ? "?0" : "?1"))
+        #expect(
+            creation[expected == "3" ? "upload_incomplete" : "upload_complete"]?.stringValue == (expected == "3" ? "?0" : "?1"))
         #expect(creation["informational"]?.arrayValue?.compactMap(\.intValue) == [104])
         #expect(task["upload"]?["interop_version_selected"]?.intValue == Int64(expected))
     }
@@ -91,10 +99,13 @@ extension EndToEndTests {
         let server = try IETFServer(directory: fixture.scratch.path, versions: [3])
         try fixture.session()
         let file = fixture.makeFile("v.bin", size: 1024 * 1024)
-        let task = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: server.url("/up/v.bin"), file: file,
-                                                                  upload: ["interop_version": 6]))
-        fixture.expectLog(task["state"]?.stringValue == "failed" && task["error"]?["http_status"]?.intValue == 400,
-                          "\(task.serialized())\n\(log(server))")
+        let task = try fixture.daemon.waitForTask(
+            try enqueueIETF(
+                fixture, url: server.url("/up/v.bin"), file: file,
+                upload: ["interop_version": 6]))
+        fixture.expectLog(
+            task["state"]?.stringValue == "failed" && task["error"]?["http_status"]?.intValue == 400,
+            "\(task.serialized())\n\(log(server))")
         #expect(server.uploads.isEmpty)
     }
 
@@ -118,13 +129,16 @@ extension EndToEndTests {
         #expect(!requests(peer.server, "HEAD").isEmpty)
         let append = try #require(requests(peer.server, "PATCH").last)
         let resumedAt = Int64(append["upload_offset"]?.stringValue ?? "") ?? 0
-        #expect(resumedAt >= Int64(size / 2) && append["status"]?.intValue == 201 && append["content_type"]?.stringValue == "application/partial-upload")
+        #expect(
+            resumedAt >= Int64(size / 2) && append["status"]?.intValue == 201
+                && append["content_type"]?.stringValue == "application/partial-upload")
         let sent = received(peer.server)
         #expect(Double(sent) < 1.5 * Double(size), "sent \(sent) for \(size)")
         let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue ?? []
         let pushed = attempts.reduce(Int64(0)) { $0 + ($1["bytes_sent"]?.intValue ?? 0) }
-        print("ietf SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file (resumed at \(resumedAt)); "
-              + "the daemon's attempts record \(pushed) bytes sent")
+        print(
+            "ietf SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file (resumed at \(resumedAt)); "
+                + "the daemon's attempts record \(pushed) bytes sent")
     }
 
     @Test("ietf: SIGKILL right after the 104, before the final answer: the saved resource resumes, no second creation")
@@ -137,8 +151,11 @@ extension EndToEndTests {
         let id = try enqueueIETF(fixture, url: peer.url("/up/big.mp4"), file: file)
         try #require(waitForSavedResource(fixture, task: id), "\(log(peer.server))")
         fixture.daemon.kill9()
-        let creation = try #require(eventually(timeout: 10) { !requests(peer.server, "POST").isEmpty } ? requests(peer.server, "POST")[0] : nil)
-        #expect(creation["status"] == .null && creation["aborted"]?.boolValue == true, "the final answer had not come: \(creation.serialized())")
+        let creation = try #require(
+            eventually(timeout: 10) { !requests(peer.server, "POST").isEmpty } ? requests(peer.server, "POST")[0] : nil)
+        #expect(
+            creation["status"] == .null && creation["aborted"]?.boolValue == true,
+            "the final answer had not come: \(creation.serialized())")
         try fixture.daemon.start()
         let task = try fixture.daemon.waitForTask(id, timeout: 90)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())\n\(log(peer.server))")
@@ -169,9 +186,10 @@ extension EndToEndTests {
         let append = try #require(requests(peer.server, "PATCH").last)
         #expect(Int64(append["upload_offset"]?.stringValue ?? "") ?? 0 >= 6 * 1024 * 1024)
         #expect(Double(received(peer.server)) < 1.5 * Double(size))
-        #expect(try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue?.contains {
-            $0["outcome"]?.stringValue == "retry"
-        } == true)
+        #expect(
+            try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue?.contains {
+                $0["outcome"]?.stringValue == "retry"
+            } == true)
     }
 
     @Test("ietf: cancel deletes the upload resource at the server (DELETE, then it answers 404)")
@@ -203,16 +221,20 @@ extension EndToEndTests {
         try fixture.session()
         let file = fixture.makeFile("c.bin", size: 3 * 1024 * 1024)
         let checksum: JSONObject = ["checksum": "sha256"]
-        let ok = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: good.url("/up/c.bin"), file: file, upload: checksum))
+        let ok = try fixture.daemon.waitForTask(
+            try enqueueIETF(fixture, url: good.url("/up/c.bin"), file: file, upload: checksum))
         fixture.expectLog(ok["state"]?.stringValue == "completed", "\(ok.serialized())\n\(log(good))")
         #expect(Bytes(fixture.contents(good.uploads.first ?? "")) == Bytes(fixture.contents(file)))
         #expect(requests(good, "POST").first?["repr_digest"]?.stringValue?.hasPrefix("sha-256=:") == true)
-        let bad = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: damaged.url("/up/c.bin"), file: file, upload: checksum))
-        fixture.expectLog(bad["state"]?.stringValue == "failed" && bad["error"]?["http_status"]?.intValue == 400,
-                          "\(bad.serialized())\n\(log(damaged))")
+        let bad = try fixture.daemon.waitForTask(
+            try enqueueIETF(fixture, url: damaged.url("/up/c.bin"), file: file, upload: checksum))
+        fixture.expectLog(
+            bad["state"]?.stringValue == "failed" && bad["error"]?["http_status"]?.intValue == 400,
+            "\(bad.serialized())\n\(log(damaged))")
         #expect(damaged.uploads.isEmpty)
         // A server that does not ask gets no digest (and no OPTIONS answer asks for one).
-        let unasked = try fixture.daemon.waitForTask(try enqueueIETF(fixture, url: plain.url("/up/c.bin"), file: file, upload: checksum))
+        let unasked = try fixture.daemon.waitForTask(
+            try enqueueIETF(fixture, url: plain.url("/up/c.bin"), file: file, upload: checksum))
         #expect(unasked["state"]?.stringValue == "completed")
         #expect(requests(plain, "POST").first?["repr_digest"] == .null)
     }
@@ -220,8 +242,12 @@ extension EndToEndTests {
     // MARK: auto
 
     func enqueueAuto(_ fixture: Fixture, url: String, file: String, method: String = "PUT") throws -> String {
-        try fixture.enqueue(file, extra: ["request": ["url": .string(url), "method": .string(method)],
-                                          "upload": ["protocol": "auto", "chunk_size": 1048576, "content_type": "video/mp4"]])
+        try fixture.enqueue(
+            file,
+            extra: [
+                "request": ["url": .string(url), "method": .string(method)],
+                "upload": ["protocol": "auto", "chunk_size": 1_048_576, "content_type": "video/mp4"],
+            ])
     }
 
     @Test("auto: picks ietf for Apple's server (asking once per host), tus for tuspyserver, raw for nginx")
@@ -232,11 +258,14 @@ extension EndToEndTests {
         let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
         try fixture.session()
         let file = fixture.makeFile("a.mp4", size: 3 * 1024 * 1024 + 11)
-        let expected: [(String, String)] = [(ietf.url("/up/a.mp4"), "ietf"), (tus.creationURL, "tus"), (nginx.url("/a.mp4"), "raw")]
+        let expected: [(String, String)] = [
+            (ietf.url("/up/a.mp4"), "ietf"), (tus.creationURL, "tus"), (nginx.url("/a.mp4"), "raw"),
+        ]
         for (url, name) in expected {
             let task = try fixture.daemon.waitForTask(try enqueueAuto(fixture, url: url, file: file))
-            fixture.expectLog(task["state"]?.stringValue == "completed" && task["upload"]?["protocol_selected"]?.stringValue == name,
-                              "\(name): \(task.serialized())")
+            fixture.expectLog(
+                task["state"]?.stringValue == "completed" && task["upload"]?["protocol_selected"]?.stringValue == name,
+                "\(name): \(task.serialized())")
             #expect(task["upload"]?["protocol"]?.stringValue == "auto")
         }
         #expect(Bytes(fixture.contents(ietf.uploads.first ?? "")) == Bytes(fixture.contents(file)))
@@ -282,17 +311,25 @@ extension EndToEndTests {
         let server = try IETFServer(directory: fixture.scratch.path)
         let file = fixture.makeFile("cli-a.bin", size: 500_000)
         _ = fixture.makeFile("cli-b.bin", size: 700_000)
-        let auto = try cli(fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "auto", "--wait", "--json"])
+        let auto = try cli(
+            fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "auto", "--wait", "--json"])
         #expect(auto.status == 0, "\(auto.errors)")
         let picked = try JSON.parse(auto.output).arrayValue?.first
-        #expect(picked?["state"]?.stringValue == "completed" && picked?["upload"]?["protocol_selected"]?.stringValue == "ietf", "\(auto.output)")
-        let pinned = try cli(fixture, ["upload", "cli-b.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "5",
-                                       "--wait", "--json"])
+        #expect(
+            picked?["state"]?.stringValue == "completed" && picked?["upload"]?["protocol_selected"]?.stringValue == "ietf",
+            "\(auto.output)")
+        let pinned = try cli(
+            fixture,
+            [
+                "upload", "cli-b.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "5",
+                "--wait", "--json",
+            ])
         #expect(pinned.status == 0, "\(pinned.errors)")
         #expect(try JSON.parse(pinned.output).arrayValue?.first?["upload"]?["interop_version"]?.intValue == 5)
         #expect(requests(server, "PUT").compactMap { $0["interop_version"]?.stringValue } == ["6", "5"])
         #expect(Bytes(fixture.contents(server.directory + "/uploads/cli-a.bin")) == Bytes(fixture.contents(file)))
-        let refused = try cli(fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "4"])
+        let refused = try cli(
+            fixture, ["upload", "cli-a.bin", "--to", server.url("/in/"), "--protocol", "ietf", "--interop-version", "4"])
         #expect(refused.status == 1 && refused.errors.contains("interop_version"), "\(refused.errors)")
     }
 }

@@ -29,8 +29,9 @@ extension EndToEndTests {
 
     @Test("SIGTERM during a transfer exits 0 within the grace period and the task resumes after restart")
     func sigtermDuringTransfer() throws {
-        let fixture = try Fixture(daemonArguments: ["--shutdown-grace", "1"],
-                                  sink: .throttle(bytesPerSecond: 500_000, then: .respond(status: 201)))
+        let fixture = try Fixture(
+            daemonArguments: ["--shutdown-grace", "1"],
+            sink: .throttle(bytesPerSecond: 500_000, then: .respond(status: 201)))
         try fixture.session()
         let file = fixture.makeFile("big.bin", size: 4_000_000)
         let id = try fixture.enqueue(file)
@@ -66,8 +67,9 @@ extension EndToEndTests {
         let (status, body) = try fixture.daemon.call("DELETE", "/v1/sessions/finishing?mode=finish")
         #expect(status == 202)
         #expect(body["state"]?.stringValue == "finishing")
-        let (refused, problem) = try fixture.daemon.call("POST", "/v1/sessions/finishing/tasks",
-                                                         ["file": .string(file), "request": ["url": .string(fixture.sink.url("/x"))]])
+        let (refused, problem) = try fixture.daemon.call(
+            "POST", "/v1/sessions/finishing/tasks",
+            ["file": .string(file), "request": ["url": .string(fixture.sink.url("/x"))]])
         #expect(refused == 409)
         #expect(problem["code"]?.stringValue == "conflict")
         #expect(eventually(timeout: 20) { (try? fixture.daemon.call("GET", "/v1/sessions/finishing").0) == 404 })
@@ -100,7 +102,8 @@ extension EndToEndTests {
         #expect(try fixture.daemon.call("PATCH", "/v1/sessions/s1", ["enabled": true]).0 == 200)
         #expect(try fixture.daemon.waitForTask(id)["state"]?.stringValue == "completed")
 
-        let second = try fixture.enqueue(fixture.makeFile("b.bin", size: 1000), extra: ["earliest_begin_at": "2099-01-01T00:00:00Z"])
+        let second = try fixture.enqueue(
+            fixture.makeFile("b.bin", size: 1000), extra: ["earliest_begin_at": "2099-01-01T00:00:00Z"])
         #expect(try fixture.daemon.call("PATCH", "/v1/sessions/s1", ["enabled": false, "cancel_pending": true]).0 == 200)
         let cancelled = try fixture.daemon.task(second)
         #expect(cancelled["state"]?.stringValue == "cancelled")

@@ -11,11 +11,17 @@ extension EndToEndTests {
     }
 
     /// Waits for a state (and reason); returns the seconds it took.
-    func waitFor(_ fixture: Fixture, _ id: String, _ state: String, _ reason: String? = nil, timeout: Double = 10) throws -> Double {
+    func waitFor(_ fixture: Fixture, _ id: String, _ state: String, _ reason: String? = nil, timeout: Double = 10) throws
+        -> Double
+    {
         let started = Date()
         let reached = try eventually(timeout: timeout, interval: 0.02) { try self.state(fixture, id) == (state, reason) }
-        fixture.expectLog(reached, "\(id) never reached \(state)/\(reason ?? "-"): \(try self.state(fixture, id))\n"
-            + fixture.daemon.log(lastLines: 400).split(separator: "\n").filter { $0.contains("budget") || $0.contains("policy") || $0.contains("started") }.joined(separator: "\n"))
+        fixture.expectLog(
+            reached,
+            "\(id) never reached \(state)/\(reason ?? "-"): \(try self.state(fixture, id))\n"
+                + fixture.daemon.log(lastLines: 400).split(separator: "\n").filter {
+                    $0.contains("budget") || $0.contains("policy") || $0.contains("started")
+                }.joined(separator: "\n"))
         return Date().timeIntervalSince(started)
     }
 
@@ -81,7 +87,9 @@ extension EndToEndTests {
         let file = fixture.makeFile("a.bin", size: 1000)
         let id = try fixture.enqueue(file, extra: ["configuration": ["allows_constrained_network_access": false]])
         _ = try waitFor(fixture, id, "waiting", "constrained_network_not_allowed")
-        #expect(try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["configuration": ["allows_constrained_network_access": true]]).0 == 200)
+        #expect(
+            try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["configuration": ["allows_constrained_network_access": true]]).0
+                == 200)
         #expect(try fixture.daemon.waitForTask(id)["state"]?.stringValue == "completed")
     }
 
@@ -114,14 +122,18 @@ extension EndToEndTests {
     func bandwidthLimit() throws {
         let fixture = try Fixture()
         try fixture.session()
-        #expect(try fixture.daemon.call("PUT", "/v1/policy", ["bandwidth_limit": 2_097_152]).1["bandwidth_limit"]?.intValue == 2_097_152)
+        #expect(
+            try fixture.daemon.call("PUT", "/v1/policy", ["bandwidth_limit": 2_097_152]).1["bandwidth_limit"]?.intValue
+                == 2_097_152)
         let file = fixture.makeFile("ten.bin", size: 10 * 1024 * 1024)
         let started = Date()
         let task = try fixture.daemon.waitForTask(try fixture.enqueue(file), timeout: 30)
         let took = Date().timeIntervalSince(started)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
         #expect(took > 4 && took < 6, "10 MiB at 2 MiB/s took \(took) s")
-        print("bandwidth: 10 MiB at a 2 MiB/s limit took \(String(format: "%.2f", took)) s (ideal 5 s, error \(String(format: "%+.1f", (took / 5 - 1) * 100))%)")
+        print(
+            "bandwidth: 10 MiB at a 2 MiB/s limit took \(String(format: "%.2f", took)) s (ideal 5 s, error \(String(format: "%+.1f", (took / 5 - 1) * 100))%)"
+        )
         #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
     }
 
@@ -131,9 +143,11 @@ extension EndToEndTests {
         try fixture.session("s1", ["quota_bytes": 3_000_000])
         let big = fixture.makeFile("big.bin", size: 2_000_000)
         let first = try fixture.enqueue(big)
-        let (_, second) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", [
-            "file": .string(big), "request": ["url": .string(fixture.sink.url("/q")), "method": "PUT"],
-        ])
+        let (_, second) = try fixture.daemon.call(
+            "POST", "/v1/sessions/s1/tasks",
+            [
+                "file": .string(big), "request": ["url": .string(fixture.sink.url("/q")), "method": "PUT"],
+            ])
         #expect(second["state"]?.stringValue == "cancelled")
         #expect(second["cancellation"]?["reason_code"]?.intValue == 2)
         #expect(second["cancellation"]?["reason"]?.stringValue == "insufficient_system_resources")
@@ -142,9 +156,11 @@ extension EndToEndTests {
         #expect(policy.0 == 200 && policy.1["transfers_enabled"]?.boolValue == false)
         let cancelled = try fixture.daemon.waitForTask(first)
         #expect(cancelled["state"]?.stringValue == "cancelled" && cancelled["cancellation"]?["reason_code"]?.intValue == 1)
-        let refused = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", [
-            "file": .string(big), "request": ["url": .string(fixture.sink.url("/q")), "method": "PUT"],
-        ])
+        let refused = try fixture.daemon.call(
+            "POST", "/v1/sessions/s1/tasks",
+            [
+                "file": .string(big), "request": ["url": .string(fixture.sink.url("/q")), "method": "PUT"],
+            ])
         #expect(refused.0 == 409 && refused.1["code"]?.stringValue == "transfers_disabled")
         #expect(try fixture.daemon.call("DELETE", "/v1/policy").1["transfers_enabled"]?.boolValue == true)
         #expect(try fixture.daemon.waitForTask(try fixture.enqueue(big))["state"]?.stringValue == "completed")
@@ -152,11 +168,16 @@ extension EndToEndTests {
 }
 
 extension EndToEndTests {
-    @Test("/metrics parses with the Prometheus client library and shows the policy: waiting reasons, network, stops, bytes, budgets")
+    @Test(
+        "/metrics parses with the Prometheus client library and shows the policy: waiting reasons, network, stops, bytes, budgets"
+    )
     func policyMetrics() throws {
         let fixture = try Fixture(sink: .throttle(bytesPerSecond: 4_000_000, then: .respond(status: 201)))
         try fixture.session("s1", ["allows_cellular_access": false])
-        #expect(try fixture.daemon.call("PUT", "/v1/policy", ["bandwidth_limit": 8_000_000, "discretionary_daily_budget": ["wired": 5000]]).0 == 200)
+        #expect(
+            try fixture.daemon.call(
+                "PUT", "/v1/policy", ["bandwidth_limit": 8_000_000, "discretionary_daily_budget": ["wired": 5000]]
+            ).0 == 200)
         let file = fixture.makeFile("m.bin", size: 16 * 1024 * 1024)
         let id = try fixture.enqueue(file)
         try #require(eventually(timeout: 20) { fixture.sink.totalBodyBytes > 1_000_000 })

@@ -235,8 +235,9 @@ extension EndToEndTests {
             return outcome.count == runnable.count + 1
         }
         daemonExpect(daemon, finished && outcome.values.allSatisfy { $0 == "completed" }, "outcomes: \(outcome)")
-        print("state fixture v1: times moved \(shift) s; \(outcome.count) unfinished tasks ran in "
-            + String(format: "%.1f s", Date().timeIntervalSince(started)))
+        print(
+            "state fixture v1: times moved \(shift) s; \(outcome.count) unfinished tasks ran in "
+                + String(format: "%.1f s", Date().timeIntervalSince(started)))
 
         // 3. Each arrived byte-exact, with the headers v1 stored (secrets included).
         checkUploads(fixture, sink)

@@ -25,9 +25,12 @@ extension EndToEndTests {
         var target: String
     }
 
-    @Test("crash loop: mixed protocols against throttled servers, SIGKILLed at random and restarted; every byte arrives once per webhook-id")
+    @Test(
+        "crash loop: mixed protocols against throttled servers, SIGKILLed at random and restarted; every byte arrives once per webhook-id"
+    )
     func crashLoop() throws {
-        let fixture = try Fixture(daemonArguments: fastWebhookRetries, sink: .throttle(bytesPerSecond: 3_000_000, then: .resumable))
+        let fixture = try Fixture(
+            daemonArguments: fastWebhookRetries, sink: .throttle(bytesPerSecond: 3_000_000, then: .resumable))
         let tus = try TusServer(directory: fixture.scratch.path)
         let s3 = try S3Server(directory: fixture.scratch.path)
         let secret = WebhookRecordSecret.fixed
@@ -39,7 +42,9 @@ extension EndToEndTests {
         let protocols = ["raw", "chunked", "tus", "s3"]
         for index in 0..<TortureScale.uploads {
             let kind = protocols[index % protocols.count]
-            let size = kind == "s3" ? Int.random(in: 6_000_000...14_000_000, using: &random) : Int.random(in: 50_000...6_000_000, using: &random)
+            let size =
+                kind == "s3"
+                ? Int.random(in: 6_000_000...14_000_000, using: &random) : Int.random(in: 50_000...6_000_000, using: &random)
             let file = fixture.makeFile("t\(index).bin", size: size)
             let chunk = kind == "s3" ? 5 << 20 : 1 << 20
             var extra: JSONObject = ["upload": ["protocol": .string(kind), "chunk_size": .int(Int64(chunk))]]
@@ -64,7 +69,8 @@ extension EndToEndTests {
         }
         for task in planned {
             let final = try fixture.daemon.waitForTask(task.id, timeout: 240)
-            fixture.expectLog(final["state"]?.stringValue == "completed", "\(task.protocolName) \(task.id): \(final.serialized())")
+            fixture.expectLog(
+                final["state"]?.stringValue == "completed", "\(task.protocolName) \(task.id): \(final.serialized())")
         }
         // Exact bytes, each protocol checked at its server.
         let tusUploads = Set(tus.uploads.map { SHA256Hasher.digest(Array(fixture.contents($0))) })
@@ -79,7 +85,9 @@ extension EndToEndTests {
                 #expect(Bytes(fixture.sink.assembled(task.target)) == Bytes(expected), "chunked \(task.id)")
                 let sent = fixture.sink.requests.filter { $0.path == task.target }.reduce(Int64(0)) { $0 + $1.bodyLength }
                 resent["chunked", default: 0] += sent - Int64(task.size)
-                #expect(sent - Int64(task.size) <= Int64(task.chunk * (crashes + 1)), "chunked \(task.id) re-sent \(sent - Int64(task.size))")
+                #expect(
+                    sent - Int64(task.size) <= Int64(task.chunk * (crashes + 1)),
+                    "chunked \(task.id) re-sent \(sent - Int64(task.size))")
             case "tus":
                 #expect(tusUploads.contains(SHA256Hasher.digest(Array(expected))), "tus \(task.id)")
             default:
@@ -95,45 +103,61 @@ extension EndToEndTests {
         for delivery in receiver.accepted {
             idsByTask[delivery["task_id"]?.stringValue ?? "", default: []].insert(delivery["webhook_id"]?.stringValue ?? "")
         }
-        for task in planned { #expect(idsByTask[task.id]?.count == 1, "task \(task.id) has \(idsByTask[task.id]?.count ?? 0) webhook-ids") }
-        print("torture crash loop: \(planned.count) uploads, \(crashes) SIGKILLs survived, lost 0, chunked re-sent \(resent["chunked"] ?? 0) bytes, "
-              + "\(receiver.accepted.count) webhook deliveries accepted for \(planned.count) final events")
+        for task in planned {
+            #expect(idsByTask[task.id]?.count == 1, "task \(task.id) has \(idsByTask[task.id]?.count ?? 0) webhook-ids")
+        }
+        print(
+            "torture crash loop: \(planned.count) uploads, \(crashes) SIGKILLs survived, lost 0, chunked re-sent \(resent["chunked"] ?? 0) bytes, "
+                + "\(receiver.accepted.count) webhook deliveries accepted for \(planned.count) final events")
     }
 
     @Test("flaky server: 30% of requests fail at random (5xx, 429, drops, stalls, no answer); every task completes in time")
     func flakyServer() throws {
-        let fixture = try Fixture(sink: .flaky(rate: 0.3, seed: UInt64.random(in: 1...UInt64.max), stall: 2.5,
-                                                then: .throttle(bytesPerSecond: 20_000_000, then: .resumable)))
-        try fixture.session("s1", ["retry": ["initial_backoff": 0.1, "max_backoff": 1], "timeout_interval_for_request": 1,
-                                   "timeout_interval_for_resource": 120])
+        let fixture = try Fixture(
+            sink: .flaky(
+                rate: 0.3, seed: UInt64.random(in: 1...UInt64.max), stall: 2.5,
+                then: .throttle(bytesPerSecond: 20_000_000, then: .resumable)))
+        try fixture.session(
+            "s1",
+            [
+                "retry": ["initial_backoff": 0.1, "max_backoff": 1], "timeout_interval_for_request": 1,
+                "timeout_interval_for_resource": 120,
+            ])
         var planned: [Planned] = []
         for index in 0..<TortureScale.flakyUploads {
             let kind = index % 2 == 0 ? "raw" : "chunked"
             let size = Int.random(in: 10_000...3_000_000)
             let file = fixture.makeFile("f\(index).bin", size: size)
-            let id = try fixture.enqueue(file, path: "/f\(index)", extra: ["upload": ["protocol": .string(kind), "chunk_size": 524_288]])
+            let id = try fixture.enqueue(
+                file, path: "/f\(index)", extra: ["upload": ["protocol": .string(kind), "chunk_size": 524_288]])
             planned.append(Planned(id: id, protocolName: kind, file: file, size: size, chunk: 524_288, target: "/f\(index)"))
         }
         let started = Date()
         for task in planned {
             let final = try fixture.daemon.waitForTask(task.id, timeout: 150)
-            fixture.expectLog(final["state"]?.stringValue == "completed", "\(task.protocolName) \(task.id): \(final.serialized())")
+            fixture.expectLog(
+                final["state"]?.stringValue == "completed", "\(task.protocolName) \(task.id): \(final.serialized())")
             let expected = fixture.contents(task.file)
             if task.protocolName == "raw" {
-                #expect(Bytes(fixture.sink.requests.last(where: { $0.path == task.target && $0.status == 201 })?.body) == Bytes(expected))
+                #expect(
+                    Bytes(fixture.sink.requests.last(where: { $0.path == task.target && $0.status == 201 })?.body)
+                        == Bytes(expected))
             } else {
                 #expect(Bytes(fixture.sink.assembled(task.target)) == Bytes(expected))
             }
         }
         let faults = fixture.sink.faults
-        print("torture flaky server: \(planned.count) uploads completed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s, "
-              + "\(fixture.sink.requests.count) requests, faults injected \(faults.values.reduce(0, +)) \(faults.sorted { $0.key < $1.key })")
+        print(
+            "torture flaky server: \(planned.count) uploads completed in \(String(format: "%.1f", Date().timeIntervalSince(started))) s, "
+                + "\(fixture.sink.requests.count) requests, faults injected \(faults.values.reduce(0, +)) \(faults.sorted { $0.key < $1.key })"
+        )
         #expect(faults.values.reduce(0, +) > 0)
     }
 
     @Test("SIGTERM mid-transfer exits 0 in its bound; a SIGKILL during writes leaves a database that passes integrity_check")
     func signalsAndRecovery() throws {
-        let fixture = try Fixture(daemonArguments: ["--shutdown-grace", "2"], sink: .throttle(bytesPerSecond: 2_000_000, then: .resumable))
+        let fixture = try Fixture(
+            daemonArguments: ["--shutdown-grace", "2"], sink: .throttle(bytesPerSecond: 2_000_000, then: .resumable))
         try fixture.session()
         let size = 24 * 1024 * 1024
         let file = fixture.makeFile("big.bin", size: size)
@@ -151,12 +175,16 @@ extension EndToEndTests {
         fixture.daemon.kill9()
         let check = Process()
         check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        check.arguments = ["python3", "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])",
-                           fixture.daemon.stateDirectory + "/backhaul.db"]
+        check.arguments = [
+            "python3", "-c",
+            "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])",
+            fixture.daemon.stateDirectory + "/backhaul.db",
+        ]
         let output = Pipe()
         check.standardOutput = output
         try check.run()
-        let verdict = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let verdict = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(
+            in: .whitespacesAndNewlines)
         check.waitUntilExit()
         #expect(verdict == "ok", "integrity_check after SIGKILL: \(verdict)")
         try fixture.daemon.start()
@@ -164,8 +192,12 @@ extension EndToEndTests {
         #expect(task["state"]?.stringValue == "completed")
         #expect(Bytes(fixture.sink.assembled("/big")) == Bytes(fixture.contents(file)))
         let sent = fixture.sink.requests.filter { $0.path == "/big" }.reduce(Int64(0)) { $0 + $1.bodyLength }
-        #expect(sent - Int64(size) <= 2 * 1_048_576, "re-sent \(sent - Int64(size)) bytes after SIGTERM and SIGKILL (sent \(sentBefore) before the stop)")
-        print("torture signals: SIGTERM exit \(String(describing: code)) in \(String(format: "%.2f", took)) s; integrity_check \(verdict); re-sent \(sent - Int64(size)) bytes")
+        #expect(
+            sent - Int64(size) <= 2 * 1_048_576,
+            "re-sent \(sent - Int64(size)) bytes after SIGTERM and SIGKILL (sent \(sentBefore) before the stop)")
+        print(
+            "torture signals: SIGTERM exit \(String(describing: code)) in \(String(format: "%.2f", took)) s; integrity_check \(verdict); re-sent \(sent - Int64(size)) bytes"
+        )
     }
 }
 
@@ -180,8 +212,9 @@ let canMountTmpfs: Bool = {
 }()
 
 extension EndToEndTests {
-    @Test("full disk: the state directory on a tiny tmpfs fills up; the API answers 507, nothing accepted is lost, all of it runs once space returns",
-          .enabled(if: canMountTmpfs, "needs permission to mount a tmpfs"))
+    @Test(
+        "full disk: the state directory on a tiny tmpfs fills up; the API answers 507, nothing accepted is lost, all of it runs once space returns",
+        .enabled(if: canMountTmpfs, "needs permission to mount a tmpfs"))
     func fullDisk() throws {
         let scratch = TemporaryDirectory("backhaul-e2e")
         let volume = scratch.file("volume")
@@ -199,8 +232,10 @@ extension EndToEndTests {
         var refused = 0
         for round in 0..<400 where refused < 3 {
             let batch: [JSON] = (0..<20).map { index in
-                ["file": .string(file), "request": ["url": .string(sink.url("/r\(round)-\(index)")), "method": "PUT"],
-                 "description": .string(padding)]
+                [
+                    "file": .string(file), "request": ["url": .string(sink.url("/r\(round)-\(index)")), "method": "PUT"],
+                    "description": .string(padding),
+                ]
             }
             let (status, body) = try daemon.call("POST", "/v1/sessions/s1/tasks", ["tasks": .array(batch)])
             if status == 201 {
@@ -224,6 +259,7 @@ extension EndToEndTests {
         #expect(paths.count == accepted.count, "every accepted task reached the server")
         let code = daemon.terminate()
         #expect(code == 0)
-        print("torture full disk: \(accepted.count) tasks accepted before the disk filled, \(refused) batches refused 507, lost 0")
+        print(
+            "torture full disk: \(accepted.count) tasks accepted before the disk filled, \(refused) batches refused 507, lost 0")
     }
 }

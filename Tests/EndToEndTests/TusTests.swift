@@ -5,10 +5,12 @@ import Testing
 
 extension EndToEndTests {
     func enqueueTus(_ fixture: Fixture, _ tus: TusServer, file: String, chunk: Int) throws -> String {
-        try fixture.enqueue(file, extra: [
-            "request": ["url": .string(tus.creationURL), "method": "POST"],
-            "upload": ["protocol": "tus", "chunk_size": .int(Int64(chunk)), "content_type": "video/mp4"],
-        ])
+        try fixture.enqueue(
+            file,
+            extra: [
+                "request": ["url": .string(tus.creationURL), "method": "POST"],
+                "upload": ["protocol": "tus", "chunk_size": .int(Int64(chunk)), "content_type": "video/mp4"],
+            ])
     }
 
     @Test("tus: creation and PATCHes to tuspyserver arrive byte-exact")
@@ -18,7 +20,8 @@ extension EndToEndTests {
         try fixture.session()
         let file = fixture.makeFile("clip.mp4", size: 3 * 1024 * 1024 + 77)
         let task = try fixture.daemon.waitForTask(try enqueueTus(fixture, tus, file: file, chunk: 1 << 20))
-        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(tus.requests.map { $0.serialized() })")
+        fixture.expectLog(
+            task["state"]?.stringValue == "completed", "\(task.serialized()) \(tus.requests.map { $0.serialized() })")
         let uploads = tus.uploads
         try #require(uploads.count == 1)
         #expect(Bytes(fixture.contents(uploads[0])) == Bytes(fixture.contents(file)))
@@ -55,7 +58,9 @@ extension EndToEndTests {
         let id = try enqueueTus(fixture, tus, file: file, chunk: 1 << 20)
         try #require(eventually(timeout: 30) { tus.requests.contains { $0["method"]?.stringValue == "PATCH" } })
         #expect(try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel").1["state"]?.stringValue == "cancelled")
-        let deleted = eventually(timeout: 15) { tus.requests.contains { $0["method"]?.stringValue == "DELETE" && $0["status"]?.intValue == 204 } }
+        let deleted = eventually(timeout: 15) {
+            tus.requests.contains { $0["method"]?.stringValue == "DELETE" && $0["status"]?.intValue == 204 }
+        }
         fixture.expectLog(deleted, "requests: \(tus.requests.map { $0.serialized() })")
         #expect(eventually(timeout: 5) { tus.uploads.isEmpty })
     }

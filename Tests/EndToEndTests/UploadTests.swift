@@ -13,8 +13,14 @@ struct EndToEndTests {
         let fixture = try Fixture()
         try fixture.session()
         let file = fixture.makeFile("clip.bin", size: 3 * 1024 * 1024 + 17)
-        let id = try fixture.enqueue(file, extra: ["request": ["url": .string(fixture.sink.url("/clips/1")), "method": "PUT",
-                                                               "headers": ["Authorization": "Bearer s3cr3t", "X-Trace": "abc"]]])
+        let id = try fixture.enqueue(
+            file,
+            extra: [
+                "request": [
+                    "url": .string(fixture.sink.url("/clips/1")), "method": "PUT",
+                    "headers": ["Authorization": "Bearer s3cr3t", "X-Trace": "abc"],
+                ]
+            ])
         let task = try fixture.daemon.waitForTask(id)
         fixture.expectLog(task["state"]?.stringValue == "completed", "state: \(task.serialized())")
         let request = try #require(fixture.sink.requests.last)
@@ -38,11 +44,15 @@ struct EndToEndTests {
         let fixture = try Fixture()
         try fixture.session()
         let file = fixture.makeFile("log.txt", size: 300_000)
-        let id = try fixture.enqueue(file, extra: [
-            "request": ["url": .string(fixture.sink.url("/forms")), "method": "POST"],
-            "upload": ["protocol": "multipart", "field": "attachment", "filename": "device.log", "content_type": "text/plain",
-                       "fields": ["device": "cam-3", "kind": "log"]],
-        ])
+        let id = try fixture.enqueue(
+            file,
+            extra: [
+                "request": ["url": .string(fixture.sink.url("/forms")), "method": "POST"],
+                "upload": [
+                    "protocol": "multipart", "field": "attachment", "filename": "device.log", "content_type": "text/plain",
+                    "fields": ["device": "cam-3", "kind": "log"],
+                ],
+            ])
         let task = try fixture.daemon.waitForTask(id)
         fixture.expectLog(task["state"]?.stringValue == "completed", "state: \(task.serialized())")
         let request = try #require(fixture.sink.requests.last)
@@ -74,7 +84,8 @@ struct EndToEndTests {
         let client = try HTTPClient()
         let counted = try eventually(timeout: 3) {
             let metrics = try client.send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
-            return try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))["backhaul_retries_total{reason=http_5xx}"] == 2
+            return try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))[
+                "backhaul_retries_total{reason=http_5xx}"] == 2
         }
         #expect(counted, "retries are counted by kind")
     }
@@ -247,7 +258,8 @@ struct EndToEndTests {
         var sawHeld = false
         _ = eventually(timeout: 5) {
             let (_, page) = (try? fixture.daemon.call("GET", "/v1/sessions/s1/tasks?state=queued")) ?? (0, .null)
-            sawHeld = page["tasks"]?.arrayValue?.contains { $0["waiting_reason"]?.stringValue == "host_connection_limit" } ?? false
+            sawHeld =
+                page["tasks"]?.arrayValue?.contains { $0["waiting_reason"]?.stringValue == "host_connection_limit" } ?? false
             return sawHeld
         }
         for id in ids { try fixture.daemon.waitForTask(id) }
@@ -296,11 +308,13 @@ struct EndToEndTests {
         let fixture = try Fixture()
         try fixture.session()
         fixture.sink.enqueue(.respond(status: 401))
-        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 1000),
-                                     extra: ["request": ["url": .string(fixture.sink.url("/auth")), "headers": ["Authorization": "Bearer old"]]])
+        let id = try fixture.enqueue(
+            fixture.makeFile("a.bin", size: 1000),
+            extra: ["request": ["url": .string(fixture.sink.url("/auth")), "headers": ["Authorization": "Bearer old"]]])
         let held = try fixture.daemon.waitForTask(id, state: "auth_required")
         #expect(held["state"]?.stringValue == "auth_required")
-        let (status, patched) = try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["request": ["headers": ["Authorization": "Bearer new"]]])
+        let (status, patched) = try fixture.daemon.call(
+            "PATCH", "/v1/tasks/\(id)", ["request": ["headers": ["Authorization": "Bearer new"]]])
         #expect(status == 200)
         #expect(patched["state"]?.stringValue == "queued" || patched["state"]?.stringValue == "running")
         let task = try fixture.daemon.waitForTask(id)

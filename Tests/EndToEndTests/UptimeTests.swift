@@ -15,7 +15,9 @@ extension EndToEndTests {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon.pid)/fd").count) ?? -1
         let files = (try? FileManager.default.contentsOfDirectory(atPath: daemon.stateDirectory)) ?? []
         let bytes = files.reduce(Int64(0)) { total, name in
-            let size = (try? FileManager.default.attributesOfItem(atPath: daemon.stateDirectory + "/" + name)[.size] as? NSNumber)??.int64Value
+            let size =
+                (try? FileManager.default.attributesOfItem(atPath: daemon.stateDirectory + "/" + name)[.size] as? NSNumber)??
+                .int64Value
             return total + (size ?? 0)
         }
         return (fds, bytes)
@@ -29,8 +31,9 @@ extension EndToEndTests {
         try fixture.session("owed")
         _ = try fixture.subscribe(receiver.url, secret: Self.secret, events: ["task.completed"], session: "delivered")
         // A receiver that is not there: the delivery stays pending (its next retry is minutes away).
-        _ = try fixture.subscribe("http://127.0.0.1:\(try freePort())/hooks", secret: Self.secret, events: ["task.completed"],
-                                         session: "owed")
+        _ = try fixture.subscribe(
+            "http://127.0.0.1:\(try freePort())/hooks", secret: Self.secret, events: ["task.completed"],
+            session: "owed")
         let file = fixture.makeFile("a.bin", size: 1000)
         let delivered = try fixture.enqueue(file, session: "delivered")
         let owed = try fixture.enqueue(file, session: "owed")
@@ -40,7 +43,9 @@ extension EndToEndTests {
         let gone = eventually(timeout: 15) { (try? fixture.daemon.call("GET", "/v1/tasks/\(delivered)").0) == 404 }
         fixture.expectLog(gone, "the delivered task is still there")
         #expect(try fixture.daemon.call("GET", "/v1/tasks/\(delivered)/attempts").0 == 404)
-        #expect(try fixture.daemon.call("GET", "/v1/tasks/\(owed)").1["state"]?.stringValue == "completed", "kept: a delivery is owed")
+        #expect(
+            try fixture.daemon.call("GET", "/v1/tasks/\(owed)").1["state"]?.stringValue == "completed", "kept: a delivery is owed"
+        )
         let metrics = try HTTPClient().send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
         let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))
         #expect(figures["backhaul_tasks_pruned_total{}"] == 1, "\(figures.filter { $0.key.contains("prune") })")
@@ -72,24 +77,29 @@ extension EndToEndTests {
         let files = (0..<100).map { fixture.makeFile("f\($0).bin", size: 4096) }
         var baseline: (fds: Int, bytes: Int64)?
         for round in 0..<30 {
-            let batch = JSON.array(files.enumerated().map { index, file in
-                ["file": .string(file), "request": ["url": .string(fixture.sink.url("/churn/\(round)/\(index)"))],
-                 "description": .string(String(repeating: "x", count: 200))]
-            })
+            let batch = JSON.array(
+                files.enumerated().map { index, file in
+                    [
+                        "file": .string(file), "request": ["url": .string(fixture.sink.url("/churn/\(round)/\(index)"))],
+                        "description": .string(String(repeating: "x", count: 200)),
+                    ]
+                })
             let (status, body) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", ["tasks": batch])
             try #require(status == 201, "\(body.serialized())")
             let done = eventually(timeout: 60) {
-                (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["completed"]?.intValue).map { $0 >= 100 } ?? false
+                (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["completed"]?.intValue).map { $0 >= 100 }
+                    ?? false
                     || (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["queued"]?.intValue) == 0
-                    && (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["running"]?.intValue) == 0
+                        && (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["running"]?.intValue) == 0
             }
             try #require(done, "round \(round)")
             if round == 0 { baseline = footprint(fixture.daemon) }
         }
         // Everything ended; let retention and the vacuum catch up.
-        #expect(eventually(timeout: 30) {
-            (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["completed"]?.intValue) == 0
-        })
+        #expect(
+            eventually(timeout: 30) {
+                (try? fixture.daemon.call("GET", "/v1/sessions/s1").1["task_counts"]?["completed"]?.intValue) == 0
+            })
         Thread.sleep(forTimeInterval: 2)
         let end = footprint(fixture.daemon)
         let start = try #require(baseline)
@@ -107,8 +117,10 @@ extension EndToEndTests {
         let database = fixture.daemon.stateDirectory + "/backhaul.db"
         let edit = Process()
         edit.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        edit.arguments = ["python3", "-c", "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.execute('PRAGMA user_version = 999')",
-                          database]
+        edit.arguments = [
+            "python3", "-c", "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); db.execute('PRAGMA user_version = 999')",
+            database,
+        ]
         try edit.run()
         edit.waitUntilExit()
         let before = FileManager.default.contents(atPath: database)

@@ -25,7 +25,8 @@ extension EndToEndTests {
         let fixture = try Fixture(daemonArguments: fastWebhookRetries)
         try fixture.session()
         // A generated secret is shown once, at creation.
-        let receiver = try WebhookReceiver(directory: fixture.scratch.path, secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], start: false)
+        let receiver = try WebhookReceiver(
+            directory: fixture.scratch.path, secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"], start: false)
         let webhook = try fixture.subscribe(receiver.url)
         let secret = try #require(webhook["secret"]?.stringValue)
         #expect(secret.hasPrefix("whsec_"))
@@ -34,13 +35,25 @@ extension EndToEndTests {
         _ = try fixture.daemon.call("PATCH", "/v1/webhooks/\(webhook["id"]!.stringValue!)", ["url": .string(verified.url)])
 
         // One batch: one completes, one fails (nothing listens on port 9), one waits until cancelled.
-        let (status, batch) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", ["tasks": [
-            ["file": .string(fixture.makeFile("a.bin", size: 1000)), "request": ["url": .string(fixture.sink.url("/a"))]],
-            ["file": .string(fixture.makeFile("b.bin", size: 1000)), "request": ["url": "http://127.0.0.1:9/b"],
-             "configuration": ["retry": ["max_attempts": 1]]],
-            ["file": .string(fixture.makeFile("c.bin", size: 1000)), "request": ["url": .string(fixture.sink.url("/c"))],
-             "earliest_begin_at": "2099-01-01T00:00:00Z"],
-        ]])
+        let (status, batch) = try fixture.daemon.call(
+            "POST", "/v1/sessions/s1/tasks",
+            [
+                "tasks": [
+                    [
+                        "file": .string(fixture.makeFile("a.bin", size: 1000)),
+                        "request": ["url": .string(fixture.sink.url("/a"))],
+                    ],
+                    [
+                        "file": .string(fixture.makeFile("b.bin", size: 1000)), "request": ["url": "http://127.0.0.1:9/b"],
+                        "configuration": ["retry": ["max_attempts": 1]],
+                    ],
+                    [
+                        "file": .string(fixture.makeFile("c.bin", size: 1000)),
+                        "request": ["url": .string(fixture.sink.url("/c"))],
+                        "earliest_begin_at": "2099-01-01T00:00:00Z",
+                    ],
+                ]
+            ])
         try #require(status == 201)
         let ids = try #require(batch["tasks"]?.arrayValue).compactMap { $0["id"]?.stringValue }
         let (completed, failed, cancelled) = (ids[0], ids[1], ids[2])
@@ -120,7 +133,10 @@ extension EndToEndTests {
         let webhook = try fixture.subscribe(receiver.url, secret: secret, events: ["task.completed"])
         let webhookID = try #require(webhook["id"]?.stringValue)
         try fixture.daemon.waitForTask(try fixture.enqueue(fixture.makeFile("a.bin", size: 10)))
-        #expect(eventually(timeout: 10) { (try? fixture.daemon.call("GET", "/v1/webhooks/\(webhookID)").1["enabled"]) == .bool(false) })
+        #expect(
+            eventually(timeout: 10) {
+                (try? fixture.daemon.call("GET", "/v1/webhooks/\(webhookID)").1["enabled"]) == .bool(false)
+            })
         let (_, current) = try fixture.daemon.call("GET", "/v1/webhooks/\(webhookID)")
         #expect(current["disabled_reason"]?.stringValue?.contains("410") == true)
         try fixture.daemon.waitForTask(try fixture.enqueue(fixture.makeFile("b.bin", size: 10), path: "/b"))
@@ -138,7 +154,8 @@ extension EndToEndTests {
         try fixture.session()
         let old = WebhookRecordSecret.fixed
         let webhook = try fixture.subscribe("http://127.0.0.1:9/unused", secret: old, events: ["task.completed"])
-        let (status, rotated) = try fixture.daemon.call("POST", "/v1/webhooks/\(webhook["id"]!.stringValue!)/rotate", ["grace_seconds": 3600])
+        let (status, rotated) = try fixture.daemon.call(
+            "POST", "/v1/webhooks/\(webhook["id"]!.stringValue!)/rotate", ["grace_seconds": 3600])
         #expect(status == 200)
         let new = try #require(rotated["secret"]?.stringValue)
         #expect(new != old)
@@ -166,7 +183,9 @@ extension EndToEndTests {
         let all = SSE.read(fixture.daemon.url + "/v1/events?after=0", seconds: 1.5)
         // Every completion, each once; the session drains after the last (possibly also between,
         // when a task finished before the next was enqueued).
-        #expect(all.filter { $0.type == "task.completed" }.compactMap { $0.data["data"]?["id"]?.stringValue }.sorted() == ids.sorted())
+        #expect(
+            all.filter { $0.type == "task.completed" }.compactMap { $0.data["data"]?["id"]?.stringValue }.sorted() == ids.sorted()
+        )
         #expect(all.last?.type == "session.drained")
         let sequence = all.map(\.id)
         #expect(sequence == sequence.sorted() && Set(sequence).count == sequence.count)
@@ -205,7 +224,8 @@ enum SSE {
 
         init(_ url: String, lastEventID: Int64? = nil, seconds: Double) {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            process.arguments = ["-sN", "--max-time", String(seconds)] + (lastEventID.map { ["-H", "Last-Event-ID: \($0)"] } ?? []) + [url]
+            process.arguments =
+                ["-sN", "--max-time", String(seconds)] + (lastEventID.map { ["-H", "Last-Event-ID: \($0)"] } ?? []) + [url]
             process.standardOutput = output
             try? process.run()
         }

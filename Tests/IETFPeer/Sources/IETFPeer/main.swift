@@ -112,8 +112,10 @@ func quoted(_ text: String) -> String {
         switch scalar {
         case "\"": result += "\\\""
         case "\\": result += "\\\\"
-        case _ where scalar.value < 0x20: result += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-            + String(scalar.value, radix: 16)
+        case _ where scalar.value < 0x20:
+            result +=
+                "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                + String(scalar.value, radix: 16)
         default: result.unicodeScalars.append(scalar)
         }
     }
@@ -441,9 +443,10 @@ let bootstrap = ServerBootstrap(group: group)
             try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
             try pipeline.addHandler(RequestLog(log: log))
             if gated { try pipeline.addHandler(VersionGate(allowed: options.versions)) }
-            try pipeline.addHandler(HTTPResumableUploadHandler(context: uploads) { upload in
-                try? upload.pipeline.syncOperations.addHandler(UploadSink(options: options))
-            })
+            try pipeline.addHandler(
+                HTTPResumableUploadHandler(context: uploads) { upload in
+                    try? upload.pipeline.syncOperations.addHandler(UploadSink(options: options))
+                })
         }
     }
 do {
