@@ -18,7 +18,7 @@ public struct DestinationRules: Sendable, Equatable {
     /// Why the URL may not be used, or nil when it may.
     public func refusal(_ url: String, for purpose: Purpose) -> String? {
         guard let parts = URLParts(url) else { return "is not an absolute http or https URL" }
-        let host = parts.host.lowercased().trimmed { $0 == "[" || $0 == "]" }
+        let host = parts.host.hasPrefix("[") ? String(parts.host.dropFirst().dropLast()) : parts.host
         let patterns = purpose == .upload ? uploadHosts : webhookHosts
         if !patterns.isEmpty, !patterns.contains(where: { Self.matches($0, scheme: parts.scheme, host: host) }) {
             return "\(parts.scheme)://\(host) is not in the allowed \(purpose.rawValue) hosts"

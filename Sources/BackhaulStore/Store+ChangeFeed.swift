@@ -73,4 +73,24 @@ extension Store {
     private static func isFinal(_ arguments: FunctionArguments, _ index: Int32) -> Bool {
         arguments.text(index, is: "completed") || arguments.text(index, is: "failed") || arguments.text(index, is: "cancelled")
     }
+
+    /// Any write to `webhooks` (whichever code path, committed or rolled back) makes the writer's
+    /// list of sessions with subscriptions unknown; it is read again when next needed.
+    static func installWebhookFeed(_ db: Connection, state: WriterState) throws {
+        try db.defineFunction("backhaul_webhooks_changed", arguments: 0) { _ in state.sessionsWithWebhooks = nil }
+        try db.execute(
+            """
+            CREATE TEMP TRIGGER webhooks_inserted AFTER INSERT ON main.webhooks BEGIN SELECT backhaul_webhooks_changed(); END;
+            CREATE TEMP TRIGGER webhooks_updated AFTER UPDATE ON main.webhooks BEGIN SELECT backhaul_webhooks_changed(); END;
+            CREATE TEMP TRIGGER webhooks_deleted AFTER DELETE ON main.webhooks BEGIN SELECT backhaul_webhooks_changed(); END;
+            """)
+    }
+
+    /// Whether the session has an enabled subscription (see `WriterState.sessionsWithWebhooks`).
+    func hasWebhooks(_ db: Connection, sessionID: String) throws -> Bool {
+        if let known = writerState.sessionsWithWebhooks { return known.contains(sessionID) }
+        let sessions = Set(try db.query("SELECT DISTINCT session_id FROM webhooks WHERE enabled = 1", []) { $0.string(0) })
+        writerState.sessionsWithWebhooks = sessions
+        return sessions.contains(sessionID)
+    }
 }

@@ -107,21 +107,21 @@ extension Store {
     /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
     /// beyond `AttemptRecord.historyLimit`.
     static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
+        // One statement numbers and inserts the entry (RETURNING gives the number).
         let number =
-            (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
-                $0.int(0)
-            } ?? 0) + 1
-        try db.run(
-            """
-            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error,
-                network_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [
-                taskSequence, number, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived,
-                record.outcome.rawValue,
-                record.httpStatus ?? record.error?.httpStatus, record.error.map { TaskRecord.errorJSON($0).serialized() },
-                record.networkType?.rawValue,
-            ])
+            try db.queryFirst(
+                """
+                INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
+                    error, network_type)
+                SELECT ?, COALESCE(MAX(number), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts WHERE task_seq = ?
+                RETURNING number
+                """,
+                [
+                    taskSequence, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived,
+                    record.outcome.rawValue, record.httpStatus ?? record.error?.httpStatus,
+                    record.error.map { TaskRecord.errorJSON($0).serialized() }, record.networkType?.rawValue, taskSequence,
+                ]
+            ) { $0.int(0) } ?? 0
         if number > Int64(AttemptRecord.historyLimit) {
             try db.run(
                 "DELETE FROM attempts WHERE task_seq = ? AND number <= ?",

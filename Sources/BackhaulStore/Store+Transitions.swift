@@ -82,6 +82,10 @@ extension Store {
         try db.run(
             "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
             [RandomID.make(prefix: "msg_"), type, sessionID, taskID, now, data.serialized()])
+        guard try hasWebhooks(db, sessionID: sessionID) else {
+            log.update { $0.eventsAppended = true }
+            return
+        }
         let sequence = db.lastInsertRowID
         try db.run(
             """

@@ -70,6 +70,7 @@ public final class Store: Sendable {
         try Store.verify(db)
         log = ChangeLog()
         try Store.installChangeFeed(db, log: log)
+        try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
         writer = StoreWriter(connection: db, log: log)
         let frames = FrameCount()
@@ -156,6 +157,10 @@ final class WriterState {
     /// Running tasks a client changed (PATCH) since they started: their end reads the row again
     /// rather than trust the engine's copy.
     var patchedWhileRunning: Set<Int64> = []
+    /// The sessions with an enabled webhook subscription, or nil when a write to `webhooks` made
+    /// it unknown (a TEMP trigger says so, `installWebhookFeed`): an event of any other session
+    /// needs no delivery rows, and the statement that would find none is not run.
+    var sessionsWithWebhooks: Set<String>?
 }
 
 /// The WAL's frames after the last commit, written and read on the writer's thread.

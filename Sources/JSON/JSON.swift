@@ -135,42 +135,65 @@ extension JSON {
         return output
     }
 
-    /// Appends the compact text of this value.
+    /// Appends the compact text of this value. Nothing is allocated but `output`'s growth: it runs
+    /// for every task row, event and API answer.
     public func write(to output: inout [UInt8]) {
         switch self {
-        case .null: output += [110, 117, 108, 108]
-        case .bool(let value): output += value ? [116, 114, 117, 101] : [102, 97, 108, 115, 101]
-        case .int(let value): output += Array(String(value).utf8)
+        case .null: JSON.append("null", to: &output)
+        case .bool(let value): JSON.append(value ? "true" : "false", to: &output)
+        case .int(let value): JSON.writeInteger(value, to: &output)
         case .double(let value):
             guard value.isFinite else {
-                output += [110, 117, 108, 108]
+                JSON.append("null", to: &output)
                 return
             }
             if value == value.rounded(), abs(value) < 1e15 {
                 // A whole double keeps a fraction, as json-c prints it, so it reads back a double.
-                output += Array(String(Int64(value)).utf8) + [46, 48]
+                JSON.writeInteger(Int64(value), to: &output)
+                JSON.append(".0", to: &output)
             } else {
-                output += Array(String(value).utf8)
+                output.append(contentsOf: String(value).utf8)
             }
         case .string(let text): JSON.writeString(text, to: &output)
         case .array(let items):
-            output.append(91)
-            for (index, item) in items.enumerated() {
-                if index > 0 { output.append(44) }
+            output.append(UInt8(ascii: "["))
+            var first = true
+            for item in items {
+                if !first { output.append(UInt8(ascii: ",")) }
+                first = false
                 item.write(to: &output)
             }
-            output.append(93)
+            output.append(UInt8(ascii: "]"))
         case .object(let members):
-            output.append(123)
+            output.append(UInt8(ascii: "{"))
             var first = true
-            for (key, value) in members {
-                if !first { output.append(44) }
+            for (key, value) in members.entries {
+                if !first { output.append(UInt8(ascii: ",")) }
                 first = false
                 JSON.writeString(key, to: &output)
-                output.append(58)
+                output.append(UInt8(ascii: ":"))
                 value.write(to: &output)
             }
-            output.append(125)
+            output.append(UInt8(ascii: "}"))
+        }
+    }
+
+    private static func append(_ text: StaticString, to output: inout [UInt8]) {
+        text.withUTF8Buffer { output.append(contentsOf: $0) }
+    }
+
+    /// Decimal digits, most significant first, through a fixed buffer on the stack.
+    static func writeInteger(_ value: Int64, to output: inout [UInt8]) {
+        if value < 0 { output.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = 20
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start..<20]))
         }
     }
 
@@ -179,27 +202,35 @@ extension JSON {
     /// A string literal: `"` and `\\` escaped, control characters as `\uXXXX` (the short forms
     /// for the common ones), everything else as UTF-8.
     static func writeString(_ text: String, to output: inout [UInt8]) {
-        output.append(34)
+        output.append(UInt8(ascii: "\""))
         var text = text
         text.withUTF8 { bytes in
             var start = 0
-            for (index, byte) in bytes.enumerated() where byte < 0x20 || byte == 34 || byte == 92 {
-                output.append(contentsOf: bytes[start..<index])
-                start = index + 1
-                switch byte {
-                case 34: output += [92, 34]
-                case 92: output += [92, 92]
-                case 10: output += [92, 110]
-                case 13: output += [92, 114]
-                case 9: output += [92, 116]
-                case 8: output += [92, 98]
-                case 12: output += [92, 102]
-                default: output += [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte < 0x20 || byte == 34 || byte == 92 {
+                    output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
+                    start = index + 1
+                    switch byte {
+                    case 34: append("\\\"", to: &output)
+                    case 92: append("\\\\", to: &output)
+                    case 10: append("\\n", to: &output)
+                    case 13: append("\\r", to: &output)
+                    case 9: append("\\t", to: &output)
+                    case 8: append("\\b", to: &output)
+                    case 12: append("\\f", to: &output)
+                    default:
+                        append("\\u00", to: &output)
+                        output.append(hex[Int(byte >> 4)])
+                        output.append(hex[Int(byte & 15)])
+                    }
                 }
+                index += 1
             }
-            output.append(contentsOf: bytes[start...])
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count]))
         }
-        output.append(34)
+        output.append(UInt8(ascii: "\""))
     }
 
     /// The same value printed by json-c (`json_object_to_json_string_length`): the reference the

@@ -202,7 +202,9 @@ struct ConfigurationTests {
         arguments: [
             ("http://example.com/a", "http://example.com:80"), ("https://EXAMPLE.com", "https://example.com:443"),
             ("http://127.0.0.1:8080/x?y", "http://127.0.0.1:8080"), ("http://user:pw@h:1/", "http://h:1"),
-            ("http://[::1]:9000/p", "http://[::1]:9000"),
+            ("http://[::1]:9000/p", "http://[::1]:9000"), ("HTTPS://Host.Example#frag", "https://host.example:443"),
+            ("http://a@b@h/x", "http://h:80"), ("http://h:65535", "http://h:65535"), ("http://[FE80::1]", "http://[fe80::1]:80"),
+            ("https://bücher.example/x", "https://bücher.example:443"), ("https://ÄRGER.example", "https://ärger.example:443"),
         ])
     func urls(_ url: String, _ key: String) {
         #expect(URLParts(url)?.hostKey == key)
@@ -210,7 +212,11 @@ struct ConfigurationTests {
 
     @Test(
         "non-http URLs are refused",
-        arguments: ["ftp://x/", "file:///etc/passwd", "http://", "http://h:99999/", "h/x", "http://a b/"])
+        arguments: [
+            "ftp://x/", "file:///etc/passwd", "http://", "http://h:99999/", "h/x", "http://a b/", "http://h:0", "http://h:",
+            "http://h:+80", "http://[::1", "http://[::1]x", "http://a\nb/", "http://a\u{2028}b/", "http://a\u{85}b", "http://:80",
+            "http://@/",
+        ])
     func badURLs(_ url: String) {
         #expect(URLParts(url) == nil)
     }

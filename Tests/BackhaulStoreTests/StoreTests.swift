@@ -151,6 +151,33 @@ struct StoreTests {
         #expect(try store.task(id: "a")?.state == .cancelled)
     }
 
+    @Test("a subscription added, disabled, enabled or deleted changes which events get deliveries at once")
+    func deliveriesFollowSubscriptions() throws {
+        func cancelled(_ id: String) throws {
+            _ = try store.createTasks(sessionID: "s", [makeTask(id)])
+            _ = try store.apply(.cancel, to: id)
+        }
+        func pending(_ webhook: String) throws -> Int {
+            try store.deliveries(webhookID: webhook, state: nil, cursor: nil, limit: 100).deliveries.count
+        }
+        try cancelled("before")  // no subscription yet: no delivery, and the writer remembers that
+        try store.createWebhook(
+            WebhookRecord(id: "w", sessionID: "s", url: "http://h/", events: [.taskCancelled], secret: "k", createdAt: 0))
+        try cancelled("added")
+        #expect(try pending("w") == 1)
+        try store.updateWebhook(id: "w") { $0.enabled = false }
+        try cancelled("disabled")
+        #expect(try pending("w") == 1)
+        try store.updateWebhook(id: "w") { $0.enabled = true }
+        try cancelled("enabled")
+        #expect(try pending("w") == 2)
+        try store.createWebhook(
+            WebhookRecord(id: "w2", sessionID: "s", url: "http://h/", events: [.taskCancelled], secret: "k", createdAt: 0))
+        try store.deleteWebhook(id: "w")
+        try cancelled("deleted")
+        #expect(try pending("w2") == 1)
+    }
+
     @Test("group commit: concurrent writes share transactions; each caller returns once its write is on disk")
     func groupCommit() throws {
         let commits = Locked(0)
