@@ -1,6 +1,5 @@
 import BackhaulCore
 import JSON
-import JSONCodec
 import Testing
 
 @Suite("auto: protocol selection")
