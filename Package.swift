@@ -42,8 +42,11 @@ let package = Package(
         .target(
             name: "BackhaulUI", dependencies: ["Digest"],
             resources: [
-                .embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/app.js"),
-                .embedInCode("Assets/icon.svg"),
+                .embedInCode("Assets/index.html"), .embedInCode("Assets/app.css"), .embedInCode("Assets/icon.svg"),
+                // The script: app.js and the ES modules it imports.
+                .embedInCode("Assets/app.js"), .embedInCode("Assets/api.js"), .embedInCode("Assets/stream.js"),
+                .embedInCode("Assets/snapshots.js"), .embedInCode("Assets/view.js"), .embedInCode("Assets/panels.js"),
+                .embedInCode("Assets/actions.js"), .embedInCode("Assets/words.js"), .embedInCode("Assets/page.js"),
             ],
             swiftSettings: swiftSettings),
 

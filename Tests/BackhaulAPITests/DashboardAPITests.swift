@@ -21,9 +21,9 @@ struct DashboardAPITests {
     @Test("/ and /ui/{file}: types, a strong ETag with 304, CSP without inline script or style, nosniff; unknown files 404")
     func served() throws {
         let api = try APIHarness()
-        let expected = [
-            "/": "text/html", "/ui/app.js": "text/javascript", "/ui/app.css": "text/css", "/ui/icon.svg": "image/svg+xml",
-        ]
+        var expected = ["/": "text/html", "/ui/app.css": "text/css", "/ui/icon.svg": "image/svg+xml"]
+        for name in Dashboard.files.keys where name.hasSuffix(".js") { expected["/ui/\(name)"] = "text/javascript" }
+        #expect(expected.count == Dashboard.files.count + 1 && expected["/ui/app.js"] != nil)
         for (path, type) in expected {
             let response = get(api.router, path)
             #expect(response.status == 200, "\(path)")
@@ -66,6 +66,26 @@ struct DashboardAPITests {
             "dashboard: \(Dashboard.totalBytes) bytes in all (\(Dashboard.files.map { "\($0.key) \($0.value.bytes.count)" }.sorted().joined(separator: ", ")), index.html \(Dashboard.page.bytes.count))"
         )
         #expect(Dashboard.totalBytes < 60_000)
+    }
+
+    @Test("the script is ES modules: the page loads app.js; what it imports, and so on, is every script served")
+    func modules() throws {
+        let page = String(decoding: Dashboard.page.bytes, as: UTF8.self)
+        #expect(page.contains(#"<script src="/ui/app.js" type="module"></script>"#))
+        /// The files a module imports: `import { … } from './view.js';` names view.js.
+        func imports(_ name: String) -> [String] {
+            let text = String(decoding: Dashboard.files[name]?.bytes ?? [], as: UTF8.self)
+            let tails = text.components(separatedBy: "from './").dropFirst()
+            return tails.compactMap { $0.split(separator: "'").first.map(String.init) }
+        }
+        var reached: Set<String> = []
+        var next = ["app.js"]
+        while let name = next.popLast() {
+            guard reached.insert(name).inserted else { continue }
+            #expect(Dashboard.files[name] != nil, "\(name) is imported but not served")
+            next += imports(name)
+        }
+        #expect(reached == Set(Dashboard.files.keys.filter { $0.hasSuffix(".js") }), "every script served is imported")
     }
 
     @Test("--no-ui: the dashboard's routes are gone; the API is untouched")
