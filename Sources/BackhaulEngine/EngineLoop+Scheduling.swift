@@ -16,8 +16,12 @@ extension EngineLoop {
         while free > 0, let entry = scheduler.next() {
             let task: TaskRecord
             do {
-                guard let read = try store.task(sequence: entry.sequence), read.state == .queued else { continue }
-                task = read
+                if let created = createdCopies.removeValue(forKey: entry.sequence) {
+                    task = created
+                } else {
+                    guard let read = try store.task(sequence: entry.sequence), read.state == .queued else { continue }
+                    task = read
+                }
             } catch {
                 fault(
                     .storeRead, "cannot read a queued task; trying again", ["task.seq": "\(entry.sequence)", "error": "\(error)"])

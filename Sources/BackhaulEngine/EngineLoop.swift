@@ -19,6 +19,10 @@ final class EngineLoop: CurlClient {
     var loadingAfter: Int64? = 0
     /// Sequences whose claim is in flight (kept out of the scheduler meanwhile).
     var claiming: Set<Int64> = []
+    /// Tasks as the store created them (queued), so a new task starts without being read back;
+    /// dropped when the task changes or leaves the queue. At most `createdCopiesLimit`.
+    var createdCopies: [Int64: TaskRecord] = [:]
+    static let createdCopiesLimit = 4096
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
     /// Each session's configuration, kept from the store's commits.
@@ -147,7 +151,14 @@ final class EngineLoop: CurlClient {
 
     /// One commit's changes: the queue, transfers whose task moved on, timers, sessions, settings.
     func take(_ changes: StoreChanges) {
-        for sequence in changes.unqueued { scheduler.dequeue(sequence) }
+        for task in changes.created where createdCopies.count < Self.createdCopiesLimit {
+            createdCopies[task.sequence] = task
+        }
+        for sequence in changes.touched { createdCopies[sequence] = nil }
+        for sequence in changes.unqueued {
+            scheduler.dequeue(sequence)
+            createdCopies[sequence] = nil
+        }
         for entry in changes.queued where !claiming.contains(entry.sequence) {
             scheduler.enqueue(entry)
             scheduleNeeded = true

@@ -5,9 +5,19 @@ import SQLite
 /// (queue membership, leaving `running`, timers, downloads that ended unfinished) into the open
 /// transaction's `ChangeLog`: whatever code path writes a task, the engine hears of it.
 extension Store {
-    static func installChangeFeed(_ db: Connection, log: ChangeLog) throws {
+    static func installChangeFeed(_ db: Connection, log: ChangeLog, state: WriterState) throws {
         try db.defineFunction("backhaul_task_changed", arguments: 14) { arguments in
             Store.noteTaskChange(arguments, log: log)
+        }
+        // Arguments: seq, whether it is still queued.
+        try db.defineFunction("backhaul_queued_task_touched", arguments: 2) { arguments in
+            let sequence = arguments.int(0)
+            if arguments.int(1) != 0 {
+                state.touchedQueued.insert(sequence)
+                log.update { $0.touched.append(sequence) }
+            } else {
+                state.touchedQueued.remove(sequence)
+            }
         }
         let new = """
             NEW.seq, NEW.state, NEW.priority, NEW.session_id, NEW.host_key,
@@ -23,6 +33,10 @@ extension Store {
             CREATE TEMP TRIGGER feed_update AFTER UPDATE OF state, priority, host_key, session_id, configuration, next_attempt_at,
                 earliest_begin_at, deadline_at ON main.tasks
             BEGIN SELECT backhaul_task_changed(OLD.state, \(new), \(configurationChanged), OLD.session_id); END;
+            CREATE TEMP TRIGGER feed_touch AFTER UPDATE ON main.tasks WHEN OLD.state = 'queued'
+            BEGIN SELECT backhaul_queued_task_touched(OLD.seq, NEW.state = 'queued'); END;
+            CREATE TEMP TRIGGER feed_touch_delete AFTER DELETE ON main.tasks WHEN OLD.state = 'queued'
+            BEGIN SELECT backhaul_queued_task_touched(OLD.seq, 0); END;
             CREATE TEMP TRIGGER feed_delete AFTER DELETE ON main.tasks
             BEGIN SELECT backhaul_task_changed(OLD.state, OLD.seq, NULL, 0, '', '', NULL, OLD.id, NULL, NULL, NULL, NULL, 0,
                 OLD.session_id); END;

@@ -48,18 +48,26 @@ extension Store {
         try read { db in try TaskRows.fetch(db, sequence: sequence) }
     }
 
-    /// Claims `task` (as read) for its next attempt, if it is still queued as it was read;
-    /// `done` gets the task as started, or nil.
+    /// Claims `task` (as read, or as created) for its next attempt, if it is still queued as it
+    /// was; `done` gets the task as started, or nil. A task whose row changed while it waited in
+    /// the queue is read again here, in the claim's transaction, and started as it is now.
     public func startAttempt(_ task: TaskRecord, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
         submit(
             { [self] db -> TaskRecord? in
-                guard case .success(let started) = task.applying(.attemptStarted, now: now) else { return nil }
-                guard try TaskRows.update(db, from: task, to: started, onlyIf: "state = 'queued' AND attempts = \(task.attempts)")
+                var current = task
+                if writerState.touchedQueued.remove(task.sequence) != nil {
+                    guard let read = try TaskRows.fetch(db, sequence: task.sequence), read.state == .queued else { return nil }
+                    current = read
+                }
+                guard case .success(let started) = current.applying(.attemptStarted, now: now) else { return nil }
+                guard
+                    try TaskRows.update(
+                        db, from: current, to: started, onlyIf: "state = 'queued' AND attempts = \(current.attempts)")
                 else {
                     return nil
                 }
-                try recorded(db, from: task, to: started, now: now)
+                try recorded(db, from: current, to: started, now: now)
                 return started
             }, done: done)
     }

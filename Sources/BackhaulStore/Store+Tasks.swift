@@ -64,6 +64,7 @@ extension Store {
                 task.sequence = db.lastInsertRowID
                 if let key = task.idempotencyKey { keysInBatch[key] = task }
                 try recorded(db, from: nil, to: task, now: now)
+                if task.state == .queued { log.update { [task] in $0.created.append(task) } }
                 results.append((task, true))
             }
             return results

@@ -27,12 +27,17 @@ public struct StoreChanges: Sendable {
     public var pruned = 0
     /// A task the policy may hold changed its own configuration: decide again for held tasks.
     public var policyReview = false
+    /// Tasks created queued, as written: the engine may start them without reading them back.
+    public var created: [TaskRecord] = []
+    /// Queued tasks whose row was changed (a client's PATCH, new headers) and that stay queued:
+    /// a copy of one from `created` is out of date.
+    public var touched: [Int64] = []
 
     public init() {}
 
     public var isEmpty: Bool {
         queued.isEmpty && unqueued.isEmpty && leftRunning.isEmpty && earliestTimer == nil && !eventsAppended && !cleanupsAdded
-            && sessions.isEmpty && settings.isEmpty && pruned == 0 && !policyReview
+            && sessions.isEmpty && settings.isEmpty && pruned == 0 && !policyReview && created.isEmpty && touched.isEmpty
     }
 
     mutating func noteTimer(_ time: Timestamp?) {
@@ -52,6 +57,8 @@ public struct StoreChanges: Sendable {
         settings.formUnion(later.settings)
         pruned += later.pruned
         policyReview = policyReview || later.policyReview
+        created += later.created
+        touched += later.touched
     }
 }
 

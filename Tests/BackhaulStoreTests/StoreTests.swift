@@ -178,6 +178,21 @@ struct StoreTests {
         #expect(try pending("w2") == 1)
     }
 
+    @Test("a claim made with the copy the engine kept at creation starts the task as it is now (headers changed meanwhile)")
+    func claimOfAChangedCopy() throws {
+        let touched = Locked<[Int64]>([])
+        store.observe { changes in touched.withLock { $0 += changes.touched } }
+        let copies = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")]).map(\.0)
+        try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
+        #expect(touched.withLock { $0 } == [copies[0].sequence])
+        let started = try #require(try waitFor { done in store.startAttempt(copies[0], done: done) })
+        #expect(started.request.headers.first?.1 == "Bearer renewed")
+        #expect(try store.task(id: "a")?.request.headers.first?.1 == "Bearer renewed")
+        // The untouched one starts from its copy.
+        let other = try #require(try waitFor { done in store.startAttempt(copies[1], done: done) })
+        #expect(other.state == .running && other.request.headers.first?.1 == "Bearer x")
+    }
+
     @Test("group commit: concurrent writes share transactions; each caller returns once its write is on disk")
     func groupCommit() throws {
         let commits = Locked(0)
