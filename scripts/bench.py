@@ -267,7 +267,7 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
         run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600)
         walls.append(time.time() - started)
         os.remove(f"{sink_dir}/root/curl/{run_index}.bin")
-    cases["curl -T"] = {"wall_s": statistics.median(walls)}
+    cases["curl -T"] = {"wall_s": statistics.median(walls), "walls": walls}
 
     gib = args.size_mib / 1024
     for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
@@ -295,7 +295,7 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
                 os.remove(target)
             finally:
                 stop(daemon)
-        cases[name] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
+        cases[name] = {"wall_s": statistics.median(walls), "walls": walls, "cpu_s_per_gib": statistics.median(cpus) / gib,
                        "peak_rss_mib": max(rss)}
     base = cases["curl -T"]["wall_s"]
     for case in cases.values():
@@ -321,7 +321,7 @@ def big_download(args, work, data, source, sink_dir, nginx_port):
             run(["curl", "-sS", "-o", target, url], timeout=600)
             walls.append(time.time() - started)
             os.remove(target)
-        cases["curl -o"] = {"wall_s": statistics.median(walls)}
+        cases["curl -o"] = {"wall_s": statistics.median(walls), "walls": walls}
         walls, cpus, rss = [], [], []
         for run_index in range(args.runs):
             daemon, port = start_daemon(args.binary, f"{work}/state-download-{run_index}", data, ["--allow-root", target_dir])
@@ -342,7 +342,7 @@ def big_download(args, work, data, source, sink_dir, nginx_port):
                 os.remove(target)
             finally:
                 stop(daemon)
-        cases["backhauld download"] = {"wall_s": statistics.median(walls),
+        cases["backhauld download"] = {"wall_s": statistics.median(walls), "walls": walls,
                                        "cpu_s_per_gib": statistics.median(cpus) / (args.size_mib / 1024),
                                        "peak_rss_mib": max(rss)}
     finally:
@@ -881,19 +881,22 @@ def targets(args, results):
 
 def print_big(args, results):
     print(f"\n{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
-    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
+    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
     for name, case in results["cases"].items():
-        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
-              f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
+        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
+        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
+        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}{cpu:>11}{peak:>14}   "
+              + " ".join(f"{wall:.2f}" for wall in case["walls"]))
 
 
 def print_download(args, results):
     print(f"\n{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs")
-    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
+    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
     for name, case in results["download"].items():
         cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
         peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
-        print(f"{name:<28}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>9.2f}{cpu:>11}{peak:>14}")
+        print(f"{name:<28}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>9.2f}{cpu:>11}{peak:>14}   "
+              + " ".join(f"{wall:.2f}" for wall in case["walls"]))
 
 
 def print_webhooks(results):
@@ -994,8 +997,9 @@ def main():
             block = os.urandom(MIB)
             for _ in range(args.size_mib):
                 out.write(block)
+    # The load average says how much else the shared machine was doing during the run.
     results = {"date": time.strftime("%Y-%m-%d"), "binary": args.binary, "quick": args.quick, "size_mib": args.size_mib,
-               "runs": args.runs, "files": args.files, "cases": {}}
+               "runs": args.runs, "files": args.files, "loadavg_start": os.getloadavg(), "cases": {}}
     nginx, nginx_port = start_nginx(sink_dir)
     chunk_sink = ChunkSink(sink_dir)
     try:
@@ -1038,6 +1042,9 @@ def main():
         print_scale(args, results)
     if "profile" in results:
         print_profile(results)
+    results["loadavg_end"] = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in results['loadavg_start'])}, "
+          f"at the end {' '.join(f'{x:.2f}' for x in results['loadavg_end'])} (2 cores, shared)")
     results["targets"] = targets(args, results)
     if results["targets"]:
         print_targets(args, results["targets"])
