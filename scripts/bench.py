@@ -1,40 +1,98 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmark on loopback, in one run; prints tables and writes JSON.
+"""Side-by-side benchmark on loopback, in one run: prints each section's table, then every target
+of issue 16 beside its figure with met / not met, and writes it all as JSON.
 
-1. One big file: backhauld raw and chunked vs `curl -T`, to the same nginx sink.
-2. Many small files (2,000 × 256 KiB as one batch): backhauld vs one curl process uploading them
-   one after another over a reused connection vs `rclone copy --transfers 8`, all to the same
-   WebDAV sink (`rclone serve webdav`).
-3. The API under load (wrk): GET /v1/tasks/{id} and single POST enqueues; requests/s and p99.
-4. Scale: 100,000 tasks enqueued in batches of 1,000 (held in a disabled session), the daemon's
-   RSS, restart-to-ready time with them in the store, and GET latency with them present.
+Sections (`--only`, comma-separated; all by default):
+  big       one 1 GiB file: backhauld raw and chunked (8 MiB) vs `curl -T`, to nginx on tmpfs
+  download  the same file the other way: backhauld download vs `curl -o`
+  webhooks  N small uploads, one subscription, nginx answering 204 as the receiver
+  many      2,000 × 256 KiB to nginx WebDAV (`dav_methods PUT`, tmpfs): backhauld vs one curl
+            process (`-K`, one file after another) vs `curl -Z --parallel-max 16`, rounds
+            interleaved; backhauld's CPU per task
+  rclone    the same files to `rclone serve webdav` (rclone's WebDAV backend cannot talk to
+            nginx's partial WebDAV): backhauld, curl, curl -Z and `rclone copy --transfers 8`
+  api       wrk (2 threads, 16 connections) on GET /v1/tasks/{id} and on single-task POSTs,
+            every POST's status counted by a Lua script
+  scale     1,000,000 tasks in batches of 1,000 into a disabled session: the first 100,000 vs
+            the last 100,000, RSS with them present, SIGTERM and restart to /readyz, GET under wrk
+  profile   instructions per 64 KiB task under callgrind (N tasks minus an idle run) beside curl
 
-Sinks live on tmpfs (/dev/shm) so the disk does not bound the figures; cases run several times
-and tables show medians. Usage: scripts/bench.py [--size-mib 1024] [--runs 3] [--quick]
+`--quick` shrinks every size (and runs once) so the whole script is checked in a few minutes:
+its verdicts are not the targets'. Every wait has a deadline; everything listens on 127.0.0.1.
 """
-import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, atexit, http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 1 << 20
+
+# Every process this script starts, so that none outlives it whatever fails.
+CHILDREN = []
 
 
-def api(port, method, path, body=None):
+def spawn(command, **kwargs):
+    process = subprocess.Popen(command, **kwargs)
+    CHILDREN.append(process)
+    return process
+
+
+def stop(process, sig=signal.SIGTERM, timeout=30):
+    """Signals `process` and waits for it; SIGKILL when it outlives `timeout`. Returns the seconds
+    it took to exit after the signal."""
+    if process.poll() is not None:
+        return 0.0
+    started = time.time()
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    return time.time() - started
+
+
+@atexit.register
+def stop_children():
+    for process in CHILDREN:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def api(port, method, path, body=None, timeout=60):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
 
 
 def free_port():
-    import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def wait_port(port, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def run(command, timeout, **kwargs):
+    """subprocess.run with a time limit and check=True."""
+    return subprocess.run(command, check=True, timeout=timeout, **kwargs)
+
+
 def start_nginx(directory):
+    """nginx as a WebDAV PUT sink (`dav_methods PUT`, `create_full_put_path on`, as
+    BackhaulTesting's NginxServer), its root on tmpfs, and a 204 webhook receiver at /hooks."""
     port = free_port()
     os.makedirs(f"{directory}/root", exist_ok=True)
     os.makedirs(f"{directory}/tmp", exist_ok=True)
@@ -56,8 +114,8 @@ http {{
   }}
 }}
 """)
-    process = subprocess.Popen(["nginx", "-c", f"{directory}/nginx.conf", "-p", f"{directory}/"])
-    time.sleep(0.5)
+    process = spawn(["nginx", "-c", f"{directory}/nginx.conf", "-p", f"{directory}/"])
+    wait_port(port)
     return process, port
 
 
@@ -113,32 +171,43 @@ class ChunkSink:
 
 
 def proc_cpu_seconds(pid):
+    """utime + stime of the process so far."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def proc_peak_rss_mib(pid):
+def proc_status_mib(pid, key):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 
 
-def start_daemon(binary, state, root, extra=()):
+def proc_peak_rss_mib(pid):
+    return proc_status_mib(pid, "VmHWM")
+
+
+def proc_rss_mib(pid):
+    return proc_status_mib(pid, "VmRSS")
+
+
+def start_daemon(binary, state, root, extra=(), port=0):
+    """Starts backhauld and returns (process, port) once it listens (read from its log)."""
     log = open(state + ".log", "a")
-    process = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--state-dir", state, "--allow-root", root, *extra],
-                               stderr=log, stdout=log)
     skip = listening_lines(state)
-    deadline = time.time() + 20
-    while time.time() < deadline:
+    process = spawn([binary, "--listen", f"127.0.0.1:{port}", "--state-dir", state, "--allow-root", root, *extra],
+                    stderr=log, stdout=log)
+    deadline = time.time() + 60
+    while time.time() < deadline and process.poll() is None:
         with open(state + ".log") as lines:
             for line in list(lines)[skip:]:
                 if '"msg":"listening"' in line:
                     return process, int(json.loads(line)["http.port"])
-        time.sleep(0.05)
-    raise RuntimeError("backhauld did not start")
+        time.sleep(0.02)
+    stop(process)
+    raise RuntimeError(f"backhauld did not start; see {state}.log")
 
 
 def listening_lines(state):
@@ -164,184 +233,135 @@ def wait_done(port, ids, timeout=900):
         raise RuntimeError(f"{len(pending)} tasks did not finish")
 
 
-def proc_rss_mib(pid):
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def wait_port(port, timeout=20):
-    import socket
+def wait_session_done(port, session, count, timeout=600, interval=0.01):
+    """Polls the session's counts until `count` tasks ended; their counts."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
+        _, body = api(port, "GET", f"/v1/sessions/{session}")
+        counts = body["task_counts"]
+        if counts["completed"] + counts["failed"] + counts.get("cancelled", 0) >= count:
+            break
+        time.sleep(interval)
+    if counts["completed"] != count:
+        _, failed = api(port, "GET", f"/v1/sessions/{session}/tasks?state=failed&limit=1")
+        raise RuntimeError(f"session {session}: {counts}; first failure: {failed.get('tasks', [{}])[:1]}")
+    return counts
 
 
-def start_webdav(directory):
-    """rclone's own WebDAV server: a sink that rclone, curl and backhauld can all PUT to."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-    process = subprocess.Popen(["rclone", "serve", "webdav", directory, "--addr", f"127.0.0.1:{port}"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
-    return process, port
+# ---------------------------------------------------------------------------------------------
+# 1. One big file
 
 
-def many_files(args, work, data):
-    """2,000 × 256 KiB: backhauld (one batch) vs one curl process vs rclone copy --transfers 8."""
-    source = f"{data}/many"
-    os.makedirs(source)
-    for index in range(args.files):
-        with open(f"{source}/{index}.bin", "wb") as out:
-            out.write(os.urandom(256 * 1024))
-    sink = tempfile.mkdtemp(prefix="backhaul-dav-", dir="/dev/shm")
-    # Destination folders exist before the server starts (rclone caches directory listings).
-    for run in range(args.runs):
-        os.makedirs(f"{sink}/curl{run}")
-        os.makedirs(f"{sink}/curlz{run}")
-        os.makedirs(f"{sink}/bh{run}")
-    webdav, port = start_webdav(sink)
+def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
+    """One big file: curl -T, then backhauld raw and chunked (8 MiB), to the same sinks."""
+    cases = {}
+
+    def sink_port(upload):
+        return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
+
+    walls = []
+    for run_index in range(args.runs):
+        target = f"http://127.0.0.1:{nginx_port}/curl/{run_index}.bin"
+        subprocess.run(["sync"], timeout=120)
+        started = time.time()
+        run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600)
+        walls.append(time.time() - started)
+        os.remove(f"{sink_dir}/root/curl/{run_index}.bin")
+    cases["curl -T"] = {"wall_s": statistics.median(walls), "walls": walls}
+
+    gib = args.size_mib / 1024
+    for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
+        walls, cpus, rss = [], [], []
+        for run_index in range(args.runs):
+            state = f"{work}/state-{name.split()[1]}-{run_index}"
+            daemon, port = start_daemon(args.binary, state, data)
+            try:
+                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
+                cpu_before = proc_cpu_seconds(daemon.pid)
+                subprocess.run(["sync"], timeout=120)
+                started = time.time()
+                status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
+                    "file": source, "upload": upload,
+                    "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run_index}.bin"}})
+                assert status == 201, task
+                wait_done(port, [task["id"]])
+                walls.append(time.time() - started)
+                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                rss.append(proc_peak_rss_mib(daemon.pid))
+                target = (f"{sink_dir}/root/bh/{run_index}.bin" if upload["protocol"] == "raw"
+                          else chunk_sink.assembled(f"/bh/{run_index}.bin"))
+                if subprocess.run(["cmp", "-s", source, target], timeout=300).returncode != 0:
+                    raise RuntimeError(f"{name}: the uploaded file differs")
+                os.remove(target)
+            finally:
+                stop(daemon)
+        cases[name] = {"wall_s": statistics.median(walls), "walls": walls, "cpu_s_per_gib": statistics.median(cpus) / gib,
+                       "peak_rss_mib": max(rss)}
+    base = cases["curl -T"]["wall_s"]
+    for case in cases.values():
+        case["mib_per_s"] = args.size_mib / case["wall_s"]
+        case["ratio_to_curl"] = case["wall_s"] / base
+    return cases
+
+
+def big_download(args, work, data, source, sink_dir, nginx_port):
+    """One big file the other way: curl -o vs a backhauld download, from the same nginx, into a
+    tmpfs directory (so the disk does not bound either; backhauld still fsyncs its checkpoints)."""
+    served = f"{sink_dir}/root/dl/big.bin"
+    os.makedirs(os.path.dirname(served), exist_ok=True)
+    shutil.copyfile(source, served)
+    target_dir = tempfile.mkdtemp(prefix="backhaul-dl-", dir="/dev/shm")
+    url = f"http://127.0.0.1:{nginx_port}/dl/big.bin"
     cases = {}
     try:
-        def count(directory):
-            return len(os.listdir(f"{sink}/{directory}")) if os.path.isdir(f"{sink}/{directory}") else 0
-
-        # One curl process, the files one after another over one reused connection; then the same
-        # process with 16 transfers in parallel (-Z): no durable state at all, so it shows the
-        # floor this sink and these two cores allow.
-        for name, flags, folder in (("curl (one process)", [], "curl"), ("curl -Z (16 parallel)", ["-Z", "--parallel-max", "16", "--no-progress-meter"], "curlz")):
-            for run in range(args.runs):
-                config = f"{work}/{folder}-{run}.cfg"
-                with open(config, "w") as out:
-                    for index in range(args.files):
-                        out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{port}/{folder}{run}/{index}.bin"\n'
-                                  f'output = "/dev/null"\n')
-                started = time.time()
-                subprocess.run(["curl", "-sSf", *flags, "-K", config], check=True, stdout=subprocess.DEVNULL)
-                cases.setdefault(name, []).append(time.time() - started)
-                assert count(f"{folder}{run}") == args.files
-        # rclone copy --transfers 8 (its WebDAV backend).
-        env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-        for run in range(args.runs):
+        walls = []
+        for run_index in range(args.runs):
+            target = f"{target_dir}/curl-{run_index}.bin"
             started = time.time()
-            subprocess.run(["rclone", "copy", "--transfers", "8", source, f":webdav,url='http://127.0.0.1:{port}':rclone{run}"],
-                           check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            cases.setdefault("rclone copy --transfers 8", []).append(time.time() - started)
-            assert count(f"rclone{run}") == args.files
-        # backhauld: one batch, from enqueue to the last completion (durable state included).
-        for run in range(args.runs):
-            state = f"{work}/state-many-{run}"
-            daemon, api_port = start_daemon(args.binary, state, data)
+            run(["curl", "-sS", "-o", target, url], timeout=600)
+            walls.append(time.time() - started)
+            os.remove(target)
+        cases["curl -o"] = {"wall_s": statistics.median(walls), "walls": walls}
+        walls, cpus, rss = [], [], []
+        for run_index in range(args.runs):
+            daemon, port = start_daemon(args.binary, f"{work}/state-download-{run_index}", data, ["--allow-root", target_dir])
             try:
-                api(api_port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
-                tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"http://127.0.0.1:{port}/bh{run}/{index}.bin"}}
-                         for index in range(args.files)]
+                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
+                cpu_before = proc_cpu_seconds(daemon.pid)
+                target = f"{target_dir}/bh-{run_index}.bin"
                 started = time.time()
-                status, created = api(api_port, "POST", "/v1/sessions/many/tasks", {"tasks": tasks})
-                assert status == 201, created
-                deadline = time.time() + 600
-                while time.time() < deadline:
-                    _, session = api(api_port, "GET", "/v1/sessions/many")
-                    counts = session["task_counts"]
-                    if counts["completed"] + counts["failed"] == args.files:
-                        break
-                    time.sleep(0.01)
-                cases.setdefault("backhauld", []).append(time.time() - started)
-                if counts["completed"] != args.files:
-                    _, failed = api(api_port, "GET", "/v1/sessions/many/tasks?state=failed&limit=1")
-                    raise RuntimeError(f"{counts}: {failed['tasks'][0]['error']}")
-                assert count(f"bh{run}") == args.files
+                status, task = api(port, "POST", "/v1/sessions/bench/tasks",
+                                   {"kind": "download", "request": {"url": url}, "destination": target})
+                assert status == 201, task
+                wait_done(port, [task["id"]])
+                walls.append(time.time() - started)
+                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                rss.append(proc_peak_rss_mib(daemon.pid))
+                if subprocess.run(["cmp", "-s", source, target], timeout=300).returncode != 0:
+                    raise RuntimeError("backhauld download: the file differs")
+                os.remove(target)
             finally:
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(timeout=30)
+                stop(daemon)
+        cases["backhauld download"] = {"wall_s": statistics.median(walls), "walls": walls,
+                                       "cpu_s_per_gib": statistics.median(cpus) / (args.size_mib / 1024),
+                                       "peak_rss_mib": max(rss)}
     finally:
-        webdav.terminate()
-        webdav.wait(timeout=10)
-        shutil.rmtree(sink, ignore_errors=True)
-    result = {name: {"wall_s": statistics.median(walls), "files_per_s": args.files / statistics.median(walls)}
-              for name, walls in cases.items()}
-    for case in result.values():
-        case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
-    return result
+        os.remove(served)
+        shutil.rmtree(target_dir, ignore_errors=True)
+    curl = cases["curl -o"]["wall_s"]
+    for case in cases.values():
+        case["mib_per_s"] = args.size_mib / case["wall_s"]
+        case["ratio_to_curl"] = case["wall_s"] / curl
+    return cases
 
 
-def wrk(url, seconds, connections=16, script=None):
-    """requests/s and p99 latency (ms) from wrk --latency."""
-    command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url]
-    if script:
-        command[1:1] = ["-s", script]
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    rate = float(next(line.split()[1] for line in output.splitlines() if line.startswith("Requests/sec:")))
-    p99 = next(line.split()[1] for line in output.splitlines() if line.strip().startswith("99%"))
-    units = {"us": 0.001, "ms": 1.0, "s": 1000.0}
-    unit = next(u for u in ("us", "ms", "s") if p99.endswith(u))
-    errors = [line.strip() for line in output.splitlines() if "Non-2xx" in line or "Socket errors" in line]
-    return {"requests_per_s": rate, "p99_ms": float(p99[: -len(unit)]) * units[unit], "errors": errors}
-
-
-def api_and_scale(args, work, data):
-    """The API under load, then 100,000 tasks in the store."""
-    source = f"{data}/one.bin"
-    with open(source, "wb") as out:
-        out.write(b"x" * 1000)
-    state = f"{work}/state-api"
-    daemon, port = start_daemon(args.binary, state, data)
-    results = {}
-    try:
-        # A disabled session: tasks wait, so the figures are the API's and the store's alone.
-        api(port, "PUT", "/v1/sessions/api", {"configuration": {}})
-        api(port, "PATCH", "/v1/sessions/api", {"enabled": False})
-        _, task = api(port, "POST", "/v1/sessions/api/tasks", {"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
-        results["get_task"] = wrk(f"http://127.0.0.1:{port}/v1/tasks/{task['id']}", args.load_seconds)
-        script = f"{work}/post.lua"
-        with open(script, "w") as out:
-            body = json.dumps({"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
-            out.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\nwrk.headers["Content-Type"] = "application/json"\n')
-        results["post_task"] = wrk(f"http://127.0.0.1:{port}/v1/sessions/api/tasks", args.load_seconds, script=script)
-
-        # Scale: 100,000 tasks in batches of 1,000.
-        api(port, "PUT", "/v1/sessions/scale", {"configuration": {}})
-        api(port, "PATCH", "/v1/sessions/scale", {"enabled": False})
-        started = time.time()
-        last = None
-        for batch in range(args.scale_tasks // 1000):
-            tasks = [{"file": source, "request": {"url": f"http://127.0.0.1:9/{batch}/{index}"}} for index in range(1000)]
-            status, created = api(port, "POST", "/v1/sessions/scale/tasks", {"tasks": tasks})
-            assert status == 201, created
-            last = created["tasks"][-1]["id"]
-        enqueue_s = time.time() - started
-        rss = proc_rss_mib(daemon.pid)
-        get_loaded = wrk(f"http://127.0.0.1:{port}/v1/tasks/{last}", args.load_seconds)
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-        started = time.time()
-        daemon, port = start_daemon(args.binary, state, data)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                if api(port, "GET", "/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.01)
-        ready_s = time.time() - started
-        time.sleep(1)
-        results["scale"] = {"tasks": args.scale_tasks, "enqueue_s": enqueue_s, "rss_mib": rss,
-                            "rss_after_restart_mib": proc_rss_mib(daemon.pid), "restart_to_ready_s": ready_s,
-                            "get_task": get_loaded}
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-    return results
+# ---------------------------------------------------------------------------------------------
+# 2. Webhooks
 
 
 def webhook_throughput(args, work, data, nginx_port):
+    """N small uploads with one task.completed subscription, nginx answering 204 as the receiver:
+    from the enqueue to the last delivery."""
     files = []
     for index in range(args.webhook_events):
         path = f"{data}/w{index}.bin"
@@ -367,121 +387,339 @@ def webhook_throughput(args, work, data, nginx_port):
                 uploads_done = time.time() - started
             if uploads_done is not None:
                 _, pending = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=pending&limit=1")
-                _, delivered = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=delivered&limit=1000")
                 if not pending["deliveries"]:
                     break
             time.sleep(0.02)
         delivered_at = time.time() - started
         count = 0
         cursor = ""
-        while True:
+        for _ in range(len(files) // 1000 + 2):
             _, page = api(port, "GET", f"/v1/webhooks/{webhook['id']}/deliveries?state=delivered&limit=1000&cursor={cursor}")
             count += len(page["deliveries"])
             if not page["next_cursor"]:
                 break
             cursor = page["next_cursor"]
+        if count != len(files):
+            raise RuntimeError(f"webhooks: {count} of {len(files)} delivered after {delivered_at:.0f} s")
         return {"events": count, "uploads_s": uploads_done, "all_delivered_s": delivered_at,
                 "events_per_s": count / delivered_at}
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+        stop(daemon)
 
 
-def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
-    """One big file: curl -T, then backhauld raw and chunked (8 MiB), to the same sinks."""
-    cases = {}
-
-    def sink_port(upload):
-        return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
-
-    # curl -T, the baseline.
-    walls = []
-    for run in range(args.runs):
-        target = f"http://127.0.0.1:{nginx_port}/curl/{run}.bin"
-        subprocess.run(["sync"])
-        started = time.time()
-        subprocess.run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], check=True)
-        walls.append(time.time() - started)
-        os.remove(f"{sink_dir}/root/curl/{run}.bin")
-    cases["curl -T"] = {"wall_s": statistics.median(walls)}
-
-    # backhauld, raw and chunked (8 MiB), to the same sink.
-    gib = args.size_mib / 1024
-    for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
-        walls, cpus, rss = [], [], []
-        for run in range(args.runs):
-            state = f"{work}/state-{name.split()[1]}-{run}"
-            daemon, port = start_daemon(args.binary, state, data)
-            try:
-                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
-                cpu_before = proc_cpu_seconds(daemon.pid)
-                subprocess.run(["sync"])
-                started = time.time()
-                status, task = api(port, "POST", "/v1/sessions/bench/tasks", {
-                    "file": source, "upload": upload, "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run}.bin"}})
-                assert status == 201, task
-                wait_done(port, [task["id"]])
-                walls.append(time.time() - started)
-                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
-                rss.append(proc_peak_rss_mib(daemon.pid))
-                target = f"{sink_dir}/root/bh/{run}.bin" if upload["protocol"] == "raw" else chunk_sink.assembled(f"/bh/{run}.bin")
-                if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
-                    raise RuntimeError(f"{name}: the uploaded file differs")
-                os.remove(target)
-            finally:
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(timeout=30)
-        cases[name] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / gib,
-                                  "peak_rss_mib": max(rss)}
-
-    return cases
+# ---------------------------------------------------------------------------------------------
+# 3. Many small files
 
 
-def big_download(args, work, data, source, sink_dir, nginx_port):
-    """One big file the other way: curl -o vs a backhauld download, from the same nginx, into a
-    tmpfs directory (so the disk does not bound either; backhauld still fsyncs its checkpoints)."""
-    served = f"{sink_dir}/root/dl/big.bin"
-    os.makedirs(os.path.dirname(served), exist_ok=True)
-    shutil.copyfile(source, served)
-    target_dir = tempfile.mkdtemp(prefix="backhaul-dl-", dir="/dev/shm")
-    url = f"http://127.0.0.1:{nginx_port}/dl/big.bin"
-    cases = {}
+def make_small_files(args, data):
+    source = f"{data}/many"
+    if not os.path.isdir(source):
+        os.makedirs(source)
+        for index in range(args.files):
+            with open(f"{source}/{index}.bin", "wb") as out:
+                out.write(os.urandom(256 * 1024))
+    return source
+
+
+def curl_config(path, source, files, base_url):
+    with open(path, "w") as out:
+        for index in range(files):
+            out.write(f'upload-file = "{source}/{index}.bin"\nurl = "{base_url}/{index}.bin"\noutput = "/dev/null"\n')
+    return path
+
+
+CURL_CASES = (("curl (one process)", []), ("curl -Z (16 parallel)", ["-Z", "--parallel-max", "16", "--no-progress-meter"]))
+
+
+def run_curl(args, work, source, name, flags, base_url, label):
+    config = curl_config(f"{work}/{label}.cfg", source, args.files, base_url)
+    started = time.time()
+    run(["curl", "-sSf", *flags, "-K", config], timeout=900, stdout=subprocess.DEVNULL)
+    return time.time() - started
+
+
+def run_backhauld_many(args, work, data, source, base_url, label):
+    """backhauld, one batch of `args.files` tasks, from the enqueue POST to the last completion seen
+    by polling (its durable state included); its CPU (utime + stime) and peak RSS over the run."""
+    daemon, port = start_daemon(args.binary, f"{work}/state-{label}", data)
     try:
-        walls = []
-        for run in range(args.runs):
-            target = f"{target_dir}/curl-{run}.bin"
-            started = time.time()
-            subprocess.run(["curl", "-sS", "-o", target, url], check=True)
-            walls.append(time.time() - started)
-            os.remove(target)
-        cases["curl -o"] = {"wall_s": statistics.median(walls)}
-        walls, cpus, rss = [], [], []
-        for run in range(args.runs):
-            daemon, port = start_daemon(args.binary, f"{work}/state-download-{run}", data, ["--allow-root", target_dir])
-            try:
-                api(port, "PUT", "/v1/sessions/bench", {"configuration": {}})
-                cpu_before = proc_cpu_seconds(daemon.pid)
-                target = f"{target_dir}/bh-{run}.bin"
-                started = time.time()
-                status, task = api(port, "POST", "/v1/sessions/bench/tasks",
-                                   {"kind": "download", "request": {"url": url}, "destination": target})
-                assert status == 201, task
-                wait_done(port, [task["id"]])
-                walls.append(time.time() - started)
-                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
-                rss.append(proc_peak_rss_mib(daemon.pid))
-                if subprocess.run(["cmp", "-s", source, target]).returncode != 0:
-                    raise RuntimeError("backhauld download: the file differs")
-                os.remove(target)
-            finally:
-                daemon.send_signal(signal.SIGTERM)
-                daemon.wait(timeout=30)
-        cases["backhauld download"] = {"wall_s": statistics.median(walls), "cpu_s_per_gib": statistics.median(cpus) / (args.size_mib / 1024),
-                                       "peak_rss_mib": max(rss)}
+        api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
+        tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"{base_url}/{index}.bin"}} for index in range(args.files)]
+        cpu_before = proc_cpu_seconds(daemon.pid)
+        started = time.time()
+        status, created = api(port, "POST", "/v1/sessions/many/tasks", {"tasks": tasks})
+        assert status == 201, created
+        wait_session_done(port, "many", args.files)
+        wall = time.time() - started
+        cpu = proc_cpu_seconds(daemon.pid) - cpu_before
+        return wall, cpu, proc_peak_rss_mib(daemon.pid)
     finally:
-        os.remove(served)
-        shutil.rmtree(target_dir, ignore_errors=True)
-    return cases
+        stop(daemon)
+
+
+def check_received(directory, files):
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    sizes = {os.path.getsize(f"{directory}/{name}") for name in names}
+    if len(names) != files or sizes != {256 * 1024}:
+        raise RuntimeError(f"{directory}: {len(names)} files of sizes {sorted(sizes)[:5]}, expected {files} of 256 KiB")
+
+
+def many_files_nginx(args, work, data, sink_dir, nginx_port):
+    """2,000 × 256 KiB to nginx WebDAV on tmpfs. Rounds interleave the senders (curl, curl -Z,
+    backhauld) so that drift of the machine touches all three alike; each round's files are
+    checked (count and size) and removed."""
+    source = make_small_files(args, data)
+    walls = {}
+    cpus, peaks = [], []
+    for run_index in range(args.runs):
+        for name, flags in CURL_CASES:
+            label = f"many-{'curlz' if '-Z' in flags else 'curl'}-{run_index}"
+            walls.setdefault(name, []).append(
+                run_curl(args, work, source, name, flags, f"http://127.0.0.1:{nginx_port}/{label}", label))
+            check_received(f"{sink_dir}/root/{label}", args.files)
+            shutil.rmtree(f"{sink_dir}/root/{label}")
+        label = f"many-bh-{run_index}"
+        wall, cpu, peak = run_backhauld_many(args, work, data, source, f"http://127.0.0.1:{nginx_port}/{label}", label)
+        walls.setdefault("backhauld", []).append(wall)
+        cpus.append(cpu)
+        peaks.append(peak)
+        check_received(f"{sink_dir}/root/{label}", args.files)
+        shutil.rmtree(f"{sink_dir}/root/{label}")
+    result = {name: {"wall_s": statistics.median(values), "walls": values, "files_per_s": args.files / statistics.median(values)}
+              for name, values in walls.items()}
+    for case in result.values():
+        case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
+    result["backhauld"]["cpu_s"] = statistics.median(cpus)
+    result["backhauld"]["cpu_ms_per_task"] = statistics.median(cpus) * 1000 / args.files
+    result["backhauld"]["peak_rss_mib"] = max(peaks)
+    return result
+
+
+def start_rclone_webdav(directory):
+    """rclone's own WebDAV server: a sink that rclone, curl and backhauld can all PUT to."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    process = spawn(["rclone", "serve", "webdav", directory, "--addr", f"127.0.0.1:{port}"], env=env,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return process, port
+
+
+def many_files_rclone(args, work, data):
+    """The same files to `rclone serve webdav` on tmpfs, where `rclone copy` works: backhauld,
+    curl, curl -Z and rclone copy --transfers 8, rounds interleaved. This sink spends ~2 ms of CPU
+    per PUT itself, which bounds every sender on two cores."""
+    source = make_small_files(args, data)
+    sink = tempfile.mkdtemp(prefix="backhaul-dav-", dir="/dev/shm")
+    labels = ("curl", "curlz", "rclone", "bh")
+    # Destination folders exist before the server starts (rclone caches directory listings).
+    for run_index in range(args.runs):
+        for label in labels:
+            os.makedirs(f"{sink}/{label}{run_index}")
+    webdav, port = start_rclone_webdav(sink)
+    env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+    walls = {}
+    try:
+        for run_index in range(args.runs):
+            for name, flags in CURL_CASES:
+                label = f"{'curlz' if '-Z' in flags else 'curl'}{run_index}"
+                walls.setdefault(name, []).append(
+                    run_curl(args, work, source, name, flags, f"http://127.0.0.1:{port}/{label}", f"rclone-sink-{label}"))
+            started = time.time()
+            run(["rclone", "copy", "--transfers", "8", source, f":webdav,url='http://127.0.0.1:{port}':rclone{run_index}"],
+                timeout=1800, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            walls.setdefault("rclone copy --transfers 8", []).append(time.time() - started)
+            wall, _, _ = run_backhauld_many(args, work, data, source, f"http://127.0.0.1:{port}/bh{run_index}",
+                                            f"rclone-sink-bh{run_index}")
+            walls.setdefault("backhauld", []).append(wall)
+            for label in labels:
+                check_received(f"{sink}/{label}{run_index}", args.files)
+                shutil.rmtree(f"{sink}/{label}{run_index}", ignore_errors=True)
+    finally:
+        stop(webdav)
+        shutil.rmtree(sink, ignore_errors=True)
+    result = {name: {"wall_s": statistics.median(values), "walls": values, "files_per_s": args.files / statistics.median(values)}
+              for name, values in walls.items()}
+    for case in result.values():
+        case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The API under wrk
+
+
+STATUS_COUNTER = """
+-- Counts every response's status per thread; done() adds them up (wrk runs done() in the main
+-- thread's Lua state, so it reads each thread's globals through thread:get).
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) created = 0; other = 0; others = "" end
+function response(status, headers, body)
+  if status == EXPECTED then created = created + 1 else
+    other = other + 1
+    if #others < 100 then others = others .. status .. " " end
+  end
+end
+function done(summary, latency, requests)
+  local c, o, s = 0, 0, ""
+  for _, t in ipairs(threads) do c = c + t:get("created"); o = o + t:get("other"); s = s .. t:get("others") end
+  io.write(string.format("statuses: expected=%d other=%d [%s]\\n", c, o, s))
+end
+"""
+
+
+def wrk_script(path, method="GET", body=None, expected=200):
+    with open(path, "w") as out:
+        out.write(f'wrk.method = "{method}"\n')
+        if body is not None:
+            out.write(f'wrk.body = {json.dumps(body)}\nwrk.headers["Content-Type"] = "application/json"\n')
+        out.write(STATUS_COUNTER.replace("EXPECTED", str(expected)))
+    return path
+
+
+def wrk(url, seconds, connections=16, script=None):
+    """requests/s, p99 latency (ms), socket errors and (with a counting script) the statuses, from
+    wrk --latency with 2 threads."""
+    command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    if script:
+        command[1:1] = ["-s", script]
+    output = run(command, timeout=seconds + 120, capture_output=True, text=True).stdout
+    lines = output.splitlines()
+    rate = float(next(line.split()[1] for line in lines if line.startswith("Requests/sec:")))
+    p99 = next(line.split()[1] for line in lines if line.strip().startswith("99%"))
+    units = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    unit = next(u for u in ("us", "ms", "s") if p99.endswith(u))
+    requests = int(next(line.split()[0] for line in lines if "requests in" in line))
+    socket_errors = 0
+    for line in lines:
+        if "Socket errors" in line:
+            # "Socket errors: connect 0, read 0, write 0, timeout 0"
+            socket_errors = sum(int(part.split()[-1]) for part in line.split(":", 1)[1].split(","))
+    result = {"requests_per_s": rate, "p99_ms": float(p99[: -len(unit)]) * units[unit], "requests": requests,
+              "socket_errors": socket_errors,
+              "errors": [line.strip() for line in lines if "Non-2xx" in line or "Socket errors" in line]}
+    status_line = next((line for line in lines if line.startswith("statuses:")), None)
+    if status_line:
+        counts = dict(part.split("=") for part in status_line.split("[")[0].split()[1:])
+        result["expected_status"] = int(counts["expected"])
+        result["other_status"] = int(counts["other"])
+        result["other_statuses_seen"] = status_line.split("[", 1)[1].rstrip("]").split()
+    return result
+
+
+def api_load(args, work, data):
+    """wrk on GET /v1/tasks/{id} and on single-task POSTs (each its own 201), against a session
+    whose transfers are disabled, so the figures are the API's and the store's alone."""
+    source = f"{data}/one.bin"
+    with open(source, "wb") as out:
+        out.write(b"x" * 1000)
+    daemon, port = start_daemon(args.binary, f"{work}/state-api", data)
+    results = {}
+    try:
+        api(port, "PUT", "/v1/sessions/api", {"configuration": {}})
+        api(port, "PATCH", "/v1/sessions/api", {"enabled": False})
+        _, task = api(port, "POST", "/v1/sessions/api/tasks", {"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
+        results["get_task"] = wrk(f"http://127.0.0.1:{port}/v1/tasks/{task['id']}", args.load_seconds)
+        body = json.dumps({"file": source, "request": {"url": "http://127.0.0.1:9/x"}})
+        script = wrk_script(f"{work}/post.lua", "POST", body, expected=201)
+        _, before = api(port, "GET", "/v1/sessions/api")
+        results["post_task"] = wrk(f"http://127.0.0.1:{port}/v1/sessions/api/tasks", args.load_seconds, script=script)
+        _, after = api(port, "GET", "/v1/sessions/api")
+        # Every 201 wrk counted is a task in the store (more may be there: wrk does not count the
+        # answers in flight when it stops).
+        results["post_task"]["tasks_stored"] = sum(after["task_counts"].values()) - sum(before["task_counts"].values())
+    finally:
+        stop(daemon)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. A million queued
+
+
+def scale(args, work, data):
+    """`--scale-tasks` tasks in batches of 1,000 into a disabled session, through one kept-alive
+    connection with the batch's body serialized once (the client's own cost stays small). The
+    time of the first and of the last `--scale-window` tasks; the daemon's RSS with them present;
+    GET /v1/tasks/{id} under wrk; SIGTERM, then a new process timed to the first 200 of /readyz."""
+    source = f"{data}/one.bin"
+    with open(source, "wb") as out:
+        out.write(b"x" * 1000)
+    state = f"{work}/state-scale"
+    daemon, port = start_daemon(args.binary, state, data)
+    result = {"tasks_planned": args.scale_tasks, "window": args.scale_window}
+    try:
+        api(port, "PUT", "/v1/sessions/scale", {"configuration": {}})
+        api(port, "PATCH", "/v1/sessions/scale", {"enabled": False})
+        body = json.dumps({"tasks": [{"file": source, "request": {"url": f"http://127.0.0.1:9/q/{index}"}}
+                                     for index in range(1000)]}).encode()
+        headers = {"Content-Type": "application/json"}
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        batches = args.scale_tasks // 1000
+        marks = [time.time()]
+        cpu_before = proc_cpu_seconds(daemon.pid)
+        deadline = marks[0] + args.scale_timeout
+        answer = b""
+        for batch in range(batches):
+            if time.time() > deadline:
+                break
+            connection.request("POST", "/v1/sessions/scale/tasks", body, headers)
+            response = connection.getresponse()
+            answer = response.read()
+            if response.status != 201:
+                raise RuntimeError(f"batch {batch}: {response.status} {answer[:300]!r}")
+            marks.append(time.time())
+        connection.close()
+        enqueued = (len(marks) - 1) * 1000
+        window = args.scale_window // 1000
+        last_id = json.loads(answer)["tasks"][-1]["id"]
+        result.update({
+            "tasks": enqueued, "enqueue_s": marks[-1] - marks[0], "enqueue_cpu_s": proc_cpu_seconds(daemon.pid) - cpu_before,
+            "first_window_s": marks[window] - marks[0] if len(marks) > window else None,
+            "last_window_s": marks[-1] - marks[-1 - window] if len(marks) > window else None,
+            # Seconds per 100,000 at each tenth of the way, to show the slope.
+            "per_tenth_s": [marks[min(len(marks) - 1, (i + 1) * (len(marks) - 1) // 10)] - marks[i * (len(marks) - 1) // 10]
+                            for i in range(10)] if len(marks) > 10 else [],
+            "rss_mib": proc_rss_mib(daemon.pid), "peak_rss_mib": proc_peak_rss_mib(daemon.pid),
+            "database_mib": sum(os.path.getsize(f"{state}/{name}") for name in os.listdir(state)
+                                if os.path.isfile(f"{state}/{name}")) / MIB,
+        })
+        _, session = api(port, "GET", "/v1/sessions/scale")
+        result["tasks_in_session"] = sum(session["task_counts"].values())
+        result["get_task"] = wrk(f"http://127.0.0.1:{port}/v1/tasks/{last_id}", args.load_seconds)
+        result["rss_after_load_mib"] = proc_rss_mib(daemon.pid)
+        result["stop_s"] = stop(daemon, timeout=60)
+        # A new process on a new port (the old one's may linger): from its start to the first 200.
+        ready_port = free_port()
+        log = open(state + ".log", "a")
+        started = time.time()
+        daemon = spawn([args.binary, "--listen", f"127.0.0.1:{ready_port}", "--state-dir", state, "--allow-root", data],
+                       stderr=log, stdout=log)
+        ready_s = None
+        deadline = started + 60
+        while time.time() < deadline and daemon.poll() is None:
+            probe = http.client.HTTPConnection("127.0.0.1", ready_port, timeout=5)
+            try:
+                probe.request("GET", "/readyz")
+                if probe.getresponse().status == 200:
+                    ready_s = time.time() - started
+                    break
+            except OSError:
+                pass
+            finally:
+                probe.close()
+            time.sleep(0.005)
+        result["restart_to_ready_s"] = ready_s
+        time.sleep(1)
+        result["rss_after_restart_mib"] = proc_rss_mib(daemon.pid)
+    finally:
+        stop(daemon, timeout=60)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Instructions per task
 
 
 def callgrind_total(path):
@@ -495,8 +733,8 @@ def callgrind_total(path):
 
 def profile_tasks(args, work, data, nginx_port):
     """Instructions per small task, counted by callgrind (the same count whatever else the machine
-    does): backhauld uploading N files of 64 KiB to nginx, minus an idle run of the same daemon,
-    divided by N; beside one curl process uploading the same files (its start-up included)."""
+    does): backhauld uploading N files of 64 KiB to nginx, minus an idle run of the same daemon as
+    long, divided by N; beside one curl process uploading the same files (its start-up included)."""
     source = f"{data}/profile"
     os.makedirs(source, exist_ok=True)
     for index in range(args.profile_tasks):
@@ -508,50 +746,42 @@ def profile_tasks(args, work, data, nginx_port):
         out = f"{work}/callgrind-{name}.out"
         state = f"{work}/state-profile-{name}"
         log = open(state + ".log", "a")
-        process = subprocess.Popen(valgrind + [f"--callgrind-out-file={out}", args.binary, "--listen", "127.0.0.1:0",
-                                               "--state-dir", state, "--allow-root", data], stderr=log, stdout=log)
-        port = None
-        deadline = time.time() + 120
-        while time.time() < deadline and port is None:
-            with open(state + ".log") as lines:
-                for line in lines:
-                    if '"msg":"listening"' in line:
-                        port = int(json.loads(line)["http.port"])
-            time.sleep(0.1)
-        if port is None:
-            raise RuntimeError("backhauld under valgrind did not start")
-        api(port, "PUT", "/v1/sessions/profile", {"configuration": {"max_connections_per_host": 16}})
-        started = time.time()
-        if tasks:
-            batch = [{"file": f"{source}/{index}.bin", "request": {"url": f"http://127.0.0.1:{nginx_port}/profile-{name}/{index}.bin"}}
-                     for index in range(tasks)]
-            status, created = api(port, "POST", "/v1/sessions/profile/tasks", {"tasks": batch})
-            assert status == 201, created
-            deadline = time.time() + 600
-            while time.time() < deadline:
-                _, session = api(port, "GET", "/v1/sessions/profile")
-                if session["task_counts"]["completed"] + session["task_counts"]["failed"] == tasks:
-                    break
-                time.sleep(0.2)
-            assert session["task_counts"]["completed"] == tasks, session
-        else:
-            time.sleep(args.profile_idle_seconds)
-        elapsed = time.time() - started
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
+        process = spawn(valgrind + [f"--callgrind-out-file={out}", args.binary, "--listen", "127.0.0.1:0",
+                                    "--state-dir", state, "--allow-root", data], stderr=log, stdout=log)
+        try:
+            port = None
+            deadline = time.time() + 180
+            while time.time() < deadline and port is None and process.poll() is None:
+                with open(state + ".log") as lines:
+                    for line in lines:
+                        if '"msg":"listening"' in line:
+                            port = int(json.loads(line)["http.port"])
+                time.sleep(0.1)
+            if port is None:
+                raise RuntimeError("backhauld under valgrind did not start")
+            api(port, "PUT", "/v1/sessions/profile", {"configuration": {"max_connections_per_host": 16}})
+            started = time.time()
+            if tasks:
+                batch = [{"file": f"{source}/{index}.bin",
+                          "request": {"url": f"http://127.0.0.1:{nginx_port}/profile-{name}/{index}.bin"}}
+                         for index in range(tasks)]
+                status, created = api(port, "POST", "/v1/sessions/profile/tasks", {"tasks": batch})
+                assert status == 201, created
+                wait_session_done(port, "profile", tasks, timeout=900, interval=0.2)
+            else:
+                time.sleep(args.profile_idle_seconds)
+            elapsed = time.time() - started
+        finally:
+            stop(process, timeout=180)
         return callgrind_total(out), elapsed
 
     busy, busy_seconds = run_daemon("busy", args.profile_tasks)
     args.profile_idle_seconds = busy_seconds
     idle, _ = run_daemon("idle", 0)
-    config = f"{work}/profile-curl.cfg"
-    with open(config, "w") as out:
-        for index in range(args.profile_tasks):
-            out.write(f'upload-file = "{source}/{index}.bin"\nurl = "http://127.0.0.1:{nginx_port}/profile-curl/{index}.bin"\n'
-                      f'output = "/dev/null"\n')
+    config = curl_config(f"{work}/profile-curl.cfg", source, args.profile_tasks, f"http://127.0.0.1:{nginx_port}/profile-curl")
     curl_out = f"{work}/callgrind-curl.out"
-    subprocess.run(valgrind + [f"--callgrind-out-file={curl_out}", "curl", "-sSf", "-K", config], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run(valgrind + [f"--callgrind-out-file={curl_out}", "curl", "-sSf", "-K", config], timeout=900,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     curl = callgrind_total(curl_out)
     if args.keep_profiles:
         os.makedirs(args.keep_profiles, exist_ok=True)
@@ -562,56 +792,237 @@ def profile_tasks(args, work, data, nginx_port):
             "busy_seconds": busy_seconds}
 
 
+# ---------------------------------------------------------------------------------------------
+# The targets
+
+
+def targets(args, results):
+    """Issue 16's targets (and the earlier ones it keeps), each with its figure and verdict."""
+    rows = []
+
+    def row(section, name, figure, target, met):
+        rows.append({"section": section, "row": name, "figure": figure, "target": target,
+                     "met": None if met is None else bool(met)})
+
+    if "many_files_nginx" in results:
+        many = results["many_files_nginx"]
+        bh = many["backhauld"]
+        curl, curlz = many["curl (one process)"], many["curl -Z (16 parallel)"]
+        sink = f"{args.files} × 256 KiB, nginx WebDAV"
+        row(sink, "backhauld ÷ one curl process", f"{bh['wall_s'] / curl['wall_s']:.2f} ({bh['wall_s']:.2f} s / {curl['wall_s']:.2f} s)",
+            "≤ 0.6", bh["wall_s"] / curl["wall_s"] <= 0.6)
+        row(sink, "backhauld ÷ curl -Z --parallel-max 16",
+            f"{bh['wall_s'] / curlz['wall_s']:.2f} ({bh['wall_s']:.2f} s / {curlz['wall_s']:.2f} s)",
+            "≤ 1.3", bh["wall_s"] / curlz["wall_s"] <= 1.3)
+        row(sink, "backhauld CPU per task (utime+stime ÷ tasks)", f"{bh['cpu_ms_per_task']:.3f} ms", "≤ 0.25 ms",
+            bh["cpu_ms_per_task"] <= 0.25)
+    if "profile" in results:
+        profile = results["profile"]
+        row(f"{profile['tasks']} × 64 KiB, nginx, callgrind", "instructions per task (minus an idle run)",
+            f"{profile['backhauld_per_task']:,.0f} (one curl process: {profile['curl_per_task']:,.0f})", "≤ 500,000",
+            profile["backhauld_per_task"] <= 500_000)
+    if "post_task" in results:
+        post = results["post_task"]
+        section = "wrk, 2 threads, 16 connections"
+        row(section, "single-task POSTs", f"{post['requests_per_s']:,.0f} req/s, p99 {post['p99_ms']:.2f} ms", "≥ 5,000 req/s",
+            post["requests_per_s"] >= 5000)
+        row(section, "every POST answered 201",
+            f"{post['expected_status']:,} × 201, {post['other_status']} other{' (' + ' '.join(post['other_statuses_seen'][:5]) + ')' if post['other_status'] else ''}, "
+            f"{post['socket_errors']} socket errors; {post['tasks_stored']:,} tasks stored",
+            "all 201", post["other_status"] == 0 and post["socket_errors"] == 0 and post["tasks_stored"] >= post["expected_status"])
+        get = results["get_task"]
+        row(section, "GET /v1/tasks/{id}, a near-empty store (earlier target)", f"{get['requests_per_s']:,.0f} req/s, p99 {get['p99_ms']:.2f} ms",
+            "≥ 10,000 req/s, p99 ≤ 10 ms", get["requests_per_s"] >= 10_000 and get["p99_ms"] <= 10)
+    if "scale" in results:
+        s = results["scale"]
+        window = args.scale_window
+        enqueue_target = 5.0 * window / 100_000
+        complete = s["tasks"] >= s["tasks_planned"]
+        held = f"{s['tasks']:,} queued" + ("" if complete else f" (of {s['tasks_planned']:,}: the {args.scale_timeout:.0f} s limit)")
+        section = f"{s['tasks_planned']:,} queued, batches of 1,000"
+        if s["first_window_s"] is not None:
+            row(section, f"the first {window:,} enqueued (an empty store)", f"{s['first_window_s']:.2f} s", f"≤ {enqueue_target:g} s",
+                s["first_window_s"] <= enqueue_target)
+            ratio = s["last_window_s"] / s["first_window_s"]
+            row(section, f"the last {window:,} ÷ the first {window:,}",
+                f"{ratio:.2f} ({s['last_window_s']:.2f} s / {s['first_window_s']:.2f} s; {held})", "≤ 1.25", complete and ratio <= 1.25)
+        rss = max(s["rss_mib"], s["rss_after_restart_mib"], s["rss_after_load_mib"])
+        row(section, f"RSS with {s['tasks']:,} present", f"{rss:.1f} MiB", "≤ 128 MiB", complete and rss <= 128)
+        ready = s["restart_to_ready_s"]
+        row(section, "SIGTERM, new process to the first 200 of /readyz",
+            "never ready" if ready is None else f"{ready:.2f} s (the stop took {s['stop_s']:.2f} s)", "≤ 3 s",
+            complete and ready is not None and ready <= 3)
+        get = s["get_task"]
+        row(section, f"GET /v1/tasks/{{id}} with {s['tasks']:,} present", f"{get['requests_per_s']:,.0f} req/s, p99 {get['p99_ms']:.2f} ms",
+            "≥ 10,000 req/s, p99 ≤ 10 ms", complete and get["requests_per_s"] >= 10_000 and get["p99_ms"] <= 10
+            and get["socket_errors"] == 0 and not any("Non-2xx" in e for e in get["errors"]))
+    if results.get("cases"):
+        cases = results["cases"]
+        section = f"{args.size_mib} MiB to nginx"
+        raw = cases["backhauld raw"]
+        row(section, "backhauld raw ÷ curl -T", f"{raw['ratio_to_curl']:.2f}", "≤ 1.05", raw["ratio_to_curl"] <= 1.05)
+        chunked = cases["backhauld chunked"]
+        row(section, "backhauld chunked (8 MiB) ÷ curl -T (earlier target)", f"{chunked['ratio_to_curl']:.2f}", "≤ 1.15",
+            chunked["ratio_to_curl"] <= 1.15)
+        peaks = {name: case["peak_rss_mib"] for name, case in {**cases, **results.get("download", {})}.items() if "peak_rss_mib" in case}
+        worst = max(peaks, key=peaks.get)
+        row(section, "peak RSS (raw, chunked, download)", f"{peaks[worst]:.1f} MiB ({worst})", "≤ 64 MiB", peaks[worst] <= 64)
+    if "webhooks" in results:
+        hooks = results["webhooks"]
+        # "Nothing gets worse": 445 events/s on 2026-11-22, less this machine's ±15% drift.
+        row(f"{hooks['events']:,} task.completed webhooks", "events delivered per second, end to end",
+            f"{hooks['events_per_s']:,.0f} events/s", "≥ 378 (445 on 2026-11-22, −15% drift)", hooks["events_per_s"] >= 378)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+
+def print_big(args, results):
+    print(f"\n{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
+    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
+    for name, case in results["cases"].items():
+        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
+        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
+        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}{cpu:>11}{peak:>14}   "
+              + " ".join(f"{wall:.2f}" for wall in case["walls"]))
+
+
+def print_download(args, results):
+    print(f"\n{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs")
+    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
+    for name, case in results["download"].items():
+        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
+        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
+        print(f"{name:<28}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>9.2f}{cpu:>11}{peak:>14}   "
+              + " ".join(f"{wall:.2f}" for wall in case["walls"]))
+
+
+def print_webhooks(results):
+    hooks = results["webhooks"]
+    print(f"\nwebhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
+          f"{hooks['all_delivered_s']:.2f} s after enqueue, uploads done at {hooks['uploads_s']:.2f} s: "
+          f"{hooks['events_per_s']:.0f} events/s end to end")
+
+
+def print_many(args, cases, sink):
+    print(f"\n{args.files} files of 256 KiB, one batch, to {sink}, median of {args.runs} interleaved rounds")
+    print(f"{'case':<28}{'wall s':>9}{'files/s':>10}{'backhauld ÷ this':>18}   runs")
+    for name, case in cases.items():
+        walls = " ".join(f"{wall:.2f}" for wall in case["walls"])
+        print(f"{name:<28}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{case['ratio_backhauld_to_this']:>18.3f}   {walls}")
+    if "cpu_ms_per_task" in cases["backhauld"]:
+        bh = cases["backhauld"]
+        print(f"backhauld: {bh['cpu_s']:.2f} CPU-s over the run, {bh['cpu_ms_per_task']:.3f} ms per task; peak RSS {bh['peak_rss_mib']:.1f} MiB")
+
+
+def print_api(args, results):
+    print(f"\nAPI under load (wrk, 2 threads, 16 connections, {args.load_seconds} s)")
+    for name in ("get_task", "post_task"):
+        case = results[name]
+        extra = ""
+        if "expected_status" in case:
+            extra = f"  {case['expected_status']} answered 201, {case['other_status']} otherwise"
+        print(f"{name:<12}{case['requests_per_s']:>10.0f} req/s   p99 {case['p99_ms']:.2f} ms{extra}  {' '.join(case['errors'])}")
+
+
+def print_scale(args, results):
+    s = results["scale"]
+    print(f"\nscale: {s['tasks']:,} tasks (of {s['tasks_planned']:,}) enqueued in batches of 1,000 in {s['enqueue_s']:.1f} s "
+          f"({s['enqueue_cpu_s']:.1f} CPU-s of the daemon); database {s['database_mib']:.0f} MiB")
+    if s["per_tenth_s"]:
+        print("  seconds per tenth of the way: " + " ".join(f"{t:.2f}" for t in s["per_tenth_s"]))
+    print(f"  RSS {s['rss_mib']:.1f} MiB after the enqueue (peak {s['peak_rss_mib']:.1f}), {s['rss_after_load_mib']:.1f} after the GET load, "
+          f"{s['rss_after_restart_mib']:.1f} after a restart; stop {s['stop_s']:.2f} s, start to ready "
+          f"{s['restart_to_ready_s'] if s['restart_to_ready_s'] is None else round(s['restart_to_ready_s'], 3)} s")
+    get = s["get_task"]
+    print(f"  GET with them present: {get['requests_per_s']:.0f} req/s, p99 {get['p99_ms']:.2f} ms {' '.join(get['errors'])}")
+
+
+def print_profile(results):
+    profile = results["profile"]
+    print(f"\ninstructions per 64 KiB task to nginx (callgrind, {profile['tasks']} tasks minus an idle run): "
+          f"backhauld {profile['backhauld_per_task']:,.0f}, one curl process {profile['curl_per_task']:,.0f}")
+
+
+def print_targets(args, rows):
+    print("\nIssue 16 targets" + (" (--quick: sizes shrunk, the verdicts are not the targets')" if args.quick else ""))
+    widths = [max(len(r["section"]) for r in rows), max(len(r["row"]) for r in rows), max(len(r["figure"]) for r in rows),
+              max(len(r["target"]) for r in rows)]
+    for r in rows:
+        verdict = "–" if r["met"] is None else ("met" if r["met"] else "NOT MET")
+        print(f"{r['section']:<{widths[0]}}  {r['row']:<{widths[1]}}  {r['figure']:<{widths[2]}}  {r['target']:<{widths[3]}}  {verdict}")
+    met = sum(1 for r in rows if r["met"])
+    print(f"{met} of {len(rows)} met")
+
+
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--webhook-events", type=int, default=2000)
     parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--scale-tasks", type=int, default=100_000)
+    parser.add_argument("--scale-tasks", type=int, default=1_000_000, help="tasks queued by the scale section")
+    parser.add_argument("--scale-window", type=int, default=100_000, help="first and last N tasks compared")
+    parser.add_argument("--scale-timeout", type=float, default=1800, help="seconds the scale enqueue may take")
     parser.add_argument("--load-seconds", type=int, default=10)
     parser.add_argument("--profile-tasks", type=int, default=300)
     parser.add_argument("--keep-profiles", default=None, help="copy the callgrind outputs into this directory")
-    parser.add_argument("--only", default="big,download,webhooks,many,api,profile", help="comma-separated sections to run")
+    parser.add_argument("--only", default="big,download,webhooks,many,rclone,api,scale,profile",
+                        help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
     parser.add_argument("--output", default=f"{ROOT}/bench-results/latest.json")
     args = parser.parse_args()
     if args.quick:
-        args.size_mib, args.runs, args.webhook_events, args.files, args.scale_tasks, args.load_seconds = 64, 1, 200, 200, 5000, 2
+        args.size_mib, args.runs, args.webhook_events, args.files, args.load_seconds = 64, 1, 200, 200, 2
+        args.scale_tasks, args.scale_window, args.profile_tasks = 20_000, 2_000, 40
+    if args.scale_window % 1000 or args.scale_window > args.scale_tasks:
+        parser.error("--scale-window is a multiple of 1,000 and at most --scale-tasks")
+    sections = set(args.only.split(","))
+    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "api", "scale", "profile"}
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
+    if not os.access(args.binary, os.X_OK):
+        parser.error(f"no binary at {args.binary} (make bench builds it)")
 
     work = tempfile.mkdtemp(prefix="backhaul-bench-")
     sink_dir = tempfile.mkdtemp(prefix="backhaul-sink-", dir="/dev/shm")
     data = f"{work}/data"
     os.makedirs(data)
     source = f"{data}/big.bin"
-    if {"big", "download"} & set(args.only.split(",")):
+    if {"big", "download"} & sections:
         with open(source, "wb") as out:
-            block = os.urandom(1 << 20)
+            block = os.urandom(MIB)
             for _ in range(args.size_mib):
                 out.write(block)
+    # The load average says how much else the shared machine was doing during the run.
+    results = {"date": time.strftime("%Y-%m-%d"), "binary": args.binary, "quick": args.quick, "size_mib": args.size_mib,
+               "runs": args.runs, "files": args.files, "loadavg_start": os.getloadavg(), "cases": {}}
     nginx, nginx_port = start_nginx(sink_dir)
     chunk_sink = ChunkSink(sink_dir)
-
-    results = {"size_mib": args.size_mib, "runs": args.runs, "cases": {}}
-    sections = set(args.only.split(","))
     try:
         if "big" in sections:
             results["cases"] = big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink)
         if "download" in sections:
             results["download"] = big_download(args, work, data, source, sink_dir, nginx_port)
         if "webhooks" in sections:
-            # Webhook deliveries: N small uploads, one subscription, nginx answering 204 as receiver.
             results["webhooks"] = webhook_throughput(args, work, data, nginx_port)
         if "many" in sections:
-            results["many_files"] = many_files(args, work, data)
+            results["many_files_nginx"] = many_files_nginx(args, work, data, sink_dir, nginx_port)
+        if "rclone" in sections:
+            results["many_files_rclone"] = many_files_rclone(args, work, data)
         if "api" in sections:
-            results.update(api_and_scale(args, work, data))
+            results.update(api_load(args, work, data))
+        if "scale" in sections:
+            results["scale"] = scale(args, work, data)
         if "profile" in sections:
             results["profile"] = profile_tasks(args, work, data, nginx_port)
     finally:
-        nginx.send_signal(signal.SIGQUIT)
-        nginx.wait(timeout=10)
+        stop(nginx, signal.SIGQUIT, timeout=10)
+        chunk_sink.server.shutdown()
+        stop_children()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(sink_dir, ignore_errors=True)
 
@@ -621,65 +1032,26 @@ def main():
         print_download(args, results)
     if "webhooks" in results:
         print_webhooks(results)
-    if "many_files" in results:
-        print_many(args, results)
-    if "scale" in results:
+    if "many_files_nginx" in results:
+        print_many(args, results["many_files_nginx"], "nginx WebDAV (dav_methods PUT) on tmpfs")
+    if "many_files_rclone" in results:
+        print_many(args, results["many_files_rclone"], "rclone serve webdav on tmpfs (where rclone copy works)")
+    if "post_task" in results:
         print_api(args, results)
+    if "scale" in results:
+        print_scale(args, results)
     if "profile" in results:
-        profile = results["profile"]
-        print(f"\ninstructions per 64 KiB task to nginx (callgrind, {profile['tasks']} tasks minus an idle run): "
-              f"backhauld {profile['backhauld_per_task']:,.0f}, one curl process {profile['curl_per_task']:,.0f} "
-              f"(target ≤ 500,000)")
+        print_profile(results)
+    results["loadavg_end"] = os.getloadavg()
+    print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in results['loadavg_start'])}, "
+          f"at the end {' '.join(f'{x:.2f}' for x in results['loadavg_end'])} (2 cores, shared)")
+    results["targets"] = targets(args, results)
+    if results["targets"]:
+        print_targets(args, results["targets"])
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as out:
         json.dump(results, out, indent=2)
-
-
-def print_big(args, results):
-    base = results["cases"]["curl -T"]["wall_s"]
-    print(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
-    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
-    for name, case in results["cases"].items():
-        case["mib_per_s"] = args.size_mib / case["wall_s"]
-        case["ratio_to_curl"] = case["wall_s"] / base
-        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}"
-              f"{case.get('cpu_s_per_gib', float('nan')):>11.2f}{case.get('peak_rss_mib', float('nan')):>14.1f}")
-
-
-def print_download(args, results):
-    cases = results["download"]
-    curl = cases["curl -o"]["wall_s"]
-    print(f"\n{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs")
-    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}")
-    for name, case in cases.items():
-        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
-        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
-        print(f"{name:<28}{case['wall_s']:>9.2f}{args.size_mib / case['wall_s']:>9.0f}{case['wall_s'] / curl:>9.2f}{cpu:>11}{peak:>14}")
-
-
-def print_webhooks(results):
-    hooks = results["webhooks"]
-    print(f"webhooks: {hooks['events']} task.completed events delivered (nginx 204 receiver) "
-          f"{hooks['all_delivered_s']:.2f} s after enqueue, uploads done at {hooks['uploads_s']:.2f} s: "
-          f"{hooks['events_per_s']:.0f} events/s end to end")
-
-
-def print_many(args, results):
-    print(f"\n{args.files} files of 256 KiB to one WebDAV sink (rclone serve webdav on tmpfs), median of {args.runs} runs")
-    print(f"{'case':<28}{'wall s':>9}{'files/s':>10}{'backhauld ÷ this':>18}")
-    for name, case in results["many_files"].items():
-        print(f"{name:<28}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{case['ratio_backhauld_to_this']:>18.3f}")
-
-
-def print_api(args, results):
-    print(f"\nAPI under load (wrk, 2 threads, 16 connections, {args.load_seconds} s)")
-    for name in ("get_task", "post_task"):
-        case = results[name]
-        print(f"{name:<28}{case['requests_per_s']:>10.0f} req/s   p99 {case['p99_ms']:.2f} ms  {' '.join(case['errors'])}")
-    scale = results["scale"]
-    print(f"\nscale: {scale['tasks']} tasks enqueued in batches of 1,000 in {scale['enqueue_s']:.2f} s; RSS {scale['rss_mib']:.1f} MiB "
-          f"({scale['rss_after_restart_mib']:.1f} MiB after a restart); restart to ready {scale['restart_to_ready_s']:.2f} s; "
-          f"GET with them present {scale['get_task']['requests_per_s']:.0f} req/s, p99 {scale['get_task']['p99_ms']:.2f} ms")
+    print(f"\nwritten to {args.output}")
 
 
 if __name__ == "__main__":

