@@ -1,6 +1,6 @@
 import BackhaulCore
 import JSON
-import JSONCodec
+import JSON
 import Testing
 
 @Suite("auto: protocol selection")
