@@ -26,7 +26,8 @@ struct SoakTests {
         report.write()
         run.fixture.expectLog(run.unexpectedExits.isEmpty, "the daemon exited without being killed: \(run.unexpectedExits)")
         #expect(run.refused.isEmpty, "enqueues refused: \(run.refused.prefix(5))")
-        #expect(outcome.problems.isEmpty, "lost or wrong (\(outcome.problems.count)): \(outcome.problems.prefix(12).joined(separator: "\n"))")
+        #expect(outcome.problems.isEmpty,
+                "lost or wrong (\(outcome.problems.count)): \(outcome.problems.prefix(12).joined(separator: "\n"))")
         #expect(outcome.undelivered.isEmpty,
                 "final events never delivered (\(outcome.undelivered.count)): \(outcome.undelivered.prefix(12))")
         for check in report.checks where !check.passed {
@@ -182,7 +183,8 @@ final class SoakRun {
     init(plan: SoakPlan) throws {
         self.plan = plan
         let fixture = try Fixture(
-            daemonArguments: ["--finished-task-retention", String(plan.retention), "--webhook-retry-schedule", plan.webhookSchedule],
+            daemonArguments: ["--finished-task-retention", String(plan.retention),
+                              "--webhook-retry-schedule", plan.webhookSchedule],
             sink: .flaky(rate: 0.2, seed: UInt64.random(in: 1...UInt64.max), stall: 2, then: .resumable))
         self.fixture = fixture
         tus = try TusServer(directory: fixture.scratch.path)
@@ -237,7 +239,8 @@ final class SoakRun {
                 consumer = "back"
             }
             if !daemon.isRunning {
-                unexpectedExits.append("at \(Int(now)) s, status \(daemon.exitStatus.map(String.init) ?? "?"): \(daemon.log(lastLines: 5))")
+                let status = daemon.exitStatus.map(String.init) ?? "?"
+                unexpectedExits.append("at \(Int(now)) s, status \(status): \(daemon.log(lastLines: 5))")
                 try daemon.start()
                 processStartedAt = elapsed()
             }
@@ -275,7 +278,8 @@ final class SoakRun {
                 object["request"] = ["url": .string(fixture.sink.url("/raw/\(tag)")), "method": "PUT"]
             case .multipart:
                 object["request"] = ["url": .string(fixture.sink.url("/form/\(tag)")), "method": "POST"]
-                object["upload"] = ["protocol": "multipart", "field": "file", "filename": .string("\(tag).bin"), "fields": ["tag": .string(tag)]]
+                object["upload"] = ["protocol": "multipart", "field": "file", "filename": .string("\(tag).bin"),
+                                    "fields": ["tag": .string(tag)]]
             case .chunked:
                 object["request"] = ["url": .string(fixture.sink.url("/chunked/\(tag)")), "method": "PUT"]
                 object["upload"] = ["protocol": "chunked", "chunk_size": 524_288]
@@ -441,7 +445,8 @@ final class SoakRun {
                 let received = delivery["received_at"]?.doubleValue
             else { continue }
             outcome.lags.append((finished - startedAt.timeIntervalSince1970, received - finished))
-            if let back = consumerBackAt, let away = consumerAwayAt, (away...back).contains(finished - startedAt.timeIntervalSince1970) {
+            let finishedAt = finished - startedAt.timeIntervalSince1970
+            if let back = consumerBackAt, let away = consumerAwayAt, (away...back).contains(finishedAt) {
                 outcome.backlog += 1
                 outcome.backlogCaughtUp = max(outcome.backlogCaughtUp ?? 0, received - startedAt.timeIntervalSince1970 - back)
             }
@@ -484,7 +489,8 @@ final class SoakRun {
             if received.contains(where: { SHA256Hasher.digest(Array($0)) == expected }) {
                 outcome.completed[task.kind, default: 0] += 1
             } else {
-                outcome.problems.append("\(task.tag) \(task.id): the server holds \(received.map { "\($0.count) bytes" }) of \(task.poolFile)")
+                let held = received.map { "\($0.count) bytes" }
+                outcome.problems.append("\(task.tag) \(task.id): the server holds \(held) of \(task.poolFile)")
             }
         }
         return outcome
@@ -533,173 +539,222 @@ struct SoakReport {
         var passed: Bool
     }
 
+    /// A daemon's life: its first and last samples.
+    typealias Life = (pid: Int32, first: SoakRun.Sample, last: SoakRun.Sample)
+
+    let duration: Int
     var rows: [Row] = []
     var checks: [Check] = []
     var bounds: [Bound] = []
+    var lives: [Life] = []
     var table = ""
     var json: JSON = .null
-    let duration: Int
 
     init(run: SoakRun, outcome: SoakRun.Outcome) {
         let plan = run.plan
         duration = Int(plan.duration)
-        func inWindow<T>(_ items: [T], _ time: (T) -> Double, _ window: ClosedRange<Double>) -> [T] {
-            items.filter { window.contains(time($0)) }
-        }
-        func median(_ values: [Double]) -> Double { percentile(values, 0.5) }
-        /// Nearest rank: the smallest value with at least `fraction` of them at or below it.
-        func percentile(_ values: [Double], _ fraction: Double) -> Double {
-            guard !values.isEmpty else { return .nan }
-            let rank = Int((Double(values.count) * fraction).rounded(.up))
-            return values.sorted()[min(values.count, max(1, rank)) - 1]
-        }
         let windows = [plan.startWindow, plan.settledWindow, plan.endWindow]
         func resource(_ name: String, _ unit: String, scale: Double = 1, _ value: (SoakRun.Sample) -> Double) -> Row {
-            let phases = windows.map { window in median(inWindow(run.samples, \.time, window).map(value)) / scale }
+            let phases = windows.map { window in
+                Self.percentile(run.samples.filter { window.contains($0.time) }.map(value), 0.5) / scale
+            }
             return Row(name: name, unit: unit, start: phases[0], settled: phases[1], end: phases[2],
                        drained: run.drainedSample.map(value).map { $0 / scale })
+        }
+        func timed(_ name: String, _ unit: String, _ items: [(time: Double, seconds: Double)], _ fraction: Double,
+                   scale: Double = 1) -> Row {
+            let phases = windows.map { window in
+                Self.percentile(items.filter { window.contains($0.time) }.map(\.seconds), fraction) * scale
+            }
+            return Row(name: name, unit: unit, start: phases[0], settled: phases[1], end: phases[2])
         }
         let rss = resource("RSS", "MiB", scale: 1024, \.rssKiB)
         let descriptors = resource("open descriptors", "", \.descriptors)
         let threads = resource("threads", "", \.threads)
         let state = resource("state directory", "MiB", scale: 1_048_576, \.stateBytes)
-        let database = resource("  of which backhaul.db", "MiB", scale: 1_048_576, \.databaseBytes)
-        let wal = resource("  of which the WAL", "MiB", scale: 1_048_576, \.walBytes)
         let kept = resource("tasks kept (all states)", "", \.kept)
-        func latency(_ fraction: Double) -> Row {
-            let phases = windows.map { percentile(inWindow(run.latencies, \.time, $0).map(\.seconds), fraction) * 1000 }
-            return Row(name: "API p\(Int(fraction * 100)) (GET task, GET sessions)", unit: "ms", start: phases[0], settled: phases[1],
-                       end: phases[2])
-        }
-        func lag(_ fraction: Double) -> Row {
-            let phases = windows.map { percentile(inWindow(outcome.lags, \.time, $0).map(\.seconds), fraction) }
-            return Row(name: "event lag p\(Int(fraction * 100)) (finished → webhook)", unit: "s", start: phases[0], settled: phases[1],
-                       end: phases[2])
-        }
-        rows = [rss, descriptors, threads, state, database, wal, kept, latency(0.5), latency(0.99), lag(0.5), lag(0.99)]
+        let apiP99 = timed("API p99 (GET task, GET sessions)", "ms", run.latencies, 0.99, scale: 1000)
+        let lagP99 = timed("event lag p99 (finished → webhook)", "s", outcome.lags, 0.99)
+        rows = [
+            rss, descriptors, threads, state,
+            resource("  of which backhaul.db", "MiB", scale: 1_048_576, \.databaseBytes),
+            resource("  of which the WAL", "MiB", scale: 1_048_576, \.walBytes),
+            kept,
+            timed("API p50 (GET task, GET sessions)", "ms", run.latencies, 0.5, scale: 1000), apiP99,
+            timed("event lag p50 (finished → webhook)", "s", outcome.lags, 0.5), lagP99,
+        ]
         for row in [rss, descriptors, threads, state] {
             let limit = plan.limit(row.name, settled: row.settled)
             checks.append(Check(name: row.name, settled: row.settled, end: row.end, limit: limit, passed: row.end <= limit))
         }
         let keptLimit = plan.keptLimit(settled: kept.settled)
-        checks.append(Check(name: kept.name, settled: kept.settled, end: kept.end, limit: keptLimit, passed: kept.end <= keptLimit))
-        let p99 = rows[8].end / 1000, lagP99 = rows[10].end
+        checks.append(Check(name: kept.name, settled: kept.settled, end: kept.end, limit: keptLimit,
+                            passed: kept.end <= keptLimit))
         bounds = [
-            Bound(name: "API p99 at the end (s)", value: p99, limit: plan.apiP99Bound, passed: !(p99 > plan.apiP99Bound)),
-            Bound(name: "event lag p99 at the end (s)", value: lagP99, limit: plan.eventLagP99Bound,
-                  passed: !(lagP99 > plan.eventLagP99Bound)),
+            Bound(name: "API p99 at the end (s)", value: apiP99.end / 1000, limit: plan.apiP99Bound,
+                  passed: !(apiP99.end / 1000 > plan.apiP99Bound)),
+            Bound(name: "event lag p99 at the end (s)", value: lagP99.end, limit: plan.eventLagP99Bound,
+                  passed: !(lagP99.end > plan.eventLagP99Bound)),
         ]
-
-        // The table.
-        func format(_ value: Double?, _ unit: String) -> String {
-            guard let value, !value.isNaN else { return "–" }
-            switch unit {
-            case "MiB": return String(format: "%.1f", value)
-            case "ms": return String(format: "%.1f", value)
-            case "s": return String(format: "%.2f", value)
-            default: return String(format: "%.0f", value)
+        // Each life at its last sample (before its SIGKILL, or the end): lives that end bigger
+        // and bigger grow with what they carry over (the state), not within one life.
+        for sample in run.samples {
+            if let index = lives.indices.last, lives[index].pid == sample.pid {
+                lives[index].last = sample
+            } else {
+                lives.append((sample.pid, sample, sample))
             }
         }
+        table = markdown(run: run, outcome: outcome)
+        json = document(run: run, outcome: outcome)
+    }
+
+    /// Nearest rank: the smallest value with at least `fraction` of them at or below it.
+    static func percentile(_ values: [Double], _ fraction: Double) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let rank = Int((Double(values.count) * fraction).rounded(.up))
+        return values.sorted()[min(values.count, max(1, rank)) - 1]
+    }
+
+    static func format(_ value: Double?, _ unit: String) -> String {
+        guard let value, !value.isNaN else { return "–" }
+        switch unit {
+        case "MiB", "ms": return String(format: "%.1f", value)
+        case "s": return String(format: "%.2f", value)
+        default: return String(format: "%.0f", value)
+        }
+    }
+
+    /// What happened, in one paragraph.
+    static func summary(run: SoakRun, outcome: SoakRun.Outcome) -> String {
+        let plan = run.plan
+        let verified = SoakTask.Kind.allCases.map { "\($0.rawValue) \(outcome.completed[$0] ?? 0)" }.joined(separator: ", ")
+        let faults = outcome.faults.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        let caughtUp = outcome.backlogCaughtUp.map { String(format: "%.1f", $0) } ?? "–"
+        let pages = run.databasePages.map { "\($0.pages) pages of \($0.size) bytes, \($0.free) of them free" } ?? "? pages"
+        return [
+            "soak \(Int(plan.duration)) s: \(run.tasks.count) tasks accepted (\(verified) verified),",
+            "\(outcome.problems.count) lost or wrong, \(outcome.undelivered.count) final events undelivered;",
+            "\(run.killsDone.count) SIGKILLs at \(run.killsDone.map { String(Int($0)) }.joined(separator: ", ")) s;",
+            "consumer down \(Int(plan.outage.lowerBound))–\(Int(plan.outage.upperBound)) s,",
+            "its backlog of \(outcome.backlog) final events all in \(caughtUp) s after its return;",
+            "sink faults \(outcome.faults.values.reduce(0, +)) (\(faults));",
+            "\(outcome.deliveries) webhook deliveries accepted for \(outcome.webhookIDs) webhook-ids",
+            "(\(outcome.redelivered) delivered more than once);",
+            "drained \(Int(run.drainedAt - run.loadEndedAt)) s after the load, when backhaul.db had \(pages)",
+        ].joined(separator: " ")
+    }
+
+    func markdown(run: SoakRun, outcome: SoakRun.Outcome) -> String {
+        let plan = run.plan
+        func span(_ window: ClosedRange<Double>) -> String { "\(Int(window.lowerBound))–\(Int(window.upperBound)) s" }
         var lines = [
-            "soak \(duration) s: \(run.tasks.count) tasks accepted (\(SoakTask.Kind.allCases.map { "\($0.rawValue) \(outcome.completed[$0] ?? 0)" }.joined(separator: ", ")) verified), "
-                + "\(outcome.problems.count) lost or wrong, \(outcome.undelivered.count) final events undelivered; "
-                + "\(run.killsDone.count) SIGKILLs at \(run.killsDone.map { String(Int($0)) }.joined(separator: ", ")) s; "
-                + "consumer down \(Int(plan.outage.lowerBound))–\(Int(plan.outage.upperBound)) s, its backlog of \(outcome.backlog) final events "
-                + "all in \(outcome.backlogCaughtUp.map { String(format: "%.1f", $0) } ?? "–") s after its return; "
-                + "sink faults \(outcome.faults.values.reduce(0, +)) \(outcome.faults.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")); "
-                + "\(outcome.deliveries) webhook deliveries accepted for \(outcome.webhookIDs) webhook-ids (\(outcome.redelivered) delivered more than once); "
-                + "drained \(Int(run.drainedAt - run.loadEndedAt)) s after the load, when backhaul.db had "
-                + (run.databasePages.map { "\($0.pages) pages of \($0.size) bytes, \($0.free) of them free" } ?? "? pages"),
-            "windows: start \(Int(plan.startWindow.lowerBound))–\(Int(plan.startWindow.upperBound)) s, settled \(Int(plan.settledWindow.lowerBound))–\(Int(plan.settledWindow.upperBound)) s, end \(Int(plan.endWindow.lowerBound))–\(Int(plan.endWindow.upperBound)) s (medians; latency and lag percentiles); drained = after the load, all delivered",
+            Self.summary(run: run, outcome: outcome),
+            "windows: start \(span(plan.startWindow)), settled \(span(plan.settledWindow)), end \(span(plan.endWindow))"
+                + " (medians; latency and lag percentiles); drained = after the load, all delivered",
             "",
             "| figure | start | settled | end | end ÷ settled | drained |",
             "|---|---:|---:|---:|---:|---:|",
         ]
         for row in rows {
-            let unit = row.unit.isEmpty ? "" : " (\(row.unit))"
+            let name = row.unit.isEmpty ? row.name : "\(row.name) (\(row.unit))"
             let ratio = row.settled > 0 && !row.end.isNaN ? String(format: "%.2f", row.end / row.settled) : "–"
-            lines.append("| \(row.name)\(unit) | \(format(row.start, row.unit)) | \(format(row.settled, row.unit)) | \(format(row.end, row.unit)) | \(ratio) | \(format(row.drained, row.unit)) |")
+            let figures = [row.start, row.settled, row.end].map { Self.format($0, row.unit) }
+            lines.append("| \(name) | \(figures.joined(separator: " | ")) | \(ratio) | \(Self.format(row.drained, row.unit)) |")
         }
-        // Each process at its last sample (before its SIGKILL, or the end): a daemon whose later
-        // lives end bigger grows with what it carries over (the state), not within one life.
-        var processes: [(pid: Int32, first: SoakRun.Sample, last: SoakRun.Sample)] = []
-        for sample in run.samples {
-            if let index = processes.indices.last, processes[index].pid == sample.pid {
-                processes[index].last = sample
-            } else {
-                processes.append((sample.pid, sample, sample))
-            }
+        lines += ["", "| process | from s | to s | RSS (MiB) | descriptors | threads | state (MiB) | tasks kept |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for (index, life) in lives.enumerated() {
+            let last = life.last
+            let cells = [
+                "\(index + 1)", "\(Int(life.first.time - life.first.age))", "\(Int(last.time))",
+                Self.format(last.rssKiB / 1024, "MiB"), "\(Int(last.descriptors))", "\(Int(last.threads))",
+                Self.format(last.stateBytes / 1_048_576, "MiB"), "\(Int(last.kept))",
+            ]
+            lines.append("| \(cells.joined(separator: " | ")) |")
         }
-        lines.append("")
-        lines.append("| process | from s | to s | RSS (MiB) | descriptors | threads | state (MiB) | tasks kept |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for (index, process) in processes.enumerated() {
-            let last = process.last
-            lines.append("| \(index + 1) | \(Int(process.first.time - process.first.age)) | \(Int(last.time)) | \(format(last.rssKiB / 1024, "MiB")) | "
-                         + "\(Int(last.descriptors)) | \(Int(last.threads)) | \(format(last.stateBytes / 1_048_576, "MiB")) | \(Int(last.kept)) |")
-        }
-        lines.append("")
-        lines.append("rule (\(plan.isLong ? "long" : "short") form): \(plan.rule): "
-                     + checks.map { "\($0.name) \($0.passed ? "ok" : "FAILED") (≤ \(format($0.limit, $0.name == "RSS" || $0.name == "state directory" ? "MiB" : "")))" }.joined(separator: ", ")
-                     + "; " + bounds.map { "\($0.name) \($0.passed ? "ok" : "FAILED") (≤ \($0.limit))" }.joined(separator: ", "))
-        table = lines.joined(separator: "\n")
+        let verdicts = checks.map { check in
+            let unit = check.name == "RSS" || check.name == "state directory" ? "MiB" : ""
+            return "\(check.name) \(check.passed ? "ok" : "FAILED") (≤ \(Self.format(check.limit, unit)))"
+        } + bounds.map { "\($0.name) \($0.passed ? "ok" : "FAILED") (≤ \($0.limit))" }
+        lines += ["", "rule (\(plan.isLong ? "long" : "short") form): \(plan.rule): \(verdicts.joined(separator: ", "))"]
+        return lines.joined(separator: "\n")
+    }
 
-        // The JSON.
+    func document(run: SoakRun, outcome: SoakRun.Outcome) -> JSON {
+        let plan = run.plan
         func number(_ value: Double?) -> JSON {
             guard let value, value.isFinite else { return .null }
             return .double((value * 1000).rounded() / 1000)
         }
-        let sampleRows = JSON.array(run.samples.map { sample in
-            ["t": number(sample.time), "age": number(sample.age), "pid": .int(Int64(sample.pid)), "rss_kib": number(sample.rssKiB),
-             "fds": number(sample.descriptors), "threads": number(sample.threads), "state_bytes": number(sample.stateBytes),
-             "db_bytes": number(sample.databaseBytes), "wal_bytes": number(sample.walBytes), "tasks_kept": number(sample.kept)]
-        })
-        json = [
+        func pair(_ window: ClosedRange<Double>) -> JSON { [number(window.lowerBound), number(window.upperBound)] }
+        func counts<Key>(_ dictionary: [Key: Int], _ name: (Key) -> String) -> JSON {
+            .object(JSONObject(dictionary.map { (name($0.key), JSON.int(Int64($0.value))) }.sorted { $0.0 < $1.0 }))
+        }
+        func strings(_ values: [String]) -> JSON { .array(values.map { .string($0) }) }
+        return [
             "duration_seconds": .int(Int64(duration)),
-            "plan": ["wave_interval": number(plan.waveInterval), "sample_interval": number(plan.sampleInterval),
-                     "retention_seconds": .int(Int64(plan.retention)), "webhook_retry_schedule": .string(plan.webhookSchedule),
-                     "consumer_down": .array([number(plan.outage.lowerBound), number(plan.outage.upperBound)]),
-                     "kills_planned": .array(plan.kills.map { number($0) }), "kills_done": .array(run.killsDone.map { number($0) }),
-                     "windows": ["start": .array([number(plan.startWindow.lowerBound), number(plan.startWindow.upperBound)]),
-                                 "settled": .array([number(plan.settledWindow.lowerBound), number(plan.settledWindow.upperBound)]),
-                                 "end": .array([number(plan.endWindow.lowerBound), number(plan.endWindow.upperBound)])],
-                     "rule": .string(plan.rule)],
-            "tasks": ["accepted": .int(Int64(run.tasks.count)), "refused": .int(Int64(run.refused.count)),
-                      "verified": .object(JSONObject(outcome.completed.map { ($0.key.rawValue, JSON.int(Int64($0.value))) }.sorted { $0.0 < $1.0 })),
-                      "lost_or_wrong": .array(outcome.problems.map { .string($0) }),
-                      "undelivered_final_events": .array(outcome.undelivered.map { .string($0) })],
-            "webhooks": ["deliveries_accepted": .int(Int64(outcome.deliveries)), "webhook_ids": .int(Int64(outcome.webhookIDs)),
-                         "delivered_more_than_once": .int(Int64(outcome.redelivered))],
-            "sink_faults": .object(JSONObject(outcome.faults.map { ($0.key, JSON.int(Int64($0.value))) }.sorted { $0.0 < $1.0 })),
-            "unexpected_exits": .array(run.unexpectedExits.map { .string($0) }),
+            "plan": [
+                "wave_interval": number(plan.waveInterval), "sample_interval": number(plan.sampleInterval),
+                "retention_seconds": .int(Int64(plan.retention)), "webhook_retry_schedule": .string(plan.webhookSchedule),
+                "consumer_down": pair(plan.outage), "kills_planned": .array(plan.kills.map { number($0) }),
+                "kills_done": .array(run.killsDone.map { number($0) }),
+                "windows": ["start": pair(plan.startWindow), "settled": pair(plan.settledWindow), "end": pair(plan.endWindow)],
+                "rule": .string(plan.rule),
+            ],
+            "tasks": [
+                "accepted": .int(Int64(run.tasks.count)), "refused": strings(run.refused),
+                "verified": counts(outcome.completed, \.rawValue), "lost_or_wrong": strings(outcome.problems),
+                "undelivered_final_events": strings(outcome.undelivered),
+            ],
+            "webhooks": [
+                "deliveries_accepted": .int(Int64(outcome.deliveries)), "webhook_ids": .int(Int64(outcome.webhookIDs)),
+                "delivered_more_than_once": .int(Int64(outcome.redelivered)),
+                "backlog_final_events": .int(Int64(outcome.backlog)),
+                "backlog_last_arrived_after_return_seconds": number(outcome.backlogCaughtUp),
+            ],
+            "sink_faults": counts(outcome.faults, { $0 }),
+            "unexpected_exits": strings(run.unexpectedExits),
             "drained_after_seconds": number(run.drainedAt - run.loadEndedAt),
-            "database_when_drained": run.databasePages.map { ["pages": .int(Int64($0.pages)), "free_pages": .int(Int64($0.free)),
-                                                             "page_size": .int(Int64($0.size))] } ?? .null,
-            "consumer_backlog": ["final_events": .int(Int64(outcome.backlog)), "last_arrived_after_return_seconds": number(outcome.backlogCaughtUp)],
+            "database_when_drained": run.databasePages.map {
+                ["pages": .int(Int64($0.pages)), "free_pages": .int(Int64($0.free)), "page_size": .int(Int64($0.size))]
+            } ?? .null,
             "figures": .array(rows.map { row in
-                ["name": .string(row.name.trimmingCharacters(in: .whitespaces)), "unit": .string(row.unit), "start": number(row.start),
-                 "settled": number(row.settled), "end": number(row.end), "drained": number(row.drained)]
+                ["name": .string(row.name.trimmingCharacters(in: .whitespaces)), "unit": .string(row.unit),
+                 "start": number(row.start), "settled": number(row.settled), "end": number(row.end),
+                 "drained": number(row.drained)]
             }),
-            "checks": .array(checks.map { ["name": .string($0.name), "settled": number($0.settled), "end": number($0.end),
-                                           "limit": number($0.limit), "passed": .bool($0.passed)] }),
-            "bounds": .array(bounds.map { ["name": .string($0.name), "value": number($0.value), "limit": number($0.limit),
-                                           "passed": .bool($0.passed)] }),
-            "processes": .array(processes.map { process in
-                ["pid": .int(Int64(process.pid)), "started": number(process.first.time - process.first.age), "last_sample": number(process.last.time),
-                 "rss_kib": number(process.last.rssKiB), "fds": number(process.last.descriptors), "threads": number(process.last.threads),
-                 "state_bytes": number(process.last.stateBytes), "tasks_kept": number(process.last.kept)]
+            "checks": .array(checks.map { check in
+                ["name": .string(check.name), "settled": number(check.settled), "end": number(check.end),
+                 "limit": number(check.limit), "passed": .bool(check.passed)]
             }),
-            "samples": sampleRows,
+            "bounds": .array(bounds.map { bound in
+                ["name": .string(bound.name), "value": number(bound.value), "limit": number(bound.limit),
+                 "passed": .bool(bound.passed)]
+            }),
+            "lives": .array(lives.map { life in
+                ["pid": .int(Int64(life.pid)), "started": number(life.first.time - life.first.age),
+                 "last_sample": number(life.last.time), "rss_kib": number(life.last.rssKiB), "fds": number(life.last.descriptors),
+                 "threads": number(life.last.threads), "state_bytes": number(life.last.stateBytes),
+                 "tasks_kept": number(life.last.kept)]
+            }),
             "latency_probes": .int(Int64(run.latencies.count)),
+            "samples": .array(run.samples.map { sample in
+                ["t": number(sample.time), "age": number(sample.age), "pid": .int(Int64(sample.pid)),
+                 "rss_kib": number(sample.rssKiB), "fds": number(sample.descriptors), "threads": number(sample.threads),
+                 "state_bytes": number(sample.stateBytes), "db_bytes": number(sample.databaseBytes),
+                 "wal_bytes": number(sample.walBytes), "tasks_kept": number(sample.kept)]
+            }),
         ]
     }
 
     /// `bench-results/soak-<seconds>.json` and `.md` at the package root.
     func write() {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let directory = root.appendingPathComponent("bench-results")
+        let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("bench-results")
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        try? json.serialized().write(to: directory.appendingPathComponent("soak-\(duration).json"), atomically: true, encoding: .utf8)
-        try? (table + "\n").write(to: directory.appendingPathComponent("soak-\(duration).md"), atomically: true, encoding: .utf8)
+        let name = directory.appendingPathComponent("soak-\(duration)")
+        try? json.serialized().write(to: name.appendingPathExtension("json"), atomically: true, encoding: .utf8)
+        try? (table + "\n").write(to: name.appendingPathExtension("md"), atomically: true, encoding: .utf8)
     }
 }
