@@ -24,9 +24,10 @@ run: build
 	.build/debug/backhauld $(ARGS)
 
 ## Builds everything and runs every test: unit tables, store, API, end to end against real servers,
-## and the soak's 2-minute form beside them. The run takes about 4 minutes; past TEST_TIME_LIMIT
-## seconds it is stopped and fails, so a test that hangs costs CI minutes, not its whole 90-minute
-## budget.
+## and the soak's 2-minute form beside them. The tests take about 7 minutes on 2 cores (the
+## serialized end-to-end suite is the long pole; the soak runs beside it); past TEST_TIME_LIMIT
+## seconds they are stopped and fail, so a test that hangs costs CI minutes, not its whole
+## 90-minute budget.
 TEST_TIME_LIMIT ?= 1200
 test: test-deps ietf-peer
 	$(SWIFT) build --build-tests
