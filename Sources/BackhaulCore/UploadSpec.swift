@@ -66,8 +66,10 @@ public struct UploadSpec: Sendable, Equatable {
             var formFields = JSONObject()
             for (name, value) in fields { formFields[name] = .string(value) }
             object["fields"] = .object(formFields)
-        } else if let contentType {
-            object["content_type"] = .string(contentType)
+        } else {
+            // tus (and auto, should it pick tus) sends `filename` in its Upload-Metadata.
+            if let filename, protocolName == .tus || protocolName == .auto { object["filename"] = .string(filename) }
+            if let contentType { object["content_type"] = .string(contentType) }
         }
         if let checksum { object["checksum"] = .string(checksum.rawValue) }
         if protocolName == .ietf || protocolName == .auto {

@@ -16,6 +16,9 @@ public final class RecordingSink: Sendable {
         case stall(seconds: Double, status: Int)
         /// Read the body at most this fast, then behave as `then`.
         indirect case throttle(bytesPerSecond: Int, then: Behaviour)
+        /// Take the body as `then` would (a resumable sink keeps it), wait this long, then answer
+        /// as `then`: a slow server that loses nothing.
+        indirect case delayed(seconds: Double, then: Behaviour)
         /// A resumable Content-Range server: each chunk is written at its offset into the path's
         /// assembled file; intermediate chunks get 308 with `Range: bytes=0-n`, the last 201;
         /// `Content-Range: bytes */total` asks for the current range.
@@ -24,7 +27,7 @@ public final class RecordingSink: Sendable {
         case passThrough
         /// A server failing `rate` of its requests at random (seeded): 503, 429 with
         /// `Retry-After: 1`, a connection dropped mid-body, a stall of `stall` seconds before
-        /// answering, or the whole body taken and no answer sent; otherwise `then`.
+        /// answering as `then` would, or the whole body taken and no answer sent; otherwise `then`.
         indirect case flaky(rate: Double, seed: UInt64, stall: Double, then: Behaviour)
     }
 
@@ -126,7 +129,7 @@ public final class RecordingSink: Sendable {
                 guard next() < rate else { return then }
                 let faults: [(String, Behaviour)] = [
                     ("503", .respond(status: 503)), ("429", .respond(status: 429, headers: [("Retry-After", "1")])),
-                    ("drop", .drop(afterBytes: Int64(next() * 200_000))), ("stall", .stall(seconds: stall, status: 201)),
+                    ("drop", .drop(afterBytes: Int64(next() * 200_000))), ("stall", .delayed(seconds: stall, then: then)),
                     ("no_answer", .drop(afterBytes: .max)),
                 ]
                 let (name, fault) = faults[min(faults.count - 1, Int(next() * Double(faults.count)))]
@@ -180,6 +183,7 @@ public final class RecordingSink: Sendable {
         let index: Int
         var behaviour: Behaviour
         var throttle: Int?
+        var delay = 0.0
         let file: FileHandle?
         let head: HTTPRequestHead
         var received: Int64 = 0
@@ -194,9 +198,16 @@ public final class RecordingSink: Sendable {
             self.index = index
             self.file = file
             self.behaviour = behaviour
-            while case .throttle(let rate, let then) = self.behaviour {
-                throttle = rate
-                self.behaviour = then
+            unwrapping: while true {
+                switch self.behaviour {
+                case .throttle(let rate, let then):
+                    throttle = rate
+                    self.behaviour = then
+                case .delayed(let seconds, let then):
+                    delay = seconds
+                    self.behaviour = then
+                default: break unwrapping
+                }
             }
             if case .resumable = self.behaviour, let header = head.headers["content-range"] {
                 range = Self.parseContentRange(header)
@@ -263,6 +274,7 @@ public final class RecordingSink: Sendable {
 
         func finish() -> HTTPResponse? {
             try? file?.synchronize()
+            if delay > 0 { usleep(UInt32(delay * 1_000_000)) }
             ended = true
             switch behaviour {
             case .respond(let status, let headers, let body):
@@ -279,7 +291,7 @@ public final class RecordingSink: Sendable {
                 let answer = resumableAnswer()
                 sink.end(index, status: answer.status)
                 return answer
-            case .throttle, .passThrough, .flaky:
+            case .throttle, .delayed, .passThrough, .flaky:
                 sink.end(index, status: 201)
                 return HTTPResponse(status: 201)
             }

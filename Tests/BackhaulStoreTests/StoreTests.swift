@@ -73,6 +73,9 @@ struct StoreTests {
         multipart.checksum = .sha256
         var chunked = UploadSpec(protocolName: .chunked)
         chunked.chunkSize = 1 << 20
+        var tus = UploadSpec(protocolName: .tus)
+        tus.filename = "clip-7.mp4"
+        tus.contentType = "video/mp4"
         var s3 = UploadSpec(protocolName: .s3)
         s3.s3 = S3Credentials(region: "eu-west-1", accessKeyID: "AK", secretAccessKey: "SK", sessionToken: "ST")
         var ietf = UploadSpec(protocolName: .ietf)
@@ -80,7 +83,7 @@ struct StoreTests {
         var auto = UploadSpec(protocolName: .auto)
         auto.interopVersion = 3
         auto.chunkSize = 2 << 20
-        return [UploadSpec(), multipart, chunked, UploadSpec(protocolName: .tus), s3, ietf, auto]
+        return [UploadSpec(), multipart, chunked, UploadSpec(protocolName: .tus), tus, s3, ietf, auto]
     }()
 
     @Test("every protocol's upload options round-trip (the pinned IETF version included)", arguments: uploadSpecs)

@@ -5,9 +5,11 @@
   webhook_receiver.py --port P --secret whsec_... --log FILE [--fail-first N] [--status S]
 
 --fail-first N answers 500 to the first N verified deliveries; --status S answers S to all of
-them (e.g. 410). Prints "listening <port>" once ready. Exits on SIGTERM.
+them (e.g. 410). Each line also has `received_at` (Unix seconds, when the body was read) and
+the task's `finished_at`, from which a test measures event lag. Prints "listening <port>" once
+ready. Exits on SIGTERM.
 """
-import argparse, json, sys, threading
+import argparse, json, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -33,6 +35,7 @@ def main():
 
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            received_at = time.time()
             headers = {name.lower(): value for name, value in self.headers.items()}
             verified_with = []
             for index, verifier in enumerate(verifiers):
@@ -57,6 +60,8 @@ def main():
                     "task_id": payload and isinstance(payload.get("data"), dict) and payload["data"].get("id"),
                     "session_id": payload and isinstance(payload.get("data"), dict) and payload["data"].get("session_id"),
                     "state": payload and isinstance(payload.get("data"), dict) and payload["data"].get("state"),
+                    "finished_at": payload and isinstance(payload.get("data"), dict) and payload["data"].get("finished_at"),
+                    "received_at": received_at,
                 }
                 with open(args.log, "a") as log:
                     log.write(json.dumps(record) + "\n")
