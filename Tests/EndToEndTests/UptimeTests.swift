@@ -69,7 +69,8 @@ extension EndToEndTests {
 
     /// 3,000 tasks through a daemon with a short retention: the state directory ends under
     /// 16 MiB (pruned rows, pages returned by the incremental vacuum, a bounded WAL) and the
-    /// daemon holds as many descriptors as after the first batch.
+    /// daemon holds about as many descriptors as after the first batch (runs here: 35–46 at the
+    /// end for 38–42 after the first batch, the idle connections of the moment).
     @Test("3,000 tasks churned leave the state directory under 16 MiB and the descriptor count flat")
     func churnStaysBounded() throws {
         let fixture = try Fixture(daemonArguments: ["--finished-task-retention", "1", "--max-transfers", "32"])
@@ -105,7 +106,9 @@ extension EndToEndTests {
         let start = try #require(baseline)
         print("churn: 3000 tasks; state \(start.bytes) → \(end.bytes) bytes, descriptors \(start.fds) → \(end.fds)")
         #expect(end.bytes < 16 << 20, "the state directory holds \(end.bytes) bytes")
-        #expect(end.fds <= start.fds + 4, "descriptors \(start.fds) → \(end.fds)")
+        // Idle connections (to the sink, up to 32, and from this test's own API calls) come and go
+        // by a few; a leak of one descriptor per hundred tasks would be 30 more.
+        #expect(end.fds <= start.fds + 12, "descriptors \(start.fds) → \(end.fds)")
         #expect(fixture.sink.requests.count == 3000)
     }
 
