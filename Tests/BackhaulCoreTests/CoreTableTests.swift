@@ -221,6 +221,23 @@ struct ConfigurationTests {
         #expect(URLParts(url) == nil)
     }
 
+    @Test("random ids: the prefix, then 24 characters of the base-32 alphabet; no two alike in 20,000")
+    func randomIDs() {
+        var seen = Set<String>()
+        for prefix in ["tsk_", "msg_", ""] {
+            for _ in 0..<(20_000 / 3) {
+                let id = RandomID.make(prefix: prefix)
+                #expect(id.hasPrefix(prefix) && id.utf8.count == prefix.utf8.count + 24)
+                #expect(id.dropFirst(prefix.count).allSatisfy { "abcdefghijklmnopqrstuvwxyz234567".contains($0) })
+                seen.insert(String(id.dropFirst(prefix.count)))
+            }
+        }
+        #expect(seen.count == 3 * (20_000 / 3))
+        // Every character position takes more than one value (no stuck bits).
+        let ids = seen.map { Array($0.utf8) }
+        for position in 0..<24 { #expect(Set(ids.map { $0[position] }).count > 16) }
+    }
+
     @Test("RFC 3339 round trip and offsets")
     func times() {
         #expect(RFC3339.format(0) == "1970-01-01T00:00:00.000Z")
