@@ -879,23 +879,14 @@ def targets(args, results):
 # Printing
 
 
-def print_big(args, results):
-    print(f"\n{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs")
-    print(f"{'case':<20}{'wall s':>9}{'MiB/s':>9}{'× curl':>8}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
-    for name, case in results["cases"].items():
+def print_transfers(title, cases, width):
+    """One big transfer's rows (upload or download): wall time, rate, ratio to curl, CPU, peak RSS."""
+    print(f"\n{title}")
+    print(f"{'case':<{width}}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
+    for name, case in cases.items():
         cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
         peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
-        print(f"{name:<20}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>8.2f}{cpu:>11}{peak:>14}   "
-              + " ".join(f"{wall:.2f}" for wall in case["walls"]))
-
-
-def print_download(args, results):
-    print(f"\n{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs")
-    print(f"{'case':<28}{'wall s':>9}{'MiB/s':>9}{'× curl':>9}{'CPU s/GiB':>11}{'peak RSS MiB':>14}   runs")
-    for name, case in results["download"].items():
-        cpu = f"{case['cpu_s_per_gib']:.2f}" if "cpu_s_per_gib" in case else "–"
-        peak = f"{case['peak_rss_mib']:.1f}" if "peak_rss_mib" in case else "–"
-        print(f"{name:<28}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>9.2f}{cpu:>11}{peak:>14}   "
+        print(f"{name:<{width}}{case['wall_s']:>9.2f}{case['mib_per_s']:>9.0f}{case['ratio_to_curl']:>9.2f}{cpu:>11}{peak:>14}   "
               + " ".join(f"{wall:.2f}" for wall in case["walls"]))
 
 
@@ -1027,9 +1018,10 @@ def main():
         shutil.rmtree(sink_dir, ignore_errors=True)
 
     if results["cases"]:
-        print_big(args, results)
+        print_transfers(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs", results["cases"], 20)
     if "download" in results:
-        print_download(args, results)
+        print_transfers(f"{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs",
+                        results["download"], 28)
     if "webhooks" in results:
         print_webhooks(results)
     if "many_files_nginx" in results:

@@ -82,17 +82,14 @@ extension Store {
         try db.run(
             "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
             [RandomID.make(prefix: "msg_"), type, sessionID, taskID, now, data.serialized()])
-        guard try hasWebhooks(db, sessionID: sessionID) else {
-            log.update { $0.eventsAppended = true }
-            return
+        if try hasWebhooks(db, sessionID: sessionID) {
+            try db.run(
+                """
+                INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+                SELECT w.id, ?, ?, 'pending', ?, ? FROM webhooks w
+                WHERE w.session_id = ? AND w.enabled = 1 AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = ?)
+                """, [db.lastInsertRowID, type, now, now, sessionID, type])
         }
-        let sequence = db.lastInsertRowID
-        try db.run(
-            """
-            INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
-            SELECT w.id, ?, ?, 'pending', ?, ? FROM webhooks w
-            WHERE w.session_id = ? AND w.enabled = 1 AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = ?)
-            """, [sequence, type, now, now, sessionID, type])
         log.update { $0.eventsAppended = true }
     }
 }

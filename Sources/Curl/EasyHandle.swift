@@ -98,13 +98,7 @@ public final class EasyHandle {
         try check(
             bh_curl_easy_set_seek_callback(
                 raw,
-                { userdata, offset, origin in
-                    let owner = EasyHandle.owner(userdata)
-                    guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else {
-                        return bh_curl_seekfunc_cantseek()
-                    }
-                    return bh_curl_seekfunc_ok()
-                }, me), self)
+                EasyHandle.seekCallback, me), self)
         try check(
             bh_curl_easy_set_trailer_callback(
                 raw,
@@ -131,6 +125,16 @@ public final class EasyHandle {
 
     fileprivate static func owner(_ userdata: UnsafeMutableRawPointer?) -> EasyHandle {
         Unmanaged<EasyHandle>.fromOpaque(userdata!).takeUnretainedValue()
+    }
+
+    /// curl rewinds a body (a redirect, an auth retry, a multipart part) through this: the plain
+    /// request's seek callback and the multipart part's are the same.
+    fileprivate static let seekCallback: bh_curl_seek_callback = { userdata, offset, origin in
+        let owner = EasyHandle.owner(userdata)
+        guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else {
+            return bh_curl_seekfunc_cantseek()
+        }
+        return bh_curl_seekfunc_ok()
     }
 
     fileprivate func read(into buffer: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int {
@@ -194,13 +198,7 @@ public final class EasyHandle {
                 { buffer, size, count, userdata in
                     EasyHandle.owner(userdata).read(into: buffer, size * count)
                 },
-                { userdata, offset, origin in
-                    let owner = EasyHandle.owner(userdata)
-                    guard origin == SEEK_SET, let seek = owner.seekBody, seek(Int64(offset)) else {
-                        return bh_curl_seekfunc_cantseek()
-                    }
-                    return bh_curl_seekfunc_ok()
-                }, me), self)
+                EasyHandle.seekCallback, me), self)
         if let trailingField {
             let last = curl_mime_addpart(form)
             try check(curl_mime_name(last, trailingField.name), self)

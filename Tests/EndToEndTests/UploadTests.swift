@@ -303,6 +303,27 @@ struct EndToEndTests {
         #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(small)))
     }
 
+    /// A new task starts from the copy the engine kept at its creation; a PATCH while it waits in
+    /// the queue must reach the request all the same.
+    @Test("new headers PATCHed on a task waiting in the queue are the ones it sends")
+    func headersPatchedWhileQueued() throws {
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 128 * 1024, then: .respond(status: 201)))
+        try fixture.session("s1", ["max_connections_per_host": 1])
+        let first = try fixture.enqueue(fixture.makeFile("first.bin", size: 512 * 1024), path: "/first")
+        try fixture.daemon.waitForTask(first, state: "running")
+        let waiting = try fixture.enqueue(
+            fixture.makeFile("second.bin", size: 1000), path: "/second",
+            extra: ["request": ["url": .string(fixture.sink.url("/second")), "headers": ["Authorization": "Bearer old"]]])
+        #expect(try fixture.daemon.task(waiting)["state"]?.stringValue == "queued")
+        let (status, _) = try fixture.daemon.call(
+            "PATCH", "/v1/tasks/\(waiting)", ["request": ["headers": ["Authorization": "Bearer new"]]])
+        #expect(status == 200)
+        #expect(try fixture.daemon.task(first)["state"]?.stringValue == "running", "the first still held the host's slot")
+        #expect(try fixture.daemon.waitForTask(waiting)["state"]?.stringValue == "completed")
+        let sent = fixture.sink.requests.filter { $0.path == "/second" }
+        #expect(sent.count == 1 && sent.first?.headers["authorization"] == "Bearer new")
+    }
+
     @Test("a 401 holds the task in auth_required until new headers come")
     func authenticationRequired() throws {
         let fixture = try Fixture()
