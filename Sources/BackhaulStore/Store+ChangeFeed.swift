@@ -1,92 +1,81 @@
 import BackhaulCore
 import SQLite
 
-/// TEMP triggers on the writer's connection report every change of a task that others act on
-/// (queue membership, leaving `running`, timers, downloads that ended unfinished) into the open
-/// transaction's `ChangeLog`: whatever code path writes a task, the engine hears of it.
-extension Store {
-    static func installChangeFeed(_ db: Connection, log: ChangeLog, state: WriterState) throws {
-        try db.defineFunction("backhaul_task_changed", arguments: 14) { arguments in
-            Store.noteTaskChange(arguments, log: log)
-        }
-        // Arguments: seq, whether it is still queued.
-        try db.defineFunction("backhaul_queued_task_touched", arguments: 2) { arguments in
-            let sequence = arguments.int(0)
-            if arguments.int(1) != 0 {
-                state.touchedQueued.insert(sequence)
-                log.update { $0.touched.append(sequence) }
+/// Every write of a task row goes through `TaskRows`, which reports it here, to the open
+/// transaction's `ChangeLog`: what others act on (queue membership, leaving `running`, timers,
+/// downloads that ended unfinished) and the per-session counts. No other code writes the `tasks`
+/// table (`TaskRowsOnlyTests` holds the sources to that), so whatever path changes a task, the
+/// engine hears of it; a write that is rolled back takes its notes back with it (`ChangeLog.mark`).
+///
+/// These notes were TEMP triggers until the per-task work of issue 16: a trigger program, and the
+/// statement journal a trigger forces on every statement it fires for, cost 29,000 instructions
+/// per insert or update of a task, three of which every task makes.
+struct TaskFeed {
+    let log: ChangeLog
+    let state: WriterState
+
+    func inserted(_ task: TaskRecord) { changed(from: nil, to: task, configurationChanged: false) }
+
+    /// A row updated from `before` (as it was) to `after`.
+    func updated(from before: TaskRecord, to after: TaskRecord) {
+        if before.state == .queued {
+            // A queued task's copy held by the engine is out of date, whatever column changed.
+            if after.state == .queued {
+                state.touchedQueued.insert(after.sequence)
+                log.update { $0.touched.append(after.sequence) }
             } else {
-                state.touchedQueued.remove(sequence)
+                state.touchedQueued.remove(after.sequence)
             }
         }
-        let new = """
-            NEW.seq, NEW.state, NEW.priority, NEW.session_id, NEW.host_key,
-            CASE WHEN NEW.configuration = '{}' THEN NULL ELSE json_extract(NEW.configuration, '$.max_connections_per_host') END,
-            NEW.id, NEW.next_attempt_at, NEW.earliest_begin_at, NEW.deadline_at,
-            CASE WHEN NEW.kind = 'download' THEN NEW.file_path END
-            """
-        let configurationChanged = "OLD.configuration IS NOT NEW.configuration"
-        try db.execute(
-            """
-            CREATE TEMP TRIGGER feed_insert AFTER INSERT ON main.tasks
-            BEGIN SELECT backhaul_task_changed(NULL, \(new), 0, NULL); END;
-            CREATE TEMP TRIGGER feed_update AFTER UPDATE OF state, priority, host_key, session_id, configuration, next_attempt_at,
-                earliest_begin_at, deadline_at ON main.tasks
-            BEGIN SELECT backhaul_task_changed(OLD.state, \(new), \(configurationChanged), OLD.session_id); END;
-            CREATE TEMP TRIGGER feed_touch AFTER UPDATE ON main.tasks WHEN OLD.state = 'queued'
-            BEGIN SELECT backhaul_queued_task_touched(OLD.seq, NEW.state = 'queued'); END;
-            CREATE TEMP TRIGGER feed_touch_delete AFTER DELETE ON main.tasks WHEN OLD.state = 'queued'
-            BEGIN SELECT backhaul_queued_task_touched(OLD.seq, 0); END;
-            CREATE TEMP TRIGGER feed_delete AFTER DELETE ON main.tasks
-            BEGIN SELECT backhaul_task_changed(OLD.state, OLD.seq, NULL, 0, '', '', NULL, OLD.id, NULL, NULL, NULL, NULL, 0,
-                OLD.session_id); END;
-            """)
+        let configurationChanged = before.configurationOverrides != after.configurationOverrides
+        guard
+            configurationChanged || before.state != after.state || before.priority != after.priority
+                || before.request != after.request || before.nextAttemptAt != after.nextAttemptAt
+                || before.earliestBeginAt != after.earliestBeginAt || before.deadlineAt != after.deadlineAt
+        else { return }
+        changed(from: before, to: after, configurationChanged: configurationChanged)
     }
 
-    /// Arguments: old state, seq, new state, priority, session, host, own limit, id, next attempt,
-    /// earliest begin, deadline, download destination, whether its own configuration changed, old
-    /// session.
-    private static func noteTaskChange(_ arguments: FunctionArguments, log: ChangeLog) {
-        let wasQueued = arguments.text(0, is: "queued")
-        let wasRunning = arguments.text(0, is: "running")
-        let isQueued = arguments.text(2, is: "queued")
-        let sequence = arguments.int(1)
-        log.update { changes in
-            if isQueued {
-                let key = Scheduler.Key(session: arguments.string(4) ?? "", host: arguments.string(5) ?? "")
-                changes.queued.append(
-                    Scheduler.Entry(
-                        sequence: sequence, priority: arguments.double(3), key: key,
-                        limit: arguments.optionalInt(6).map { Int($0) }))
-            } else if wasQueued {
-                changes.unqueued.append(sequence)
-            }
-            if wasRunning, !arguments.text(2, is: "running") { changes.leftRunning.append(arguments.string(7) ?? "") }
-            if arguments.text(2, is: "retrying") { changes.noteTimer(arguments.optionalDouble(8)) }
-            if arguments.text(2, is: "waiting") { changes.noteTimer(arguments.optionalDouble(9)) }
-            if !arguments.isNull(2), !isFinal(arguments, 2) { changes.noteTimer(arguments.optionalDouble(10)) }
-            // A held task whose own configuration changed may be allowed now: the policy decides again.
-            if arguments.int(12) != 0, arguments.text(2, is: "waiting") { changes.policyReview = true }
+    /// A row deleted; `session` is its `session_id` column ('' once detached).
+    func deleted(sequence: Int64, id: String, session: String, state taskState: TaskState) {
+        if taskState == .queued {
+            state.touchedQueued.remove(sequence)
+            log.update { $0.unqueued.append(sequence) }
         }
-        // The per-session counts follow every change of state or session.
-        let oldState = arguments.string(0)
-        let newState = arguments.string(2)
-        let oldSession = arguments.string(13)
-        let newSession = arguments.isNull(2) ? nil : arguments.string(4)
-        if oldState != newState || oldSession != newSession {
-            log.countMove(from: oldSession, oldState, to: newSession, newState)
+        if taskState == .running { log.update { $0.leftRunning.append(id) } }
+        log.countMove(from: session, taskState.rawValue, to: nil, nil)
+    }
+
+    private func changed(from before: TaskRecord?, to after: TaskRecord, configurationChanged: Bool) {
+        log.update { changes in
+            if after.state == .queued {
+                let key = Scheduler.Key(session: after.sessionID, host: after.request.hostKey)
+                let limit = after.configurationOverrides["max_connections_per_host"]?.intValue.map { Int($0) }
+                changes.queued.append(Scheduler.Entry(sequence: after.sequence, priority: after.priority, key: key, limit: limit))
+            } else if before?.state == .queued {
+                changes.unqueued.append(after.sequence)
+            }
+            if before?.state == .running, after.state != .running { changes.leftRunning.append(after.id) }
+            if after.state == .retrying { changes.noteTimer(after.nextAttemptAt) }
+            if after.state == .waiting { changes.noteTimer(after.earliestBeginAt) }
+            if !after.state.isFinal { changes.noteTimer(after.deadlineAt) }
+            // A held task whose own configuration changed may be allowed now: the policy decides again.
+            if configurationChanged, after.state == .waiting { changes.policyReview = true }
+        }
+        // The per-session counts follow every change of state.
+        if before?.state != after.state || before?.sessionID != after.sessionID {
+            log.countMove(from: before?.sessionID, before?.state.rawValue, to: after.sessionID, after.state.rawValue)
         }
         // A download that ends without completing leaves no `.part` file (removed after the commit).
-        if let destination = arguments.string(11), isFinal(arguments, 2), !arguments.text(2, is: "completed"),
-            !arguments.isNull(0), !isFinal(arguments, 0)
-        {
-            log.downloadEnded(destination)
+        if after.kind == .download, after.state.isFinal, after.state != .completed, let before, !before.state.isFinal {
+            log.downloadEnded(after.file.path)
         }
     }
+}
 
-    private static func isFinal(_ arguments: FunctionArguments, _ index: Int32) -> Bool {
-        arguments.text(index, is: "completed") || arguments.text(index, is: "failed") || arguments.text(index, is: "cancelled")
-    }
+extension Store {
+    /// Where `TaskRows` reports the writes of this transaction (the writer's thread only).
+    var feed: TaskFeed { TaskFeed(log: log, state: writerState) }
 
     /// Any write to `webhooks` (whichever code path, committed or rolled back) makes the writer's
     /// list of sessions with subscriptions unknown; it is read again when next needed.

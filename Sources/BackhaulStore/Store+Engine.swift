@@ -63,7 +63,7 @@ extension Store {
                 guard case .success(let started) = current.applying(.attemptStarted, now: now) else { return nil }
                 guard
                     try TaskRows.update(
-                        db, from: current, to: started, onlyIf: "state = 'queued' AND attempts = \(current.attempts)")
+                        db, from: current, to: started, onlyIf: "state = 'queued' AND attempts = \(current.attempts)", feed: feed)
                 else {
                     return nil
                 }
@@ -90,7 +90,8 @@ extension Store {
                 guard
                     case .success(let next) = current.applying(
                         .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now),
-                    try TaskRows.update(db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)")
+                    try TaskRows.update(
+                        db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)", feed: feed)
                 else { return nil }
                 var entry = history
                 entry.outcome = end.outcome
@@ -115,21 +116,23 @@ extension Store {
     /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
     /// beyond `AttemptRecord.historyLimit`.
     static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
-        // One statement numbers and inserts the entry (RETURNING gives the number).
+        // The number read first, then a plain insert: `INSERT … SELECT MAX … RETURNING` in one
+        // statement cost three times as much (RETURNING goes through an ephemeral table).
         let number =
-            try db.queryFirst(
-                """
-                INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
-                    error, network_type)
-                SELECT ?, COALESCE(MAX(number), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ? FROM attempts WHERE task_seq = ?
-                RETURNING number
-                """,
-                [
-                    taskSequence, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived,
-                    record.outcome.rawValue, record.httpStatus ?? record.error?.httpStatus,
-                    record.error.map { TaskRecord.errorJSON($0).serialized() }, record.networkType?.rawValue, taskSequence,
-                ]
-            ) { $0.int(0) } ?? 0
+            (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
+                $0.int(0)
+            } ?? 0) + 1
+        try db.run(
+            """
+            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
+                error, network_type)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                taskSequence, number, record.startedAt, record.endedAt, record.bytesTransferred, record.bytesReceived,
+                record.outcome.rawValue, record.httpStatus ?? record.error?.httpStatus,
+                record.error.map { TaskRecord.errorJSON($0).serialized() }, record.networkType?.rawValue,
+            ])
         if number > Int64(AttemptRecord.historyLimit) {
             try db.run(
                 "DELETE FROM attempts WHERE task_seq = ? AND number <= ?",
@@ -156,9 +159,8 @@ extension Store {
         let text = checkpoint.json.serialized()
         submit(
             { db in
-                try db.run(
-                    "UPDATE tasks SET checkpoint = ?, bytes_sent = ? WHERE seq = ? AND state = 'running' AND attempts = ?",
-                    [text, checkpoint.offset, sequence, attempt])
+                try TaskRows.saveProgress(
+                    db, sequence: sequence, attempt: attempt, bytesTransferred: checkpoint.offset, checkpoint: text)
             }, done: { _ in })
     }
 
@@ -171,7 +173,7 @@ extension Store {
                 guard var task = try TaskRows.fetch(db, sequence: sequence), task.state == .running, task.attempts == attempt
                 else { return }
                 task.bytesTransferred = bytesTransferred
-                try db.run("UPDATE tasks SET bytes_sent = ? WHERE seq = ?", [bytesTransferred, sequence])
+                try TaskRows.saveProgress(db, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
                 try appendEvent(
                     db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
                     data: task.json(live: live), now: now)

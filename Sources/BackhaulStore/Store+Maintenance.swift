@@ -92,14 +92,13 @@ extension Store {
     /// attempt history.
     func deleteFinished(_ db: Connection, sequences: [Int64], ids: [String]) throws {
         let idList = JSON.array(ids.map { .string($0) }).serialized()
-        let sequenceList = JSON.array(sequences.map { .int($0) }).serialized()
         try db.run(
             """
             DELETE FROM deliveries WHERE event_seq IN
                 (SELECT seq FROM events WHERE task_id IN (SELECT value FROM json_each(?)))
             """, [idList])
         let events = try db.run("DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))", [idList])
-        try db.run("DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [sequenceList])
+        try TaskRows.delete(db, sequences: sequences, feed: feed)
         maintenance.withLock { $0.eventsPruned += events }
         log.update { $0.pruned += sequences.count }
     }

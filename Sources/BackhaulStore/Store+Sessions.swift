@@ -92,7 +92,7 @@ extension Store {
     /// retention (SPEC §4.2), detached: they belong to no session (`session_id` ''), remember the
     /// one they had, and leave the id and their idempotency keys free for a new session.
     func removeSession(_ db: Connection, id: String) throws {
-        try db.run("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = ?", [id])
+        try TaskRows.detach(db, session: id)
         log.forgetCounts(id)
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])

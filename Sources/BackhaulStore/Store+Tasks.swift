@@ -60,8 +60,7 @@ extension Store {
                 }
                 var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
                 if !task.state.isFinal { held += task.file.size }
-                try TaskRows.insert(db, task)
-                task.sequence = db.lastInsertRowID
+                try TaskRows.insert(db, &task, feed: feed)
                 if let key = task.idempotencyKey { keysInBatch[key] = task }
                 try recorded(db, from: nil, to: task, now: now)
                 if task.state == .queued { log.update { [task] in $0.created.append(task) } }

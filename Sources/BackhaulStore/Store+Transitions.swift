@@ -29,7 +29,7 @@ extension Store {
     /// change calls for.
     func save(_ db: Connection, from before: TaskRecord, to after: TaskRecord, now: Timestamp) throws {
         guard after != before else { return }
-        try TaskRows.update(db, from: before, to: after)
+        try TaskRows.update(db, from: before, to: after, feed: feed)
         try recorded(db, from: before, to: after, now: now)
     }
 

@@ -69,7 +69,6 @@ public final class Store: Sendable {
         try StoreOpening.migrate(db, path: self.path)
         try Store.verify(db)
         log = ChangeLog()
-        try Store.installChangeFeed(db, log: log, state: writerState)
         try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
         writer = StoreWriter(connection: db, log: log)
@@ -161,8 +160,7 @@ final class WriterState {
     /// it unknown (a TEMP trigger says so, `installWebhookFeed`): an event of any other session
     /// needs no delivery rows, and the statement that would find none is not run.
     var sessionsWithWebhooks: Set<String>?
-    /// Queued tasks whose row changed since they were created (kept by a TEMP trigger,
-    /// `installChangeFeed`): a claim of one reads the row again instead of trusting the copy the
+    /// Queued tasks whose row changed since they were created (kept by `TaskFeed`): a claim of one reads the row again instead of trusting the copy the
     /// engine holds.
     var touchedQueued: Set<Int64> = []
 }

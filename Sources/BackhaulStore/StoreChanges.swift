@@ -4,7 +4,7 @@ import BackhaulCore
 /// commit (on the writer's thread): the engine keeps its queue from it and stops transfers whose
 /// task moved on; the webhook dispatcher and the event stream wake on new events.
 ///
-/// Task changes are collected by TEMP triggers on the writer's connection, so no code path can
+/// Task changes are reported by `TaskRows`, the only code that writes tasks (`TaskFeed`), so no code path can
 /// change a task without them; a write that is rolled back takes its changes back with it.
 public struct StoreChanges: Sendable {
     /// Tasks that entered the queue, or changed while in it (priority, host, own limit).

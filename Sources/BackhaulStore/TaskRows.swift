@@ -4,7 +4,8 @@ import SQLite
 
 /// How a task is stored: its row decoded without the client's validators (what was written was
 /// validated once, at the edge), throwing `StoreError.corrupt` on anything it cannot read rather
-/// than guessing; written whole once, then column by column as it changes.
+/// than guessing; written whole once, then column by column as it changes. The only code that
+/// writes the `tasks` table: every write is reported to the transaction's `TaskFeed`.
 enum TaskRows {
     static let columns = """
         seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
@@ -118,7 +119,8 @@ enum TaskRows {
 
     static func requestColumn(_ request: RequestSpec) -> String { request.json(redacted: false).serialized() }
 
-    static func insert(_ db: Connection, _ task: TaskRecord) throws {
+    /// Inserts `task` and sets its sequence.
+    static func insert(_ db: Connection, _ task: inout TaskRecord, feed: TaskFeed) throws {
         try db.run(
             """
             INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
@@ -139,14 +141,16 @@ enum TaskRows {
                 task.error.map { TaskRecord.errorJSON($0).serialized() },
                 task.cancellation?.rawValue,
             ])
+        task.sequence = db.lastInsertRowID
+        feed.inserted(task)
     }
 
     /// Writes the columns in which `after` differs from `before` (the row as read), only while
     /// the row still meets `condition` (SQL) when one is given. Returns whether it wrote.
     @discardableResult
-    static func update(_ db: Connection, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil) throws
-        -> Bool
-    {
+    static func update(
+        _ db: Connection, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil, feed: TaskFeed
+    ) throws -> Bool {
         var columns: [String] = []
         var values: [any SQLBindable] = []
         func set<T: Equatable>(_ column: String, _ keyPath: KeyPath<TaskRecord, T>, _ value: @autoclosure () -> any SQLBindable) {
@@ -179,8 +183,40 @@ enum TaskRows {
         guard !columns.isEmpty else { return true }
         values.append(after.sequence)
         let guarded = condition.map { " AND " + $0 } ?? ""
-        return try db.run(
-            "UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE seq = ?" + guarded, values) > 0
+        let sql = "UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE seq = ?" + guarded
+        guard try db.run(sql, values) > 0 else { return false }
+        feed.updated(from: before, to: after)
+        return true
+    }
+
+    /// A running attempt's progress, and what the server acknowledged of a resumable transfer,
+    /// while the task is still in that attempt (no column the feed reports).
+    static func saveProgress(
+        _ db: Connection, sequence: Int64, attempt: Int, bytesTransferred: Int64, checkpoint: String? = nil
+    ) throws {
+        try db.run(
+            """
+            UPDATE tasks SET bytes_sent = ?, checkpoint = COALESCE(?, checkpoint)
+            WHERE seq = ? AND state = 'running' AND attempts = ?
+            """, [bytesTransferred, checkpoint, sequence, attempt])
+    }
+
+    /// Deletes tasks by sequence (with their attempt history, by trigger).
+    static func delete(_ db: Connection, sequences: [Int64], feed: TaskFeed) throws {
+        let list = JSON.array(sequences.map { .int($0) }).serialized()
+        let rows = try db.query(
+            "SELECT seq, id, session_id, state FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [list]
+        ) { row in
+            (row.int(0), row.string(1), row.string(2), try TaskState(rawValue: row.string(3)).orThrow(StoreError.corrupt("task \(row.string(1)) is in the state \(row.string(3))")))
+        }
+        try db.run("DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [list])
+        for (sequence, id, session, state) in rows { feed.deleted(sequence: sequence, id: id, session: session, state: state) }
+    }
+
+    /// Detaches a removed session's tasks (all final): they belong to no session ('') and keep
+    /// the id they had in `detached_from`. Final tasks leave no note; the session's counts go with it.
+    static func detach(_ db: Connection, session: String) throws {
+        try db.run("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = ?", [session])
     }
 
     static func fetch(_ db: Connection, id: String) throws -> TaskRecord? {

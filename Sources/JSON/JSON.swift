@@ -200,36 +200,36 @@ extension JSON {
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// A string literal: `"` and `\\` escaped, control characters as `\uXXXX` (the short forms
-    /// for the common ones), everything else as UTF-8.
+    /// for the common ones), everything else as UTF-8. The bytes are read in place (no copy of
+    /// the string) and appended a run at a time between the characters that need escaping.
     static func writeString(_ text: String, to output: inout [UInt8]) {
+        let written: Void? = text.utf8.withContiguousStorageIfAvailable { writeEscaped($0, to: &output) }
+        if written == nil { Array(text.utf8).withUnsafeBufferPointer { writeEscaped($0, to: &output) } }
+    }
+
+    private static func writeEscaped(_ bytes: UnsafeBufferPointer<UInt8>, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
-        var text = text
-        text.withUTF8 { bytes in
-            var start = 0
-            var index = 0
-            while index < bytes.count {
-                let byte = bytes[index]
-                if byte < 0x20 || byte == 34 || byte == 92 {
-                    output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
-                    start = index + 1
-                    switch byte {
-                    case 34: append("\\\"", to: &output)
-                    case 92: append("\\\\", to: &output)
-                    case 10: append("\\n", to: &output)
-                    case 13: append("\\r", to: &output)
-                    case 9: append("\\t", to: &output)
-                    case 8: append("\\b", to: &output)
-                    case 12: append("\\f", to: &output)
-                    default:
-                        append("\\u00", to: &output)
-                        output.append(hex[Int(byte >> 4)])
-                        output.append(hex[Int(byte & 15)])
-                    }
-                }
-                index += 1
+        var start = 0
+        for index in 0..<bytes.count {
+            let byte = bytes[index]
+            guard byte < 0x20 || byte == 34 || byte == 92 else { continue }
+            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
+            start = index + 1
+            switch byte {
+            case 34: append("\\\"", to: &output)
+            case 92: append("\\\\", to: &output)
+            case 10: append("\\n", to: &output)
+            case 13: append("\\r", to: &output)
+            case 9: append("\\t", to: &output)
+            case 8: append("\\b", to: &output)
+            case 12: append("\\f", to: &output)
+            default:
+                append("\\u00", to: &output)
+                output.append(hex[Int(byte >> 4)])
+                output.append(hex[Int(byte & 15)])
             }
-            output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count]))
         }
+        output.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count]))
         output.append(UInt8(ascii: "\""))
     }
 

@@ -422,7 +422,11 @@ struct StoreCorruptionTests {
             let store = try Store(path: path)
             _ = try store.putSession(id: "s", configuration: TransferConfiguration())
             _ = try store.createTasks(sessionID: "s", [makeTask("a")])
-            try store.write { db in try db.run("UPDATE tasks SET state = 'paused'") }
+            // As a build that knows such a state would leave it: in the rows and in the counts.
+            try store.write { db in
+                try db.run("UPDATE tasks SET state = 'paused'")
+                try db.run("UPDATE session_counts SET state = 'paused' WHERE state = 'queued'")
+            }
         }
         #expect(throws: StoreError.self) { _ = try Store(path: path) }
     }
@@ -531,5 +535,32 @@ struct StoreUpkeepTests {
             #expect(largest < 8 << 20, "the WAL reached \(largest) bytes")
         }
         store.close()
+    }
+}
+
+@Suite("The tasks table has one writer")
+struct TaskRowsOnlyTests {
+    static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Sources")
+
+    /// The engine's queue, the session counts and the claim's re-read hear of a task's change from
+    /// `TaskRows` (`TaskFeed`): SQL that wrote `tasks` anywhere else would change a task unheard.
+    @Test("no SQL outside TaskRows.swift inserts, updates or deletes tasks")
+    func onlyTaskRowsWritesTasks() throws {
+        let pattern = try Regex(#"(?i)(INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+(main\.)?tasks\b"#)
+        var files = 0
+        var offenders: [String] = []
+        let walker = FileManager.default.enumerator(at: Self.sources, includingPropertiesForKeys: nil)
+        while let url = walker?.nextObject() as? URL {
+            guard url.pathExtension == "swift" else { continue }
+            files += 1
+            let text = try String(contentsOf: url, encoding: .utf8)
+            if url.lastPathComponent != "TaskRows.swift", text.contains(pattern) { offenders.append(url.lastPathComponent) }
+        }
+        #expect(files > 100)
+        #expect(offenders == [])
+        // The pattern finds what it must: TaskRows itself writes all three ways.
+        let rows = try String(contentsOf: Self.sources.appendingPathComponent("BackhaulStore/TaskRows.swift"), encoding: .utf8)
+        #expect(rows.matches(of: pattern).count >= 4)
     }
 }
