@@ -207,7 +207,11 @@ enum TaskRows {
         let rows = try db.query(
             "SELECT seq, id, session_id, state FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [list]
         ) { row in
-            (row.int(0), row.string(1), row.string(2), try TaskState(rawValue: row.string(3)).orThrow(StoreError.corrupt("task \(row.string(1)) is in the state \(row.string(3))")))
+            (
+                row.int(0), row.string(1), row.string(2),
+                try TaskState(rawValue: row.string(3)).orThrow(
+                    StoreError.corrupt("task \(row.string(1)) is in the state \(row.string(3))"))
+            )
         }
         try db.run("DELETE FROM tasks WHERE seq IN (SELECT value FROM json_each(?))", [list])
         for (sequence, id, session, state) in rows { feed.deleted(sequence: sequence, id: id, session: session, state: state) }
