@@ -40,10 +40,8 @@ extension API {
             try store.createTasks(sessionID: id, records, maxOpen: options.maxOpenTasksPerSession)
         }
         let created = results.contains { $0.1 }
-        if isBatch {
-            return API.json(created ? 201 : 200, ["tasks": .array(results.map { taskJSON($0.0) })])
-        }
-        return API.json(created ? 201 : 200, taskJSON(results[0].0))
+        guard isBatch else { return taskResponse(created ? 201 : 200, results[0].0) }
+        return tasksResponse(created ? 201 : 200, results.map(\.0))
     }
 
     func makeTask(_ value: JSON, path: String, session: SessionRecord, now: Timestamp) throws(Problem) -> TaskRecord {
@@ -108,8 +106,7 @@ extension API {
         let page = try stored { () throws(StoreError) in
             try store.tasks(sessionID: id, state: state, cursor: cursor, limit: limit)
         }
-        return API.json(
-            200, ["tasks": .array(page.tasks.map(taskJSON)), "next_cursor": page.nextCursor.map { .string($0) } ?? .null])
+        return tasksResponse(200, page.tasks, isPage: true, nextCursor: page.nextCursor)
     }
 
     /// `limit` (1…1000, default 100) and `cursor` of a list request.
@@ -137,7 +134,7 @@ extension API {
     }
 
     @Sendable func getTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
-        API.json(200, taskJSON(try existingTask(request)))
+        taskResponse(200, try existingTask(request))
     }
 
     /// `GET /v1/tasks/{id}/attempts`: the task's attempts, newest first (SPEC §4.2).
@@ -159,7 +156,7 @@ extension API {
             let change = try TaskPatch.decode(value, session: session.configuration)
             return try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
         }
-        return API.json(200, taskJSON(updated))
+        return taskResponse(200, updated)
     }
 
     @Sendable func deleteTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
@@ -171,6 +168,6 @@ extension API {
     func command(_ command: TaskCommand, _ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = request.parameter("id")
         let task = try stored { () throws(StoreError) in try store.apply(command, to: id) }
-        return API.json(200, taskJSON(task))
+        return taskResponse(200, task)
     }
 }

@@ -92,6 +92,10 @@ public final class API: Sendable {
         HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: value.serializedBytes())
     }
 
+    static func json(_ status: Int, _ writer: JSONWriter) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: writer.bytes)
+    }
+
     func body(_ request: RouteRequest) throws(Problem) -> JSON {
         guard !request.http.body.isEmpty else { throw Problem(.invalidJSON, "the request needs a JSON body") }
         do {
@@ -152,17 +156,41 @@ public final class API: Sendable {
         return id
     }
 
-    func taskJSON(_ task: TaskRecord) -> JSON {
+    /// Writes a task as its clients see it: live progress from the engine while it runs, and the
+    /// host's connection limit as the reason a queued task waits while its host is saturated.
+    func writeTask(_ task: TaskRecord, to writer: inout JSONWriter) {
         var live: LiveProgress?
         if task.state == .running { live = status?.liveProgress(taskID: task.id) }
-        var value = task.json(live: live)
-        if task.state == .queued, status?.isHostSaturated(sessionID: task.sessionID, hostKey: task.request.hostKey) == true,
-            case .object(var object) = value
-        {
-            object["waiting_reason"] = .string(WaitingReason.hostConnectionLimit.rawValue)
-            value = .object(object)
+        var shown: WaitingReason?
+        if task.state == .queued, status?.isHostSaturated(sessionID: task.sessionID, hostKey: task.request.hostKey) == true {
+            shown = .hostConnectionLimit
         }
-        return value
+        task.writeJSON(to: &writer, live: live, waitingReason: shown)
+    }
+
+    func taskResponse(_ status: Int, _ task: TaskRecord) -> HTTPResponse {
+        var writer = JSONWriter()
+        writeTask(task, to: &writer)
+        return API.json(status, writer)
+    }
+
+    /// `{"tasks": [...]}`; a page of a list has `next_cursor` too (null on the last page).
+    func tasksResponse(_ status: Int, _ tasks: [TaskRecord], isPage: Bool = false, nextCursor: String? = nil) -> HTTPResponse {
+        var writer = JSONWriter(capacity: 1024 * max(1, tasks.count))
+        writer.object { object in
+            object.key("tasks")
+            object.array { array in
+                for task in tasks {
+                    array.element()
+                    writeTask(task, to: &array)
+                }
+            }
+            if isPage {
+                object.key("next_cursor")
+                object.string(nextCursor)
+            }
+        }
+        return API.json(status, writer)
     }
 
     // MARK: Operations

@@ -150,54 +150,125 @@ public struct TaskRecord: Sendable, Equatable {
         self.deadlineAt = deadlineAt
     }
 
-    /// The task object of SPEC §2.2, secrets redacted; `live` overrides the stored progress.
-    public func json(live: LiveProgress? = nil) -> JSON {
+    /// The task object of SPEC §2.2 as JSON text, secrets redacted; `live` overrides the stored
+    /// progress, `waitingReason` the stored reason.
+    public func jsonText(live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) -> String {
+        var writer = JSONWriter()
+        writeJSON(to: &writer, live: live, waitingReason: shown)
+        return writer.text
+    }
+
+    /// Writes the task object of SPEC §2.2 (see `jsonText`) member by member: it is in every API
+    /// answer about a task and in every event, where building it as a `JSON` tree first cost
+    /// twice as much.
+    public func writeJSON(to writer: inout JSONWriter, live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) {
         // A download's size is known once the server has said it.
         let knownTotal = download == nil ? file.size : checkpoint?.total
         let total = knownTotal ?? 0
         let moved = live?.bytesTransferred ?? (state == .completed ? total : bytesTransferred)
         let rate = live?.bytesPerSecond ?? 0
-        var progress = JSONObject()
-        progress.reserveCapacity(6)
-        progress.append("bytes_sent", .int(download == nil ? moved : 0))
-        progress.append("bytes_received", .int(download == nil ? 0 : moved))
-        progress.append("bytes_total", knownTotal.map { .int($0) } ?? .null)
-        progress.append("fraction", .double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0)))
-        progress.append("bytes_per_second", .int(Int64(rate.rounded())))
-        progress.append(
-            "eta_seconds",
-            rate > 0 && state == .running && knownTotal != nil
-                ? .double((Double(max(0, total - moved)) / rate * 10).rounded() / 10) : .null)
-
-        var object = JSONObject()
-        object.reserveCapacity(26)
-        object.append("id", .string(id))
-        object.append("session_id", .string(sessionID))
-        object.append("kind", .string(kind.rawValue))
-        object.append("state", .string(state.rawValue))
-        object.append("waiting_reason", waitingReason.map { .string($0.rawValue) } ?? .null)
-        object.append("file", download == nil ? file.json : .null)
-        object.append("request", request.json(redacted: true))
-        object.append("upload", download == nil ? upload.json(selection: checkpoint) : .null)
-        object.append("download", download?.json ?? .null)
-        object.append("priority", .double(priority))
-        object.append("description", description.map { .string($0) } ?? .null)
-        object.append("idempotency_key", idempotencyKey.map { .string($0) } ?? .null)
-        object.append("delete_file_on_success", .bool(deleteFileOnSuccess))
-        object.append("configuration", Self.redactedOverrides(configurationOverrides))
-        object.append("attempts", .int(Int64(attempts)))
-        object.append("progress", .object(progress))
-        object.append("created_at", .string(RFC3339.format(createdAt)))
-        object.append("started_at", startedAt.map { .string(RFC3339.format($0)) } ?? .null)
-        object.append("finished_at", finishedAt.map { .string(RFC3339.format($0)) } ?? .null)
-        object.append("next_attempt_at", nextAttemptAt.map { .string(RFC3339.format($0)) } ?? .null)
-        object.append("earliest_begin_at", earliestBeginAt.map { .string(RFC3339.format($0)) } ?? .null)
-        object.append("response", response?.json ?? .null)
-        object.append("error", error.map(Self.errorJSON) ?? .null)
-        object.append("last_error", lastError?.json ?? .null)
-        object.append(
-            "cancellation", cancellation.map { ["reason_code": .int(Int64($0.rawValue)), "reason": .string($0.name)] } ?? .null)
-        return .object(object)
+        writer.object { json in
+            json.key("id")
+            json.string(id)
+            json.key("session_id")
+            json.string(sessionID)
+            json.key("kind")
+            json.string(kind.rawValue)
+            json.key("state")
+            json.string(state.rawValue)
+            json.key("waiting_reason")
+            json.string((shown ?? waitingReason)?.rawValue)
+            json.key("file")
+            if download == nil {
+                json.object { file in
+                    file.key("path")
+                    file.string(self.file.path)
+                    file.key("size")
+                    file.int(self.file.size)
+                    file.key("modified_at")
+                    file.string(RFC3339.format(Double(self.file.modifiedAtNanoseconds) / 1e9))
+                }
+            } else {
+                json.null()
+            }
+            json.key("request")
+            json.object { object in
+                object.key("url")
+                object.string(request.url)
+                object.key("method")
+                object.string(request.method)
+                object.key("headers")
+                if request.headers.isEmpty {
+                    object.raw("{}")
+                } else {
+                    object.value(HeaderRules.json(request.headers, redacted: true))
+                }
+            }
+            json.key("upload")
+            if download == nil { json.value(upload.json(selection: checkpoint)) } else { json.null() }
+            json.key("download")
+            if let download { json.value(download.json) } else { json.null() }
+            json.key("priority")
+            json.double(priority)
+            json.key("description")
+            json.string(description)
+            json.key("idempotency_key")
+            json.string(idempotencyKey)
+            json.key("delete_file_on_success")
+            json.bool(deleteFileOnSuccess)
+            json.key("configuration")
+            if configurationOverrides.isEmpty {
+                json.raw("{}")
+            } else {
+                json.value(Self.redactedOverrides(configurationOverrides))
+            }
+            json.key("attempts")
+            json.int(Int64(attempts))
+            json.key("progress")
+            json.object { progress in
+                progress.key("bytes_sent")
+                progress.int(download == nil ? moved : 0)
+                progress.key("bytes_received")
+                progress.int(download == nil ? 0 : moved)
+                progress.key("bytes_total")
+                progress.int(knownTotal)
+                progress.key("fraction")
+                progress.double(total > 0 ? min(1, Double(moved) / Double(total)) : (state == .completed ? 1 : 0))
+                progress.key("bytes_per_second")
+                progress.int(Int64(rate.rounded()))
+                progress.key("eta_seconds")
+                progress.double(
+                    rate > 0 && state == .running && knownTotal != nil
+                        ? (Double(max(0, total - moved)) / rate * 10).rounded() / 10 : nil)
+            }
+            json.key("created_at")
+            json.string(RFC3339.format(createdAt))
+            json.key("started_at")
+            json.string(startedAt.map(RFC3339.format))
+            json.key("finished_at")
+            json.string(finishedAt.map(RFC3339.format))
+            json.key("next_attempt_at")
+            json.string(nextAttemptAt.map(RFC3339.format))
+            json.key("earliest_begin_at")
+            json.string(earliestBeginAt.map(RFC3339.format))
+            json.key("response")
+            if let response { json.value(response.json) } else { json.null() }
+            json.key("error")
+            if let error { json.value(Self.errorJSON(error)) } else { json.null() }
+            json.key("last_error")
+            if let lastError { json.value(lastError.json) } else { json.null() }
+            json.key("cancellation")
+            if let cancellation {
+                json.object { object in
+                    object.key("reason_code")
+                    object.int(Int64(cancellation.rawValue))
+                    object.key("reason")
+                    object.string(cancellation.name)
+                }
+            } else {
+                json.null()
+            }
+        }
     }
 
     public static func errorJSON(_ error: TaskError) -> JSON {

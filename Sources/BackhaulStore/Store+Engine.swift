@@ -176,7 +176,7 @@ extension Store {
                 try TaskRows.saveProgress(db, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
                 try appendEvent(
                     db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
-                    data: task.json(live: live), now: now)
+                    data: task.jsonText(live: live), now: now)
             }, done: { _ in })
     }
 

@@ -36,7 +36,7 @@ extension Store {
     /// What a new or changed task calls for besides its row (SPEC §2.4).
     func recorded(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp) throws {
         if let type = TaskTransition.event(from: before, to: task) {
-            try appendEvent(db, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: task.json(), now: now)
+            try appendEvent(db, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: task.jsonText(), now: now)
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(db, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
@@ -70,18 +70,18 @@ extension Store {
         for (state, count) in try counts(db, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
         try appendEvent(
             db, type: "session.drained", sessionID: sessionID, taskID: nil,
-            data: ["session_id": .string(sessionID), "task_counts": .object(summary)], now: now)
+            data: JSON.object(["session_id": .string(sessionID), "task_counts": .object(summary)]).serialized(), now: now)
         if let session = try Store.fetchSession(db, id: sessionID), session.lifecycle == .finishing {
             try removeSession(db, id: sessionID)
         }
     }
 
-    /// Appends an event (its data serialized once, here) and, in the same transaction, a pending
+    /// Appends an event (`data`: its JSON text, written once by the caller) and, in the same transaction, a pending
     /// delivery for every enabled subscription of the session that wants it (the outbox).
-    func appendEvent(_ db: Connection, type: String, sessionID: String, taskID: String?, data: JSON, now: Timestamp) throws {
+    func appendEvent(_ db: Connection, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp) throws {
         try db.run(
             "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [RandomID.make(prefix: "msg_"), type, sessionID, taskID, now, data.serialized()])
+            [RandomID.make(prefix: "msg_"), type, sessionID, taskID, now, data])
         if try hasWebhooks(db, sessionID: sessionID) {
             try db.run(
                 """

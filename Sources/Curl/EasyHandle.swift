@@ -18,7 +18,7 @@ public final class EasyHandle {
     /// Fills the buffer with the next body bytes (raw body or the MIME file part).
     public var readBody: ((UnsafeMutableRawBufferPointer) -> ReadResult)?
     /// Each response header line, as received, CRLF included (status lines too).
-    public var onHeaderLine: ((String) -> Void)?
+    public var onHeaderLine: ((UnsafeRawBufferPointer) -> Void)?
     /// Response body bytes; return false to abort the transfer.
     public var onData: ((UnsafeRawBufferPointer) -> Bool)?
     /// Moves the body back to `offset` from its start (curl rewinds to resend); false if impossible.
@@ -83,7 +83,7 @@ public final class EasyHandle {
                 { buffer, size, count, userdata in
                     let length = size * count
                     if let buffer, let handler = EasyHandle.owner(userdata).onHeaderLine {
-                        handler(String(decoding: UnsafeRawBufferPointer(start: buffer, count: length), as: UTF8.self))
+                        handler(UnsafeRawBufferPointer(start: buffer, count: length))
                     }
                     return length
                 }, me), self)

@@ -39,12 +39,12 @@ public final class ResponseCollector {
         return headers.last(where: { $0.0.lowercased() == lower })?.1
     }
 
-    private func receive(_ line: String) {
-        // "\r\n" is one Character in Swift: trim by scalars.
-        var scalars = Substring(line).unicodeScalars
-        while let last = scalars.last, last == "\r" || last == "\n" { scalars.removeLast() }
-        let text = String(scalars)
-        if text.isEmpty {
+    /// One header line as libcurl hands it over (CRLF included), read as bytes: the status line
+    /// of a response, one of its headers, or the empty line that ends its header block.
+    private func receive(_ line: UnsafeRawBufferPointer) {
+        var end = line.count
+        while end > 0, line[end - 1] == UInt8(ascii: "\r") || line[end - 1] == UInt8(ascii: "\n") { end -= 1 }
+        guard end > 0 else {
             // The end of a header block: an informational response is complete.
             if (100..<200).contains(status) {
                 onInformational?(status, headers)
@@ -54,14 +54,28 @@ public final class ResponseCollector {
             }
             return
         }
-        if text.hasPrefix("HTTP/") {
-            let parts = text.split(separator: " ", maxSplits: 2)
-            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+        let text = UnsafeRawBufferPointer(rebasing: line[..<end])
+        if text.starts(with: "HTTP/".utf8) {
+            // "HTTP/1.1 200 OK": the digits after the first space.
+            var code = 0
+            if var index = text.firstIndex(of: UInt8(ascii: " ")) {
+                index += 1
+                while index < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[index]), code < 1000 {
+                    code = code * 10 + Int(text[index] - UInt8(ascii: "0"))
+                    index += 1
+                }
+            }
+            status = code
             headers = []
             body = []
-        } else if let colon = text.firstIndex(of: ":") {
-            let value = text[text.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" })
-            headers.append((String(text[..<colon]), String(value)))
+        } else if let colon = text.firstIndex(of: UInt8(ascii: ":")) {
+            var start = colon + 1
+            while start < end, text[start] == UInt8(ascii: " ") || text[start] == UInt8(ascii: "\t") { start += 1 }
+            headers.append(
+                (
+                    String(decoding: UnsafeRawBufferPointer(rebasing: text[..<colon]), as: UTF8.self),
+                    String(decoding: UnsafeRawBufferPointer(rebasing: text[start..<end]), as: UTF8.self)
+                ))
         }
     }
 }

@@ -109,6 +109,52 @@ struct JSONWriterTests {
         }
     }
 
+    /// Writes `value` through `JSONWriter`, member by member, as the task's JSON is written.
+    static func stream(_ value: JSON, to writer: inout JSONWriter) {
+        switch value {
+        case .null: writer.null()
+        case .bool(let flag): writer.bool(flag)
+        case .int(let number): writer.int(number)
+        case .double(let number): writer.double(number)
+        case .string(let text): writer.string(text)
+        case .array(let items):
+            writer.array { array in
+                for item in items {
+                    array.element()
+                    stream(item, to: &array)
+                }
+            }
+        case .object(let members):
+            writer.object { object in
+                for (key, member) in members {
+                    object.key(named: key)
+                    stream(member, to: &object)
+                }
+            }
+        }
+    }
+
+    @Test("JSONWriter writes, member by member, the same bytes as the value's own writer")
+    func streamingWriter() {
+        var random = Seeded(state: 0x2545_f491_4f6c_dd1d)
+        for _ in 0..<2_000 {
+            let value = Self.value(&random, depth: 0)
+            var writer = JSONWriter(capacity: 16)
+            Self.stream(value, to: &writer)
+            #expect(writer.bytes == value.serializedBytes(), "\(value.serialized())")
+        }
+        var writer = JSONWriter()
+        writer.object { object in
+            object.key("a")
+            object.string(nil)
+            object.key("b")
+            object.raw("{}")
+            object.key("c")
+            object.value(["x": [1, 2.5]])
+        }
+        #expect(writer.text == #"{"a":null,"b":{},"c":{"x":[1,2.5]}}"#)
+    }
+
     @Test(
         "control characters are escaped; nothing else is",
         arguments: [
