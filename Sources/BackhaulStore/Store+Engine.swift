@@ -200,7 +200,7 @@ extension Store {
                     ) { ($0.string(0), .scheduledDue) }
                 for (id, input) in due { try transition(db, id: id, input, now: now) }
                 let expired = try db.query(
-                    "SELECT id FROM tasks WHERE deadline_at <= ? AND \(Store.unfinishedCondition)", [now]
+                    "SELECT id FROM tasks WHERE deadline_at <= ? AND finished_at IS NULL AND \(Store.unfinishedCondition)", [now]
                 ) { $0.string(0) }
                 for id in expired { try transition(db, id: id, .deadlinePassed, now: now) }
                 return (expired.count, try Store.nextTimer(db))
@@ -225,7 +225,7 @@ extension Store {
             } ?? nil
         let deadline =
             try db.queryFirst(
-                "SELECT MIN(deadline_at) FROM tasks WHERE \(Store.unfinishedCondition)"
+                "SELECT MIN(deadline_at) FROM tasks WHERE finished_at IS NULL AND \(Store.unfinishedCondition)"
             ) { $0.optionalDouble(0) } ?? nil
         return [retry, scheduled, deadline].compactMap { $0 }.min()
     }
