@@ -221,21 +221,29 @@ struct ConfigurationTests {
         #expect(URLParts(url) == nil)
     }
 
-    @Test("random ids: the prefix, then 24 characters of the base-32 alphabet; no two alike in 20,000")
+    @Test("ids: the prefix, 9 characters of the time that sort as it does, 15 random ones; no two alike in 20,000")
     func randomIDs() {
         var seen = Set<String>()
         for prefix in ["tsk_", "msg_", ""] {
+            var previous = ""
             for _ in 0..<(20_000 / 3) {
                 let id = RandomID.make(prefix: prefix)
                 #expect(id.hasPrefix(prefix) && id.utf8.count == prefix.utf8.count + 24)
                 #expect(id.dropFirst(prefix.count).allSatisfy { "abcdefghijklmnopqrstuvwxyz234567".contains($0) })
+                let time = String(id.dropFirst(prefix.count).prefix(9))
+                #expect(time >= previous, "ids made later sort after")
+                previous = time
                 seen.insert(String(id.dropFirst(prefix.count)))
             }
         }
         #expect(seen.count == 3 * (20_000 / 3))
-        // Every character position takes more than one value (no stuck bits).
+        // The random part: every position takes more than one value (no stuck bits).
         let ids = seen.map { Array($0.utf8) }
-        for position in 0..<24 { #expect(Set(ids.map { $0[position] }).count > 16) }
+        for position in 9..<24 { #expect(Set(ids.map { $0[position] }).count > 16) }
+        // The time part orders by time, a millisecond apart and across years.
+        let times: [Timestamp] = [0, 0.001, 1_795_312_800, 1_795_312_800.001, 4_102_444_800]
+        let made = times.map { String(RandomID.make(prefix: "", at: $0).prefix(9)) }
+        #expect(made == made.sorted() && Set(made).count == times.count)
     }
 
     @Test("RFC 3339 round trip and offsets")
