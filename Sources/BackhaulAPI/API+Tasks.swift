@@ -9,7 +9,7 @@ import MicroHTTP
 extension API {
     @Sendable func createTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: id) }) else {
+        guard let session = try stored({ () throws(StoreError) in try store.sessionRecord(id: id) }) else {
             throw Problem(.notFound, "no session \(id)")
         }
         if let settings, !settings.policy.transfersEnabled {
@@ -75,7 +75,8 @@ extension API {
         }
         download?.destination = file.path
         var task = TaskRecord(
-            id: RandomID.make(prefix: "tsk_"), sessionID: session.id, file: file, request: draft.request, upload: draft.upload,
+            id: RandomID.make(prefix: "tsk_", at: now), sessionID: session.id, file: file, request: draft.request,
+            upload: draft.upload,
             createdAt: now, deadlineAt: now + configuration.timeoutIntervalForResource)
         task.kind = draft.kind
         task.download = download
@@ -148,7 +149,7 @@ extension API {
 
     @Sendable func patchTask(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let current = try existingTask(request)
-        guard let (session, _) = try stored({ () throws(StoreError) in try store.session(id: current.sessionID) }) else {
+        guard let session = try stored({ () throws(StoreError) in try store.sessionRecord(id: current.sessionID) }) else {
             throw Problem(.notFound, "the task's session is gone")
         }
         let value = try body(request)

@@ -61,7 +61,7 @@ extension API {
             guard let url = try API.decodeWebhookURL(reader) else { throw ValidationError("url", "is required") }
             try checkWebhookDestination(url)
             return WebhookRecord(
-                id: RandomID.make(prefix: "wh_"), sessionID: sessionID, url: url,
+                id: RandomID.make(prefix: "wh_", at: now), sessionID: sessionID, url: url,
                 events: try API.decodeEvents(reader) ?? EventType.defaultSubscription,
                 secret: try API.decodeSecret(reader) ?? WebhookRecord.generateSecret(), createdAt: now)
         }

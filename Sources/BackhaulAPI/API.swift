@@ -181,7 +181,6 @@ public final class API: Sendable {
             object.key("tasks")
             object.array { array in
                 for task in tasks {
-                    array.element()
                     writeTask(task, to: &array)
                 }
             }

@@ -5,7 +5,7 @@ public enum RandomID {
     /// unique indexes over task and event ids grow at their end, a few pages per batch, rather than
     /// in random pages all over the file (which made each enqueue slower as the queue grew).
     /// Written as bytes: it runs twice per task (its id, its final event's id).
-    public static func make(prefix: String, at time: Timestamp = SystemClock().now()) -> String {
+    public static func make(prefix: String, at time: Timestamp) -> String {
         var generator = SystemRandomNumberGenerator()
         let random: UInt64 = generator.next()
         let milliseconds = UInt64(max(0, time * 1000))
@@ -27,7 +27,7 @@ public enum RandomID {
                 word >>= 5
                 index += 1
             }
-            // Three more random characters from the word's last four bits and a second draw.
+            // Three more from a second draw.
             var more: UInt64 = generator.next()
             for _ in 0..<3 {
                 output[index] = alphabet[Int(more & 31)]

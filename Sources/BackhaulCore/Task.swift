@@ -23,8 +23,20 @@ public struct RequestSpec: Sendable, Equatable {
     /// The URL's scheme://host:port, the key of per-host connection limits.
     public var hostKey: String { URLParts(url)?.hostKey ?? url }
 
-    public func json(redacted: Bool) -> JSON {
-        ["url": .string(url), "method": .string(method), "headers": HeaderRules.json(headers, redacted: redacted)]
+    /// `{"url", "method", "headers"}`; `redacted` hides secret header values (what is shown).
+    public func writeJSON(to writer: inout JSONWriter, redacted: Bool) {
+        writer.object { object in
+            object.key("url")
+            object.string(url)
+            object.key("method")
+            object.string(method)
+            object.key("headers")
+            if headers.isEmpty {
+                object.raw("{}")
+            } else {
+                object.value(HeaderRules.json(headers, redacted: redacted))
+            }
+        }
     }
 }
 
@@ -40,11 +52,15 @@ public struct FileInfo: Sendable, Equatable {
         self.modifiedAtNanoseconds = modifiedAtNanoseconds
     }
 
-    public var json: JSON {
-        [
-            "path": .string(path), "size": .int(size),
-            "modified_at": .string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9)),
-        ]
+    public func writeJSON(to writer: inout JSONWriter) {
+        writer.object { object in
+            object.key("path")
+            object.string(path)
+            object.key("size")
+            object.int(size)
+            object.key("modified_at")
+            object.string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9))
+        }
     }
 }
 
@@ -66,18 +82,35 @@ public struct ResponseRecord: Sendable, Equatable {
         lhs.status == rhs.status && lhs.body == rhs.body && lhs.headers.elementsEqual(rhs.headers, by: ==)
     }
 
-    public var json: JSON {
-        var headerObject = JSONObject()
-        for (name, value) in headers {
-            let shown = HeaderRules.isSecret(name) || name.lowercased() == "set-cookie" ? HeaderRules.redactedValue : value
-            headerObject[name] = .string(shown)
+    /// `{"status", "headers", "body", "body_encoding"}`, secret headers and cookies redacted, as
+    /// stored and shown. A header named twice shows its last value where it first appeared.
+    public func writeJSON(to writer: inout JSONWriter) {
+        writer.object { object in
+            object.key("status")
+            object.int(Int64(status))
+            object.key("headers")
+            object.object { shown in
+                for index in headers.indices {
+                    let name = headers[index].0
+                    guard !headers[..<index].contains(where: { $0.0 == name }) else { continue }
+                    let value = headers.last(where: { $0.0 == name })!.1
+                    shown.key(named: name)
+                    let secret = HeaderRules.isSecret(name) || name.utf8.count == 10 && name.lowercased() == "set-cookie"
+                    shown.string(secret ? HeaderRules.redactedValue : value)
+                }
+            }
+            let text = String(validating: body, as: UTF8.self)
+            object.key("body")
+            object.string(text ?? Base64.encode(body))
+            object.key("body_encoding")
+            object.string(text == nil ? "base64" : "utf8")
         }
-        let text = String(validating: body, as: UTF8.self)
-        return [
-            "status": .int(Int64(status)), "headers": .object(headerObject),
-            "body": .string(text ?? Base64.encode(body)),
-            "body_encoding": .string(text == nil ? "base64" : "utf8"),
-        ]
+    }
+
+    public var jsonText: String {
+        var writer = JSONWriter(capacity: 256 + body.count)
+        writeJSON(to: &writer)
+        return writer.text
     }
 
     public static func decode(_ value: JSON) -> ResponseRecord? {
@@ -159,8 +192,7 @@ public struct TaskRecord: Sendable, Equatable {
     }
 
     /// Writes the task object of SPEC §2.2 (see `jsonText`) member by member: it is in every API
-    /// answer about a task and in every event, where building it as a `JSON` tree first cost
-    /// twice as much.
+    /// answer about a task and in every event.
     public func writeJSON(to writer: inout JSONWriter, live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) {
         // A download's size is known once the server has said it.
         let knownTotal = download == nil ? file.size : checkpoint?.total
@@ -179,31 +211,9 @@ public struct TaskRecord: Sendable, Equatable {
             json.key("waiting_reason")
             json.string((shown ?? waitingReason)?.rawValue)
             json.key("file")
-            if download == nil {
-                json.object { file in
-                    file.key("path")
-                    file.string(self.file.path)
-                    file.key("size")
-                    file.int(self.file.size)
-                    file.key("modified_at")
-                    file.string(RFC3339.format(Double(self.file.modifiedAtNanoseconds) / 1e9))
-                }
-            } else {
-                json.null()
-            }
+            if download == nil { file.writeJSON(to: &json) } else { json.null() }
             json.key("request")
-            json.object { object in
-                object.key("url")
-                object.string(request.url)
-                object.key("method")
-                object.string(request.method)
-                object.key("headers")
-                if request.headers.isEmpty {
-                    object.raw("{}")
-                } else {
-                    object.value(HeaderRules.json(request.headers, redacted: true))
-                }
-            }
+            request.writeJSON(to: &json, redacted: true)
             json.key("upload")
             if download == nil { json.value(upload.json(selection: checkpoint)) } else { json.null() }
             json.key("download")
@@ -252,7 +262,7 @@ public struct TaskRecord: Sendable, Equatable {
             json.key("earliest_begin_at")
             json.string(earliestBeginAt.map(RFC3339.format))
             json.key("response")
-            if let response { json.value(response.json) } else { json.null() }
+            if let response { response.writeJSON(to: &json) } else { json.null() }
             json.key("error")
             if let error { json.value(Self.errorJSON(error)) } else { json.null() }
             json.key("last_error")

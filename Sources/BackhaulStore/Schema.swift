@@ -193,9 +193,8 @@ enum Schema {
             """),
         Migration(8, "PRAGMA auto_vacuum = INCREMENTAL; VACUUM", transactional: false),
         // Deadlines by `finished_at IS NULL` rather than by state: a task's start changes its state
-        // but not `finished_at`, so its entry here stays put (it was deleted and inserted again on
-        // every start: 12,000 instructions). `finished_at` is set exactly when a task enters a final
-        // state, which it never leaves; the queries keep their state condition as well.
+        // but not `finished_at`, so its entry here stays put. `finished_at` is set exactly when a
+        // task enters a final state, which it never leaves; the queries keep their state condition too.
         Migration(
             9,
             """

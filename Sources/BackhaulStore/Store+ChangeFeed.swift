@@ -6,13 +6,10 @@ import SQLite
 /// downloads that ended unfinished) and the per-session counts. No other code writes the `tasks`
 /// table (`TaskRowsOnlyTests` holds the sources to that), so whatever path changes a task, the
 /// engine hears of it; a write that is rolled back takes its notes back with it (`ChangeLog.mark`).
-///
-/// These notes were TEMP triggers until the per-task work of issue 16: a trigger program, and the
-/// statement journal a trigger forces on every statement it fires for, cost 29,000 instructions
-/// per insert or update of a task, three of which every task makes.
+/// (Kept in Swift rather than by TEMP triggers: a trigger forces a statement journal on every
+/// statement it fires for; BENCHMARKS.md has the cost.)
 struct TaskFeed {
     let log: ChangeLog
-    let state: WriterState
 
     func inserted(_ task: TaskRecord) { changed(from: nil, to: task, configurationChanged: false) }
 
@@ -21,10 +18,10 @@ struct TaskFeed {
         if before.state == .queued {
             // A queued task's copy held by the engine is out of date, whatever column changed.
             if after.state == .queued {
-                state.touchedQueued.insert(after.sequence)
+                log.markTouched(after.sequence)
                 log.update { $0.touched.append(after.sequence) }
             } else {
-                state.touchedQueued.remove(after.sequence)
+                log.settleTouched(after.sequence)
             }
         }
         let configurationChanged = before.configurationOverrides != after.configurationOverrides
@@ -36,14 +33,17 @@ struct TaskFeed {
         changed(from: before, to: after, configurationChanged: configurationChanged)
     }
 
+    /// A removed session's tasks (all final) were detached: its pending counts go with it.
+    func detached(session: String) { log.forgetCounts(session) }
+
     /// A row deleted; `session` is its `session_id` column ('' once detached).
-    func deleted(sequence: Int64, id: String, session: String, state taskState: TaskState) {
-        if taskState == .queued {
-            state.touchedQueued.remove(sequence)
+    func deleted(sequence: Int64, id: String, session: String, state: TaskState) {
+        if state == .queued {
+            log.settleTouched(sequence)
             log.update { $0.unqueued.append(sequence) }
         }
-        if taskState == .running { log.update { $0.leftRunning.append(id) } }
-        log.countMove(from: session, taskState.rawValue, to: nil, nil)
+        if state == .running { log.update { $0.leftRunning.append(id) } }
+        log.countMove(from: session, state.rawValue, to: nil, nil)
     }
 
     private func changed(from before: TaskRecord?, to after: TaskRecord, configurationChanged: Bool) {
@@ -75,12 +75,12 @@ struct TaskFeed {
 
 extension Store {
     /// Where `TaskRows` reports the writes of this transaction (the writer's thread only).
-    var feed: TaskFeed { TaskFeed(log: log, state: writerState) }
+    var feed: TaskFeed { TaskFeed(log: log) }
 
     /// Any write to `webhooks` (whichever code path, committed or rolled back) makes the writer's
     /// list of sessions with subscriptions unknown; it is read again when next needed.
     static func installWebhookFeed(_ db: Connection, state: WriterState) throws {
-        try db.defineFunction("backhaul_webhooks_changed", arguments: 0) { _ in state.sessionsWithWebhooks = nil }
+        try db.defineFunction("backhaul_webhooks_changed") { state.sessionsWithWebhooks = nil }
         try db.execute(
             """
             CREATE TEMP TRIGGER webhooks_inserted AFTER INSERT ON main.webhooks BEGIN SELECT backhaul_webhooks_changed(); END;

@@ -56,7 +56,8 @@ extension Store {
         submit(
             { [self] db -> TaskRecord? in
                 var current = task
-                if writerState.touchedQueued.remove(task.sequence) != nil {
+                if writerState.touchedQueued.contains(task.sequence) {
+                    log.settleTouched(task.sequence)
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence), read.state == .queued else { return nil }
                     current = read
                 }
@@ -83,7 +84,8 @@ extension Store {
         submit(
             { [self] db -> TaskRecord? in
                 var current = task
-                if writerState.patchedWhileRunning.remove(task.sequence) != nil {
+                if writerState.patchedWhileRunning.contains(task.sequence) {
+                    log.settlePatched(task.sequence)
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
                     current = read
                 }
@@ -116,8 +118,7 @@ extension Store {
     /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
     /// beyond `AttemptRecord.historyLimit`.
     static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
-        // The number read first, then a plain insert: `INSERT … SELECT MAX … RETURNING` in one
-        // statement cost three times as much (RETURNING goes through an ephemeral table).
+        // The number read first, then a plain insert (RETURNING would go through an ephemeral table).
         let number =
             (try db.queryFirst("SELECT COALESCE(MAX(number), 0) FROM attempts WHERE task_seq = ?", [taskSequence]) {
                 $0.int(0)

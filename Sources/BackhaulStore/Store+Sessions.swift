@@ -1,8 +1,9 @@
 import BackhaulCore
 import JSON
 import SQLite
+import Threads
 
-/// Sessions (SPEC §2.1): records, their task counts (kept by the schema's triggers), changes.
+/// Sessions (SPEC §2.1): records, their task counts (kept by the writer from `TaskFeed`), changes.
 extension Store {
     /// The unfinished states as an SQL list, for index seeks (`state IN …`): not on hot paths, where
     /// SQLite builds an ephemeral table for the list on every execution.
@@ -24,7 +25,9 @@ extension Store {
         let id = row.string(0)
         let configuration: TransferConfiguration
         do {
-            configuration = try TransferConfiguration().applying(JSON.parse(row.string(1), maxDepth: 64))
+            configuration = try decodedConfigurations.decode(row.string(1)) { text in
+                try TransferConfiguration().applying(JSON.parse(text, maxDepth: 64))
+            }
         } catch {
             throw StoreError.corrupt("session \(id) has a configuration this build cannot read (\(error))")
         }
@@ -60,8 +63,7 @@ extension Store {
 
     /// The session's unfinished tasks, with what the open transaction changed (on the writer).
     func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
-        let pending = log.pendingCounts(sessionID).filter { TaskState(rawValue: $0.key).map { !$0.isFinal } ?? false }
-        return try Store.openTaskCount(db, sessionID: sessionID) + pending.values.reduce(0, +)
+        try log.openCount(sessionID) { try Store.openTaskCount(db, sessionID: sessionID) }
     }
 
     /// The session's tasks by state, as committed in `session_counts`.
@@ -92,8 +94,7 @@ extension Store {
     /// retention (SPEC §4.2), detached: they belong to no session (`session_id` ''), remember the
     /// one they had, and leave the id and their idempotency keys free for a new session.
     func removeSession(_ db: Connection, id: String) throws {
-        try TaskRows.detach(db, session: id)
-        log.forgetCounts(id)
+        try TaskRows.detach(db, session: id, feed: feed)
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])
         log.update { $0.sessions.insert(id) }
@@ -111,6 +112,11 @@ extension Store {
             try saveSession(db, session)
             return (session, true)
         }
+    }
+
+    /// A session without its task counts (creating tasks needs no counts).
+    public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
+        try read { db in try Store.fetchSession(db, id: id) }
     }
 
     public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {
@@ -233,4 +239,26 @@ extension Store {
             return false
         }
     }
+}
+
+/// Session configurations as decoded from their stored text: every task creation reads its
+/// session, which need not parse and apply the same text again each time. The decoded value is a function of the text alone, so nothing is ever out of date; the table
+/// is emptied when it holds more texts than any daemon has sessions.
+final class DecodedConfigurations: Sendable {
+    private let table = Locked<[String: TransferConfiguration]>([:])
+    static let limit = 1024
+
+    func decode(_ text: String, _ parse: (String) throws -> TransferConfiguration) throws -> TransferConfiguration {
+        if let known = table.withLock({ $0[text] }) { return known }
+        let decoded = try parse(text)
+        table.withLock { table in
+            if table.count >= Self.limit { table.removeAll() }
+            table[text] = decoded
+        }
+        return decoded
+    }
+}
+
+extension Store {
+    static let decodedConfigurations = DecodedConfigurations()
 }

@@ -113,7 +113,7 @@ extension Store {
                 throw StoreError.conflict("the task is \(current.state.rawValue)")
             }
             try save(db, from: current, to: next, now: now)
-            if next.state == .running { writerState.patchedWhileRunning.insert(next.sequence) }
+            if next.state == .running { log.markPatched(next.sequence) }
             return next
         }
     }

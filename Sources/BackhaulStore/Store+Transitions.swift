@@ -81,7 +81,7 @@ extension Store {
     func appendEvent(_ db: Connection, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp) throws {
         try db.run(
             "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [RandomID.make(prefix: "msg_"), type, sessionID, taskID, now, data])
+            [RandomID.make(prefix: "msg_", at: now), type, sessionID, taskID, now, data])
         if try hasWebhooks(db, sessionID: sessionID) {
             try db.run(
                 """

@@ -57,7 +57,7 @@ public final class Store: Sendable {
     /// gives a scratch database, removed when the store is closed (tests).
     public init(path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy()) throws {
         scratch = path == ":memory:"
-        self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "")).db" : path
+        self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
         self.walPolicy = walPolicy
         let db = try Connection(path: self.path)
@@ -68,7 +68,7 @@ public final class Store: Sendable {
         try db.execute("PRAGMA journal_size_limit = \(walPolicy.truncateBytes)")
         try StoreOpening.migrate(db, path: self.path)
         try Store.verify(db)
-        log = ChangeLog()
+        log = ChangeLog(state: writerState)
         try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
         writer = StoreWriter(connection: db, log: log)
@@ -160,8 +160,8 @@ final class WriterState {
     /// it unknown (a TEMP trigger says so, `installWebhookFeed`): an event of any other session
     /// needs no delivery rows, and the statement that would find none is not run.
     var sessionsWithWebhooks: Set<String>?
-    /// Queued tasks whose row changed since they were created (kept by `TaskFeed`): a claim of one reads the row again instead of trusting the copy the
-    /// engine holds.
+    /// Queued tasks whose row changed since they were created (kept by `TaskFeed`): a claim of one
+    /// reads the row again instead of trusting the copy the engine holds.
     var touchedQueued: Set<Int64> = []
 }
 

@@ -18,7 +18,8 @@ public final class EasyHandle {
     /// Fills the buffer with the next body bytes (raw body or the MIME file part).
     public var readBody: ((UnsafeMutableRawBufferPointer) -> ReadResult)?
     /// Each response header line, as received, CRLF included (status lines too).
-    public var onHeaderLine: ((UnsafeRawBufferPointer) -> Void)?
+    /// (The bytes are libcurl's, valid during the call only.)
+    var onHeaderLine: ((UnsafeRawBufferPointer) -> Void)?
     /// Response body bytes; return false to abort the transfer.
     public var onData: ((UnsafeRawBufferPointer) -> Bool)?
     /// Moves the body back to `offset` from its start (curl rewinds to resend); false if impossible.

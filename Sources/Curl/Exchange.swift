@@ -56,15 +56,17 @@ public final class ResponseCollector {
         }
         let text = UnsafeRawBufferPointer(rebasing: line[..<end])
         if text.starts(with: "HTTP/".utf8) {
-            // "HTTP/1.1 200 OK": the digits after the first space.
+            // "HTTP/1.1 200 OK": three digits after the version and its spaces, else no status.
+            var index = text.firstIndex(of: UInt8(ascii: " ")) ?? end
+            while index < end, text[index] == UInt8(ascii: " ") { index += 1 }
             var code = 0
-            if var index = text.firstIndex(of: UInt8(ascii: " ")) {
+            var digits = 0
+            while index < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[index]), digits < 4 {
+                code = code * 10 + Int(text[index] - UInt8(ascii: "0"))
+                digits += 1
                 index += 1
-                while index < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[index]), code < 1000 {
-                    code = code * 10 + Int(text[index] - UInt8(ascii: "0"))
-                    index += 1
-                }
             }
+            if digits != 3 || index < end && text[index] != UInt8(ascii: " ") { code = 0 }
             status = code
             headers = []
             body = []

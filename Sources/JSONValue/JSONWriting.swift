@@ -1,7 +1,6 @@
-/// Compact JSON text, written directly (no json-c tree): this is on every task's path (the API's
-/// answers, the event a task's end records), where building a json-c tree and printing it cost
-/// about ten times as much. The `JSON` module's json-c printer (`serializedWithJSONC`) is the
-/// reference the tests hold this one to.
+/// Compact JSON text, written directly in Swift (no json-c tree: this is on every task's path).
+/// The `JSON` module's json-c printer (`serializedWithJSONC`) is the reference the tests hold this
+/// one to.
 extension JSON {
     public func serialized() -> String {
         var output: [UInt8] = []
@@ -117,25 +116,28 @@ extension JSON {
 }
 
 /// Writes JSON text member by member straight into bytes, for the objects on every task's path (a
-/// task's JSON in every API answer and event): building a `JSON` tree first and then printing it
-/// cost more than twice the printing alone. Numbers and strings are written exactly as
-/// `JSON.write(to:)` writes them; commas come by themselves.
+/// task's JSON in every API answer and event): no `JSON` tree is built to be printed. Numbers and strings are written exactly as
+/// `JSON.write(to:)` writes them. Commas come by themselves: a value follows its `key`, or is
+/// the next element of the array (or the document) it is written in.
 public struct JSONWriter {
     public private(set) var bytes: [UInt8] = []
-    /// Whether the open object or array has no member yet (no comma before the next one).
+    /// Whether the open object or array has nothing in it yet (no comma before what comes next).
     private var empty = true
+    /// Whether a key was just written (its value needs no comma).
+    private var afterKey = false
 
     public init(capacity: Int = 1024) { bytes.reserveCapacity(capacity) }
 
     public var text: String { String(decoding: bytes, as: UTF8.self) }
 
-    /// An object; `body` writes its members.
+    /// An object; `body` writes its members, each a `key` and a value.
     public mutating func object(_ body: (inout JSONWriter) -> Void) { container(UInt8(ascii: "{"), UInt8(ascii: "}"), body) }
 
-    /// An array; `body` writes its elements, each after `element()`.
+    /// An array; `body` writes its elements.
     public mutating func array(_ body: (inout JSONWriter) -> Void) { container(UInt8(ascii: "["), UInt8(ascii: "]"), body) }
 
     private mutating func container(_ open: UInt8, _ close: UInt8, _ body: (inout JSONWriter) -> Void) {
+        beginValue()
         bytes.append(open)
         let outer = empty
         empty = true
@@ -144,49 +146,70 @@ public struct JSONWriter {
         bytes.append(close)
     }
 
-    /// Starts the next element of an array.
-    public mutating func element() {
-        if !empty { bytes.append(UInt8(ascii: ",")) }
-        empty = false
+    /// Before a value: a comma when it is not the first element, none after a key.
+    private mutating func beginValue() {
+        if afterKey {
+            afterKey = false
+        } else {
+            if !empty { bytes.append(UInt8(ascii: ",")) }
+            empty = false
+        }
     }
 
     /// Starts a member named `name` (a plain ASCII name: written as it is).
     public mutating func key(_ name: StaticString) {
-        element()
+        beginValue()
         bytes.append(UInt8(ascii: "\""))
         name.withUTF8Buffer { bytes.append(contentsOf: $0) }
         JSON.append("\":", to: &bytes)
+        afterKey = true
     }
 
     /// Starts a member whose name comes from data (escaped).
     public mutating func key(named name: String) {
-        element()
+        beginValue()
         JSON.writeString(name, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
+        afterKey = true
     }
 
     public mutating func string(_ value: String?) {
-        guard let value else { return null() }
+        beginValue()
+        guard let value else { return JSON.append("null", to: &bytes) }
         JSON.writeString(value, to: &bytes)
     }
 
     public mutating func int(_ value: Int64?) {
-        guard let value else { return null() }
+        beginValue()
+        guard let value else { return JSON.append("null", to: &bytes) }
         JSON.writeInteger(value, to: &bytes)
     }
 
     public mutating func double(_ value: Double?) {
-        guard let value else { return null() }
+        beginValue()
+        guard let value else { return JSON.append("null", to: &bytes) }
         JSON.double(value).write(to: &bytes)
     }
 
-    public mutating func bool(_ value: Bool) { JSON.append(value ? "true" : "false", to: &bytes) }
+    public mutating func bool(_ value: Bool) {
+        beginValue()
+        JSON.append(value ? "true" : "false", to: &bytes)
+    }
 
-    public mutating func null() { JSON.append("null", to: &bytes) }
+    public mutating func null() {
+        beginValue()
+        JSON.append("null", to: &bytes)
+    }
 
     /// A value held as a tree (the rarer, smaller parts).
-    public mutating func value(_ value: JSON) { value.write(to: &bytes) }
+    public mutating func value(_ value: JSON) {
+        beginValue()
+        value.write(to: &bytes)
+    }
 
     /// Text that is JSON already (written by this writer or read back as stored).
-    public mutating func raw(_ text: String) { bytes.append(contentsOf: text.utf8) }
+    public mutating func raw(_ text: String) {
+        beginValue()
+        bytes.append(contentsOf: text.utf8)
+    }
 }

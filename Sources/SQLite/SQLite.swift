@@ -150,19 +150,15 @@ public final class Connection {
         }
     }
 
-    /// Defines an SQL function `name(…)` of `arguments` values that calls `body` and returns NULL:
-    /// for TEMP triggers that tell this process about changes (`sqlite3_create_function_v2`).
-    /// `body` reads the values through `FunctionArguments`, valid only during the call.
-    public func defineFunction(_ name: String, arguments: Int32 = 0, _ body: @escaping (FunctionArguments) -> Void)
-        throws(SQLiteError)
-    {
+    /// Defines an SQL function `name()` of no arguments that calls `body` and returns NULL: for a
+    /// TEMP trigger that tells this process a table changed (`sqlite3_create_function_v2`).
+    public func defineFunction(_ name: String, _ body: @escaping () -> Void) throws(SQLiteError) {
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let code = sqlite3_create_function_v2(
-            handle, name, arguments, SQLITE_UTF8, box,
-            { context, count, values in
+            handle, name, 0, SQLITE_UTF8, box,
+            { context, _, _ in
                 guard let context, let pointer = sqlite3_user_data(context) else { return }
-                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body(
-                    FunctionArguments(values: values, count: count))
+                Unmanaged<FunctionBody>.fromOpaque(pointer).takeUnretainedValue().body()
                 sqlite3_result_null(context)
             }, nil, nil,
             { pointer in
@@ -221,36 +217,8 @@ private final class WALHook {
 
 /// The Swift side of a function defined with `defineFunction`.
 private final class FunctionBody {
-    let body: (FunctionArguments) -> Void
-    init(_ body: @escaping (FunctionArguments) -> Void) { self.body = body }
-}
-
-/// The arguments of one call of a defined function (`sqlite3_value_*`), valid during the call.
-public struct FunctionArguments {
-    fileprivate let values: UnsafeMutablePointer<OpaquePointer?>?
-    public let count: Int32
-
-    private func value(_ index: Int32) -> OpaquePointer? { index < count ? values?[Int(index)] : nil }
-
-    public func isNull(_ index: Int32) -> Bool { value(index).map { sqlite3_value_type($0) == SQLITE_NULL } ?? true }
-    public func int(_ index: Int32) -> Int64 { value(index).map { sqlite3_value_int64($0) } ?? 0 }
-    public func double(_ index: Int32) -> Double { value(index).map { sqlite3_value_double($0) } ?? 0 }
-    public func optionalDouble(_ index: Int32) -> Double? { isNull(index) ? nil : double(index) }
-    public func optionalInt(_ index: Int32) -> Int64? { isNull(index) ? nil : int(index) }
-    public func string(_ index: Int32) -> String? {
-        guard let value = value(index), sqlite3_value_type(value) != SQLITE_NULL, let text = sqlite3_value_text(value) else {
-            return nil
-        }
-        let length = Int(sqlite3_value_bytes(value))
-        return String(decoding: UnsafeRawBufferPointer(start: text, count: length), as: UTF8.self)
-    }
-    /// Compares a text argument with `expected` without making a String.
-    public func text(_ index: Int32, is expected: StaticString) -> Bool {
-        guard let value = value(index), let text = sqlite3_value_text(value) else { return false }
-        let length = Int(sqlite3_value_bytes(value))
-        guard length == expected.utf8CodeUnitCount else { return false }
-        return memcmp(text, expected.utf8Start, length) == 0
-    }
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
 }
 
 /// A prepared statement (`sqlite3_prepare_v3`), owned by its connection's cache.

@@ -221,13 +221,33 @@ struct ConfigurationTests {
         #expect(URLParts(url) == nil)
     }
 
+    @Test(
+        "a stored response: secrets and cookies redacted, a repeated header's last value in its first place, binary bodies in base64"
+    )
+    func responseJSON() throws {
+        let headers = [
+            ("Set-Cookie", "a=1"), ("X-Count", "1"), ("Set-Cookie", "b=2"), ("Authorization", "Bearer t"), ("X-Count", "2"),
+            ("Location", "/u/1"),
+        ]
+        let text = ResponseRecord(status: 201, headers: headers, body: Array("créé".utf8)).jsonText
+        #expect(
+            text
+                == #"{"status":201,"headers":{"Set-Cookie":"[redacted]","X-Count":"2","Authorization":"[redacted]","Location":"/u/1"},"body":"créé","body_encoding":"utf8"}"#
+        )
+        let binary = ResponseRecord(status: 200, headers: [], body: [0xff, 0x00, 0x41])
+        let parsed = try JSON.parse(binary.jsonText)
+        #expect(parsed["body_encoding"] == "base64" && parsed["body"] == "/wBB")
+        #expect(ResponseRecord.decode(parsed) == binary)
+    }
+
     @Test("ids: the prefix, 9 characters of the time that sort as it does, 15 random ones; no two alike in 20,000")
     func randomIDs() {
         var seen = Set<String>()
         for prefix in ["tsk_", "msg_", ""] {
             var previous = ""
-            for _ in 0..<(20_000 / 3) {
-                let id = RandomID.make(prefix: prefix)
+            for index in 0..<(20_000 / 3) {
+                // A millisecond apart every seven ids.
+                let id = RandomID.make(prefix: prefix, at: 1_795_312_800 + Double(index / 7) / 1000)
                 #expect(id.hasPrefix(prefix) && id.utf8.count == prefix.utf8.count + 24)
                 #expect(id.dropFirst(prefix.count).allSatisfy { "abcdefghijklmnopqrstuvwxyz234567".contains($0) })
                 let time = String(id.dropFirst(prefix.count).prefix(9))

@@ -120,7 +120,6 @@ struct JSONWriterTests {
         case .array(let items):
             writer.array { array in
                 for item in items {
-                    array.element()
                     stream(item, to: &array)
                 }
             }
@@ -153,6 +152,18 @@ struct JSONWriterTests {
             object.value(["x": [1, 2.5]])
         }
         #expect(writer.text == #"{"a":null,"b":{},"c":{"x":[1,2.5]}}"#)
+        // Arrays and the document itself: commas between elements, none after a key.
+        var list = JSONWriter()
+        list.array { array in
+            array.int(1)
+            array.object { _ in }
+            array.array { inner in
+                inner.string("a")
+                inner.null()
+            }
+            array.raw("{}")
+        }
+        #expect(list.text == #"[1,{},["a",null],{}]"#)
     }
 
     @Test(
