@@ -12,7 +12,7 @@ public struct HeldTask: Sendable, Equatable {
 }
 
 /// The engine's side of the store. Its writes are handed over without waiting (relaxed
-/// durability); `done` runs on the writer's thread after the commit, and a write whose task
+/// durability); `done` runs after the commit, in commit order, and a write whose task
 /// moved on meanwhile (cancelled, suspended, expired) changes nothing and says so with nil.
 extension Store {
     /// At start: tasks left `running` by a stop or a crash go back to the queue, their attempt

@@ -30,9 +30,10 @@ public enum StoreError: Error, Sendable, Equatable {
 public final class Store: Sendable {
     /// How a write must reach the disk before it returns.
     public enum Durability: Sendable {
-        /// fsync on commit (`synchronous=FULL`): for what a client is told was accepted or done.
+        /// On disk before it returns (the WAL synced after the commit): for what a client is told
+        /// was accepted or done.
         case synced
-        /// No fsync on commit (`synchronous=NORMAL`, WAL): safe against a crash of the process.
+        /// Committed without waiting for the disk: safe against a crash of the process.
         /// For the engine's own bookkeeping, where losing the last moments to a power cut only
         /// repeats work (an upload runs again).
         case relaxed
@@ -71,7 +72,10 @@ public final class Store: Sendable {
         log = ChangeLog(state: writerState)
         try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
-        writer = StoreWriter(connection: db, log: log)
+        // Commits do not wait for the disk; the writer's settler syncs the WAL before it answers
+        // a durable write (`StoreWriter`).
+        try db.execute("PRAGMA synchronous = NORMAL")
+        writer = StoreWriter(connection: db, log: log, walPath: self.path + "-wal")
         let frames = FrameCount()
         db.onWALCommit { frames.value = $0 }
         writer.afterCommit = { [walPolicy, maintenance] db in
@@ -95,7 +99,8 @@ public final class Store: Sendable {
 
     deinit { close() }
 
-    /// Calls `observer` on the writer's thread after each commit that changed something.
+    /// Calls `observer` after each commit that changed something, once it is on disk, in commit
+    /// order (on the writer's settler thread).
     public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         writer.observe(observer)
     }
@@ -111,8 +116,8 @@ public final class Store: Sendable {
         try writer.perform(durable: durability == .synced) { db, _ in try body(db) }
     }
 
-    /// Hands `body` to the writer without waiting (relaxed durability); `done` runs on the
-    /// writer's thread after the commit, with the result.
+    /// Hands `body` to the writer without waiting (relaxed durability); `done` runs after the
+    /// commit, in commit order (on the writer's settler thread), with the result.
     func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
         let box = ResultBox<T>()
         writer.submit(
@@ -170,7 +175,8 @@ private final class FrameCount: @unchecked Sendable {
     var value = 0
 }
 
-/// A submitted job's value, set on the writer's thread before its `done` runs there.
+/// A submitted job's value, set on the writer's thread before its `done` runs (on the settler's,
+/// after the hand-over under a lock).
 private final class ResultBox<T>: @unchecked Sendable {
     var value: T?
 }

@@ -8,13 +8,16 @@ import Threads
 /// of its own (a job that throws undoes only itself), and commits once: concurrent API writes
 /// share one fsync (group commit), and the engine's bookkeeping rides along.
 ///
-/// A batch with a job that must be durable commits with `synchronous=FULL` (fsync before the
-/// answer), else `NORMAL` (safe against a crash of the process; a power cut may lose the last
-/// moments of engine bookkeeping, which only repeats work). After the commit, the change log goes
-/// to the observers, then each job learns its result.
+/// Commits do not wait for the disk (`synchronous=NORMAL`: safe against a crash of the process).
+/// What a commit leaves to do goes, in commit order, to a second thread, the settler: when a
+/// batch had a job that must be durable, it first makes the WAL durable with one `fdatasync` for
+/// every batch committed by then (the WAL is written in commit order, so that covers them all);
+/// then it removes the files the commit made final, hands the change log to the observers, and
+/// gives each job its result. The writer meanwhile runs the next batch instead of waiting for the
+/// disk. Nothing is answered, observed or acted on before it is on disk.
 final class StoreWriter: @unchecked Sendable {
-    // @unchecked: `connection` and `log` are used on the writer thread only; the queue and the
-    // observers are behind their locks.
+    // @unchecked: `connection` and `log` are used on the writer thread only, `walFile` on the
+    // settler's; the queues and the observers are behind their locks.
     struct Job {
         let durable: Bool
         /// Runs on the writer thread inside the batch's transaction.
@@ -28,16 +31,35 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread()
-    private var synchronousFull = true
-    /// Runs after every commit that changed something, before observers: keeps the WAL bounded.
+    /// Runs after every commit, on the writer's thread: keeps the WAL bounded.
     var afterCommit: ((Connection) -> Void)?
 
-    init(connection: Connection, log: ChangeLog) {
+    /// A committed (or failed) batch's remaining work, in commit order.
+    private struct Settlement {
+        let durable: Bool
+        let changes: StoreChanges
+        let endedDownloads: [String]
+        let completedFiles: [String]
+        let jobs: [Job]
+        let results: [StoreError?]
+    }
+
+    private let settlements = Locked<(pending: [Settlement], stopping: Bool)>(([], false))
+    private let settler = WorkerThread()
+    /// The WAL file, as this process syncs it (the settler's thread only).
+    private let walPath: String
+    private var walFile: Int32 = -1
+    /// How many times the settler synced the WAL (for tests and `/metrics`).
+    let walSyncs = Locked(0)
+
+    init(connection: Connection, log: ChangeLog, walPath: String) {
         self.connection = connection
         self.log = log
+        self.walPath = walPath
     }
 
     func start() {
+        settler.start { [self] in settle() }
         thread.start { [self] in run() }
     }
 
@@ -45,6 +67,9 @@ final class StoreWriter: @unchecked Sendable {
     func stop() {
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
+        settlements.withLockNotifyingAll { $0.stopping = true }
+        settler.join()
+        if walFile >= 0 { close(walFile) }
     }
 
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
@@ -90,12 +115,8 @@ final class StoreWriter: @unchecked Sendable {
     /// rolled back in between.
     private func commit(_ batch: [Job]) {
         var results = [StoreError?](repeating: nil, count: batch.count)
+        let durable = batch.contains { $0.durable }
         do {
-            let durable = batch.contains { $0.durable }
-            if durable != synchronousFull {
-                try connection.execute(durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL")
-                synchronousFull = durable
-            }
             try connection.run("BEGIN IMMEDIATE")
             var failed = false
             for job in batch {
@@ -129,18 +150,61 @@ final class StoreWriter: @unchecked Sendable {
             log.discard()
             let failure = StoreError(error)
             for index in results.indices where results[index] == nil { results[index] = failure }
-            for (job, result) in zip(batch, results) { job.done(result) }
+            handOver(
+                Settlement(
+                    durable: false, changes: StoreChanges(), endedDownloads: [], completedFiles: [], jobs: batch,
+                    results: results))
             return
         }
         let (changes, endedDownloads, completedFiles) = log.take()
-        // What the commit made final is acted on only now that it is on disk.
-        for path in endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
-        for path in completedFiles { unlink(path) }
         afterCommit?(connection)
-        if !changes.isEmpty {
-            for observer in observers.withLock({ $0 }) { observer(changes) }
+        handOver(
+            Settlement(
+                durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
+                jobs: batch, results: results))
+    }
+
+    private func handOver(_ settlement: Settlement) {
+        settlements.withLockNotifyingAll { $0.pending.append(settlement) }
+    }
+
+    /// The settler's loop: everything committed so far, made durable when any of it must be,
+    /// then acted on in commit order.
+    private func settle() {
+        while true {
+            let (ready, stopping) = settlements.wait(until: { !$0.pending.isEmpty || $0.stopping }, timeout: 3600) { state in
+                defer { state.pending.removeAll(keepingCapacity: true) }
+                return (state.pending, state.stopping)
+            }
+            if ready.contains(where: \.durable) { syncWAL() }
+            for settlement in ready {
+                // What the commit made final is acted on only now that it is on disk.
+                for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
+                for path in settlement.completedFiles { unlink(path) }
+                if !settlement.changes.isEmpty {
+                    for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
+                }
+                for (job, result) in zip(settlement.jobs, settlement.results) { job.done(result) }
+            }
+            if stopping, settlements.withLock({ $0.pending.isEmpty }) { return }
         }
-        for (job, result) in zip(batch, results) { job.done(result) }
+    }
+
+    /// `fdatasync` of the WAL file: every frame written before the call is on disk after it. The
+    /// file is opened once, and again should it ever be a different file at that path.
+    private func syncWAL() {
+        var current = stat()
+        if walFile >= 0, stat(walPath, &current) == 0 {
+            var held = stat()
+            if fstat(walFile, &held) != 0 || held.st_ino != current.st_ino || held.st_dev != current.st_dev {
+                close(walFile)
+                walFile = -1
+            }
+        }
+        if walFile < 0 { walFile = open(walPath, O_RDONLY | O_CLOEXEC) }
+        // Without the file there is nothing unsynced to lose: SQLite writes the WAL before it commits.
+        if walFile >= 0 { fdatasync(walFile) }
+        walSyncs.withLock { $0 += 1 }
     }
 }
 

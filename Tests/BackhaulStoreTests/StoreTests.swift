@@ -568,3 +568,40 @@ struct TaskRowsOnlyTests {
         }
     }
 }
+
+@Suite("Durable writes")
+struct DurableWriteTests {
+    /// Commits do not wait for the disk: the writer's settler syncs the WAL before a durable write
+    /// is answered (one `fdatasync` for all that committed by then), and relaxed writes cost none.
+    @Test("a durable write returns only after a sync of the WAL that followed its commit; relaxed writes cause no sync")
+    func answeredAfterSync() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        let syncs: @Sendable () -> Int = { store.writer.walSyncs.withLock { $0 } }
+        let start = syncs()
+        for index in 0..<20 {
+            try store.write(.relaxed) { db in try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["r\(index)"]) }
+        }
+        #expect(syncs() == start)
+        let late = Locked(0)
+        let threads = (0..<8).map { thread in
+            let worker = WorkerThread()
+            worker.start {
+                for index in 0..<25 {
+                    let before = syncs()
+                    try? store.write { db in
+                        try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["d\(thread)-\(index)"])
+                    }
+                    if syncs() <= before { late.withLock { $0 += 1 } }
+                }
+            }
+            return worker
+        }
+        for thread in threads { thread.join() }
+        #expect(late.withLock { $0 } == 0)
+        // Group commit: fewer syncs than durable writes, and every one of them stored.
+        #expect(syncs() - start <= 200)
+        let stored = try store.read { db in try db.queryFirst("SELECT COUNT(*) FROM settings WHERE key LIKE 'd%'") { $0.int(0) } }
+        #expect(stored == 200)
+    }
+}
