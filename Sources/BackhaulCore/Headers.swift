@@ -40,6 +40,10 @@ public enum HeaderRules {
     private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }
     private static let secretWords = ["token", "secret", "key", "signature", "password"].map { Array($0.utf8) }
 
+    /// True for response headers whose values are hidden where a response is stored and shown:
+    /// the secrets, and the cookies a server sets.
+    public static func isHiddenInResponse(_ name: String) -> Bool { isSecret(name) || name.lowercased() == "set-cookie" }
+
     public static let redactedValue = "[redacted]"
 
     public static func json(_ headers: [(String, String)], redacted: Bool) -> JSON {

@@ -31,11 +31,7 @@ public struct RequestSpec: Sendable, Equatable {
             object.key("method")
             object.string(method)
             object.key("headers")
-            if headers.isEmpty {
-                object.raw("{}")
-            } else {
-                object.value(HeaderRules.json(headers, redacted: redacted))
-            }
+            object.value(HeaderRules.json(headers, redacted: redacted))
         }
     }
 }
@@ -95,8 +91,7 @@ public struct ResponseRecord: Sendable, Equatable {
                     guard !headers[..<index].contains(where: { $0.0 == name }) else { continue }
                     let value = headers.last(where: { $0.0 == name })!.1
                     shown.key(named: name)
-                    let secret = HeaderRules.isSecret(name) || name.utf8.count == 10 && name.lowercased() == "set-cookie"
-                    shown.string(secret ? HeaderRules.redactedValue : value)
+                    shown.string(HeaderRules.isHiddenInResponse(name) ? HeaderRules.redactedValue : value)
                 }
             }
             let text = String(validating: body, as: UTF8.self)
@@ -227,11 +222,7 @@ public struct TaskRecord: Sendable, Equatable {
             json.key("delete_file_on_success")
             json.bool(deleteFileOnSuccess)
             json.key("configuration")
-            if configurationOverrides.isEmpty {
-                json.raw("{}")
-            } else {
-                json.value(Self.redactedOverrides(configurationOverrides))
-            }
+            json.value(Self.redactedOverrides(configurationOverrides))
             json.key("attempts")
             json.int(Int64(attempts))
             json.key("progress")

@@ -19,7 +19,6 @@ struct TaskFeed {
             // A queued task's copy held by the engine is out of date, whatever column changed.
             if after.state == .queued {
                 log.markTouched(after.sequence)
-                log.update { $0.touched.append(after.sequence) }
             } else {
                 log.settleTouched(after.sequence)
             }

@@ -25,9 +25,7 @@ extension Store {
         let id = row.string(0)
         let configuration: TransferConfiguration
         do {
-            configuration = try decodedConfigurations.decode(row.string(1)) { text in
-                try TransferConfiguration().applying(JSON.parse(text, maxDepth: 64))
-            }
+            configuration = try decodedConfigurations.configuration(row.string(1))
         } catch {
             throw StoreError.corrupt("session \(id) has a configuration this build cannot read (\(error))")
         }
@@ -241,16 +239,17 @@ extension Store {
     }
 }
 
-/// Session configurations as decoded from their stored text: every task creation reads its
-/// session, which need not parse and apply the same text again each time. The decoded value is a function of the text alone, so nothing is ever out of date; the table
-/// is emptied when it holds more texts than any daemon has sessions.
+/// Session configurations as decoded from their stored text (applied over the defaults): every
+/// task creation reads its session, which need not parse and apply the same text each time. The
+/// value is a function of the text alone, so nothing here is ever out of date; the table is
+/// emptied when it holds more texts than any daemon has sessions.
 final class DecodedConfigurations: Sendable {
     private let table = Locked<[String: TransferConfiguration]>([:])
     static let limit = 1024
 
-    func decode(_ text: String, _ parse: (String) throws -> TransferConfiguration) throws -> TransferConfiguration {
+    func configuration(_ text: String) throws -> TransferConfiguration {
         if let known = table.withLock({ $0[text] }) { return known }
-        let decoded = try parse(text)
+        let decoded = try TransferConfiguration().applying(JSON.parse(text, maxDepth: 64))
         table.withLock { table in
             if table.count >= Self.limit { table.removeAll() }
             table[text] = decoded

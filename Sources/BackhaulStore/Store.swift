@@ -72,8 +72,8 @@ public final class Store: Sendable {
         log = ChangeLog(state: writerState)
         try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
-        // Commits do not wait for the disk; the writer's settler syncs the WAL before it answers
-        // a durable write (`StoreWriter`).
+        // The migrations above ran with `synchronous = FULL`. From here commits do not wait for the
+        // disk; the writer's settler syncs the WAL before it answers a durable write (`StoreWriter`).
         try db.execute("PRAGMA synchronous = NORMAL")
         writer = StoreWriter(connection: db, log: log, walPath: self.path + "-wal")
         let frames = FrameCount()

@@ -1,11 +1,11 @@
 import BackhaulCore
 
-/// What one commit changed that others act on, handed to the store's observers right after the
-/// commit is on disk (on the writer's settler thread): the engine keeps its queue from it and stops transfers whose
-/// task moved on; the webhook dispatcher and the event stream wake on new events.
+/// What one commit changed that others act on, handed to the store's observers once the commit
+/// is on disk (on the writer's settler thread): the engine keeps its queue from it and stops
+/// transfers whose task moved on; the webhook dispatcher and the event stream wake on new events.
 ///
-/// Task changes are reported by `TaskRows`, the only code that writes tasks (`TaskFeed`), so no code path can
-/// change a task without them; a write that is rolled back takes its changes back with it.
+/// Task changes are reported by `TaskRows`, the only code that writes tasks (`TaskFeed`), so no
+/// code path can change a task without them; a write that is rolled back takes its changes back.
 public struct StoreChanges: Sendable {
     /// Tasks that entered the queue, or changed while in it (priority, host, own limit).
     public var queued: [Scheduler.Entry] = []
@@ -73,8 +73,6 @@ final class ChangeLog {
     /// so a batch run again after a failure reads the rows again too.
     private var settledTouched: [Int64] = []
     private var settledPatched: [Int64] = []
-
-    init(state: WriterState) { self.state = state }
     /// Destinations of downloads that ended without completing: their `.part` files are removed
     /// once the transaction commits.
     private(set) var endedDownloads: [String] = []
@@ -84,6 +82,8 @@ final class ChangeLog {
     /// Changes of the per-session task counts not yet written to `session_counts`, by session and
     /// state: written once per transaction (`flushCounts`), read with the table meanwhile.
     private(set) var countDeltas: [String: [String: Int]] = [:]
+
+    init(state: WriterState) { self.state = state }
 
     /// What is there now, to undo a savepoint that is rolled back.
     struct Mark {
@@ -109,11 +109,13 @@ final class ChangeLog {
         settledPatched.removeSubrange(mark.settled.patched...)
     }
 
-    /// A queued task's row changed: the engine's copy of it is out of date. Marked at once (an
-    /// extra mark only costs a read); a settling earlier in this transaction no longer holds.
+    /// A queued task's row changed and it stays queued: the engine's copy of it is out of date
+    /// (the observers hear so). Marked at once (an extra mark only costs a read); a settling earlier
+    /// in this transaction no longer holds.
     func markTouched(_ sequence: Int64) {
         state.touchedQueued.insert(sequence)
         settledTouched.removeAll { $0 == sequence }
+        changes.touched.append(sequence)
     }
 
     /// A running task's row was changed by a client: its end reads the row again.

@@ -49,7 +49,7 @@ final class StoreWriter: @unchecked Sendable {
     /// The WAL file, as this process syncs it (the settler's thread only).
     private let walPath: String
     private var walFile: Int32 = -1
-    /// How many times the settler synced the WAL (for tests and `/metrics`).
+    /// How many times the settler synced the WAL (tests hold durable writes to it).
     let walSyncs = Locked(0)
 
     init(connection: Connection, log: ChangeLog, walPath: String) {

@@ -210,7 +210,7 @@ struct AutoUploadStateMachineTests {
         // The task says so.
         var task = Self.task()
         task.checkpoint = saved
-        let upload = (try JSON.parse(task.jsonText()))["upload"]
+        let upload = try Self.shownUpload(task)
         #expect(upload?["protocol_selected"]?.stringValue == "raw")
         #expect(upload?["protocol_fallback"]?["from"]?.stringValue == "ietf")
         #expect(upload?["protocol_fallback"]?["status"]?.intValue == Int64(status))
@@ -230,17 +230,22 @@ struct AutoUploadStateMachineTests {
     @Test("the task shows protocol_selected (null until picked) and the ietf version in use")
     func taskView() throws {
         var task = Self.task()
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["protocol_selected"] == .null)
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["protocol_fallback"] == .null)
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["chunk_size"]?.intValue == 1000)
+        var upload = try Self.shownUpload(task)
+        #expect(upload?["protocol_selected"] == .null)
+        #expect(upload?["protocol_fallback"] == .null)
+        #expect(upload?["chunk_size"]?.intValue == 1000)
         var checkpoint = TransferCheckpoint(offset: 0)
         checkpoint.protocolSelected = .ietf
         checkpoint.interopVersion = 5
         task.checkpoint = checkpoint
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["protocol_selected"]?.stringValue == "ietf")
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["interop_version_selected"]?.intValue == 5)
-        #expect((try JSON.parse(task.jsonText()))["upload"]?["interop_version"] == .null)
+        upload = try Self.shownUpload(task)
+        #expect(upload?["protocol_selected"]?.stringValue == "ietf")
+        #expect(upload?["interop_version_selected"]?.intValue == 5)
+        #expect(upload?["interop_version"] == .null)
     }
+
+    /// The `upload` member of the task as the API shows it.
+    static func shownUpload(_ task: TaskRecord) throws -> JSON? { try JSON.parse(task.jsonText())["upload"] }
 
     @Test("a checkpoint naming an unknown protocol or a malformed fallback does not parse (the store calls it corrupt)")
     func corruptCheckpoint() throws {

@@ -196,6 +196,23 @@ struct StoreTests {
         #expect(other.state == .running && other.request.headers.first?.1 == "Bearer x")
     }
 
+    @Test("a claim whose batch is run again after another write in it failed still starts the task as it is now")
+    func claimInARetriedBatch() throws {
+        let copy = try store.createTasks(sessionID: "s", [makeTask("a")])[0].0
+        try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
+        // The writer held by a first job, so that the claim and a failing write share the next batch:
+        // it is rolled back and run again job by job, the claim with it.
+        let gate = Locked(false)
+        store.submit({ _ in gate.wait(until: { $0 }, timeout: 10) { _ in } }, done: { _ in })
+        let claimed = Locked<Result<TaskRecord?, StoreError>?>(nil)
+        store.startAttempt(copy) { result in claimed.withLockNotifyingAll { $0 = result } }
+        store.submit({ _ in throw StoreError.conflict("this write fails") }, done: { _ in })
+        gate.withLockNotifyingAll { $0 = true }
+        let result = try #require(claimed.wait(until: { $0 != nil }, timeout: 10) { $0 })
+        let started = try #require(try result.get())
+        #expect(started.request.headers.first?.1 == "Bearer renewed")
+    }
+
     @Test("group commit: concurrent writes share transactions; each caller returns once its write is on disk")
     func groupCommit() throws {
         let commits = Locked(0)
