@@ -28,21 +28,39 @@ public enum HeaderRules {
 
     /// True for headers whose values never leave the service (SPEC §2.2).
     public static func isSecret(_ name: String) -> Bool {
-        // On ASCII bytes: this runs for every header of every stored response.
-        let lower = name.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-        return secretNames.contains { lower.elementsEqual($0) }
-            || secretWords.contains { word in
-                lower.count >= word.count
-                    && (0...(lower.count - word.count)).contains { lower[$0..<$0 + word.count].elementsEqual(word) }
-            }
+        var name = name
+        return name.withUTF8 { isSecret(bytes: $0) }
+    }
+
+    /// True for response headers whose values are hidden where a response is stored and shown:
+    /// the secrets, and the cookies a server sets.
+    public static func isHiddenInResponse(_ name: String) -> Bool {
+        var name = name
+        return name.withUTF8 { isSecret(bytes: $0) || ($0.count == setCookie.count && matches($0, at: 0, setCookie)) }
+    }
+
+    // On the name's bytes, without a lower-cased copy: this runs for every header of every
+    // stored response and every task shown.
+    private static func isSecret(bytes name: UnsafeBufferPointer<UInt8>) -> Bool {
+        for secret in secretNames where name.count == secret.count && matches(name, at: 0, secret) { return true }
+        for word in secretWords where word.count <= name.count {
+            for offset in 0...(name.count - word.count) where matches(name, at: offset, word) { return true }
+        }
+        return false
+    }
+
+    /// Whether `bytes` from `offset` spell `lower` (lower-case ASCII), ignoring the case of letters.
+    private static func matches(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, _ lower: [UInt8]) -> Bool {
+        for index in lower.indices {
+            let byte = bytes[offset + index]
+            if (byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte) != lower[index] { return false }
+        }
+        return true
     }
 
     private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }
     private static let secretWords = ["token", "secret", "key", "signature", "password"].map { Array($0.utf8) }
-
-    /// True for response headers whose values are hidden where a response is stored and shown:
-    /// the secrets, and the cookies a server sets.
-    public static func isHiddenInResponse(_ name: String) -> Bool { isSecret(name) || name.lowercased() == "set-cookie" }
+    private static let setCookie = Array("set-cookie".utf8)
 
     public static let redactedValue = "[redacted]"
 

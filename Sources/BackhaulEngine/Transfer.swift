@@ -34,6 +34,9 @@ final class Transfer {
     /// lives in the multi handle, so connections are still reused). Reusing one handle across
     /// requests with `curl_easy_reset` crashed libcurl 7.88 when trailers were sent.
     private(set) var easy: EasyHandle
+    /// Whether `easy` has been configured for a request: the first request takes the handle the
+    /// transfer was made with, each later one a new handle.
+    private var easyConfigured = false
 
     /// Where the current request body reads from the file.
     private var bodyStart: Int64 = 0
@@ -281,8 +284,11 @@ final class Transfer {
         bytesBeforeRequest = machine.bytesAcknowledged
         requestBytesSent = 0
         response.reset()
-        easy = try EasyHandle()
-        installHandlers()
+        if easyConfigured {
+            easy = try EasyHandle()
+            installHandlers()
+        }
+        easyConfigured = true
         if options.denyPrivateDestinations {
             easy.allowPeer = { [unowned self] address in
                 if DestinationRules.isPrivate(address: address) { destinationRefused = true }

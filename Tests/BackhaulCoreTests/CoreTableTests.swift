@@ -198,6 +198,16 @@ struct ConfigurationTests {
     }
 
     @Test(
+        "response headers hidden where a response is shown: the secrets and the cookies a server sets",
+        arguments: [
+            ("Set-Cookie", true), ("SET-COOKIE", true), ("set-cookie2", false), ("X-Session-Token", true),
+            ("Authorization", true), ("authorizations", false), ("Etag", false), ("Location", false), ("", false),
+        ])
+    func hiddenInResponse(_ name: String, _ hidden: Bool) {
+        #expect(HeaderRules.isHiddenInResponse(name) == hidden)
+    }
+
+    @Test(
         "URL parts",
         arguments: [
             ("http://example.com/a", "http://example.com:80"), ("https://EXAMPLE.com", "https://example.com:443"),

@@ -109,6 +109,23 @@ struct JSONWriterTests {
         }
     }
 
+    /// Strings are scanned eight bytes at a time for what needs escaping: every such byte, and
+    /// the bytes next to those ranges, at every position of the first three words.
+    @Test("a character that needs escaping is escaped wherever it stands in a long string")
+    func escapesAtEveryPosition() throws {
+        let specials: [UInt8] = [0x00, 0x01, 0x08, 0x09, 0x0A, 0x0C, 0x0D, 0x1F, 0x20, 0x21, 0x22, 0x5B, 0x5C, 0x5D, 0x7F]
+        for special in specials {
+            for position in 0..<24 {
+                var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: 24)
+                bytes[position] = special
+                let text = String(decoding: bytes + Array("é😀".utf8), as: UTF8.self)
+                let written = JSON.array([.string(text)]).serialized()
+                #expect(try JSON.parse(written) == JSON.array([.string(text)]), "\(special) at \(position): \(written)")
+                #expect(written.utf8.allSatisfy { $0 >= 0x20 }, "no raw control byte: \(special) at \(position)")
+            }
+        }
+    }
+
     /// Writes `value` through `JSONWriter`, member by member, as the task's JSON is written.
     static func stream(_ value: JSON, to writer: inout JSONWriter) {
         switch value {

@@ -272,6 +272,20 @@ struct StoreTests {
         #expect(!db.inTransaction)
     }
 
+    @Test("cached statements are found by their whole text: texts of one length that differ anywhere stay apart")
+    func statementCache() throws {
+        let db = try Connection(path: ":memory:")
+        try db.execute("CREATE TABLE t (x)")
+        // Same length, same first and last bytes: the cache's key must still tell them apart.
+        let texts = (0..<40).map { "SELECT \(String(format: "%03d", $0)) + x FROM t -- \(String(repeating: "p", count: 40))" }
+        try db.run("INSERT INTO t VALUES (1000)")
+        for round in 0..<2 {
+            for (index, sql) in texts.enumerated() {
+                #expect(try db.queryFirst(sql) { $0.int(0) } == Int64(1000 + index), "round \(round)")
+            }
+        }
+    }
+
     @Test("tasks shown running without a transfer go back to the queue, their attempt not counted")
     func orphans() throws {
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
