@@ -142,9 +142,9 @@ extension Store {
     /// How long ago the oldest finished task still kept finished (nil: none), for `/metrics`.
     public func oldestFinishedTask(now: Timestamp) throws(StoreError) -> Double? {
         try read { db in
-            try db.queryFirst("SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE \(Store.finalCondition)") {
-                $0.optionalDouble(0)
-            }?.map { now - $0 }
+            try db.queryFirst(
+                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
+            ) { $0.optionalDouble(0) }?.map { now - $0 }
         }
     }
 }

@@ -12,6 +12,9 @@ extension Store {
     /// the same words for SQLite to use them).
     static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"
     static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
+    /// The unfinished tasks of the session bound first, found through the partial index
+    /// `tasks_open` (`finished_at` is set exactly when a task ends).
+    static let openInSession = "session_id = ? AND finished_at IS NULL AND \(unfinishedCondition)"
 
     static func fetchSession(_ db: Connection, id: String) throws -> SessionRecord? {
         try db.queryFirst(
@@ -169,8 +172,7 @@ extension Store {
             try saveSession(db, session)
             if enabling || cancelPending {
                 let unfinished = try db.query(
-                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
-                    [id], TaskRows.decode)
+                    "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.openInSession) ORDER BY seq", [id], TaskRows.decode)
                 for task in unfinished {
                     let input: TaskInput =
                         cancelPending
@@ -190,7 +192,7 @@ extension Store {
         let rows = try db.query(
             """
             SELECT id, configuration FROM tasks
-            WHERE session_id = ? AND state IN \(Store.unfinishedStates) AND configuration != '{}' ORDER BY seq
+            WHERE \(Store.openInSession) AND configuration != '{}' ORDER BY seq
             """, [sessionID]
         ) { ($0.string(0), $0.string(1)) }
         var refused: [String] = []
@@ -221,8 +223,7 @@ extension Store {
             session.lifecycle = .finishing
             try saveSession(db, session)
             let unfinished = try db.query(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates) ORDER BY seq",
-                [id], TaskRows.decode)
+                "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.openInSession) ORDER BY seq", [id], TaskRows.decode)
             if cancel {
                 for task in unfinished {
                     try transition(db, task, .serviceCancelled(.userCancelled, "cancelled: the session was deleted"), now: now)

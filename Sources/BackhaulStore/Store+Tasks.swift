@@ -35,7 +35,7 @@ extension Store {
             if quota != nil {
                 held =
                     try db.queryFirst(
-                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE session_id = ? AND state IN \(Store.unfinishedStates)",
+                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)",
                         [sessionID]
                     ) { $0.int(0) } ?? 0
             }

@@ -517,6 +517,31 @@ struct StoreUpkeepTests {
         #expect(!FileManager.default.fileExists(atPath: path + ".v5.backup"), "removed once every migration committed")
     }
 
+    /// Migration 10 keeps no index keyed by state on the path of every task; what reads a
+    /// session's unfinished tasks must still go through the partial index, not the session's
+    /// whole history, and the finished-task queries must still be able to use theirs.
+    @Test("a session's unfinished tasks are read through tasks_open; finished ones through tasks_finished")
+    func queryPlans() throws {
+        let path = "/tmp/backhaul-plans-\(getpid()).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        try Store(path: path).close()
+        let db = try Connection(path: path)
+        func plan(_ sql: String) throws -> String {
+            try db.query("EXPLAIN QUERY PLAN " + sql) { $0.string(3) }.joined(separator: "; ")
+        }
+        #expect(try plan("SELECT SUM(file_size) FROM tasks WHERE \(Store.openInSession)").contains("tasks_open"))
+        #expect(try plan("SELECT id FROM tasks WHERE \(Store.openInSession) ORDER BY seq").contains("tasks_open"))
+        #expect(try plan("SELECT id FROM tasks WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?").contains("tasks_by_session"))
+        #expect(
+            try plan(
+                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
+            ).contains("tasks_finished"))
+        let store = try Store(path: path)
+        #expect(try store.oldestFinishedTask(now: 0) == nil)
+        #expect(try store.pruneFinishedTasks(defaultRetention: 0) == 0)
+        store.close()
+    }
+
     @Test("a database newer than this build is refused untouched")
     func newerRefused() throws {
         let path = try scratchCopy("newer")
