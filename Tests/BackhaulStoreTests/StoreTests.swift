@@ -531,7 +531,8 @@ struct StoreUpkeepTests {
         }
         #expect(try plan("SELECT SUM(file_size) FROM tasks WHERE \(Store.openInSession)").contains("tasks_open"))
         #expect(try plan("SELECT id FROM tasks WHERE \(Store.openInSession) ORDER BY seq").contains("tasks_open"))
-        #expect(try plan("SELECT id FROM tasks WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?").contains("tasks_by_session"))
+        let page = "SELECT id FROM tasks WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        #expect(try plan(page).contains("tasks_by_session"))
         #expect(
             try plan(
                 "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
