@@ -39,7 +39,7 @@ extension Store {
                 let held =
                     try db.queryFirst(
                         """
-                        SELECT 1 FROM tasks WHERE state IN \(Store.unfinishedStates) AND checkpoint IS NOT NULL
+                        SELECT 1 FROM tasks WHERE finished_at IS NULL AND \(Store.unfinishedCondition) AND checkpoint IS NOT NULL
                         AND json_extract(checkpoint, '$.location') = ? LIMIT 1
                         """, [uploadID]
                     ) { _ in true } ?? false

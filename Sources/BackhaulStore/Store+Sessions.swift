@@ -5,9 +5,6 @@ import Threads
 
 /// Sessions (SPEC §2.1): records, their task counts (kept by the writer from `TaskFeed`), changes.
 extension Store {
-    /// The unfinished states as an SQL list, for index seeks (`state IN …`): not on hot paths, where
-    /// SQLite builds an ephemeral table for the list on every execution.
-    static let unfinishedStates = "(" + TaskState.unfinished.map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
     /// Conditions on `state` without IN lists, as the partial indexes are written (a query must use
     /// the same words for SQLite to use them).
     static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"

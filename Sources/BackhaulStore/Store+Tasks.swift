@@ -80,8 +80,11 @@ extension Store {
         return try read { db in
             var rows: [TaskRecord]
             if let state {
+                // An unfinished state is found among the session's unfinished tasks (`tasks_open`); a
+                // final one by reading the session's tasks in order.
+                let open = state.isFinal ? "" : "AND finished_at IS NULL "
                 rows = try db.query(
-                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND state = ? AND seq > ? ORDER BY seq LIMIT ?",
+                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? \(open)AND state = ? AND seq > ? ORDER BY seq LIMIT ?",
                     [sessionID, state.rawValue, after, limit + 1], TaskRows.decode)
             } else {
                 rows = try db.query(

@@ -151,12 +151,16 @@ struct JSONWriterTests {
     }
 
     @Test("JSONWriter writes, member by member, the same bytes as the value's own writer")
-    func streamingWriter() {
+    func streamingWriter() throws {
         var random = Seeded(state: 0x2545_f491_4f6c_dd1d)
         for _ in 0..<2_000 {
             let value = Self.value(&random, depth: 0)
             var writer = JSONWriter(capacity: 16)
             Self.stream(value, to: &writer)
+            // json-c is the reference: it reads back the value it was written from, as it reads its own print.
+            let wrapped = "[" + writer.text + "]"
+            #expect(try JSON.parse(wrapped, maxDepth: 64) == JSON.array([value]), "\(wrapped)")
+            #expect(try JSON.parse(wrapped, maxDepth: 64) == JSON.parse("[" + value.serializedWithJSONC() + "]", maxDepth: 64))
             #expect(writer.bytes == value.serializedBytes(), "\(value.serialized())")
         }
         var writer = JSONWriter()

@@ -127,6 +127,20 @@ struct StoreTests {
         #expect(seen == (0..<25).map { "t\($0)" })
     }
 
+    @Test("a page of one state holds that state's tasks only, in creation order, unfinished and final alike")
+    func pagesByState() throws {
+        _ = try store.createTasks(sessionID: "s", (0..<6).map { makeTask("t\($0)") })
+        for id in ["t1", "t3", "t4"] { _ = try store.startAttempt(id: id) }
+        for id in ["t3", "t4"] { _ = try store.finishAttempt(id: id, attempt: 1, bytesTransferred: 10, result: .completed(nil)) }
+        func ids(_ state: TaskState) throws -> [String] {
+            try store.tasks(sessionID: "s", state: state, cursor: nil, limit: 10).tasks.map(\.id)
+        }
+        #expect(try ids(.queued) == ["t0", "t2", "t5"])
+        #expect(try ids(.running) == ["t1"])
+        #expect(try ids(.completed) == ["t3", "t4"])
+        #expect(try ids(.failed) == [])
+    }
+
     @Test("the queue as the scheduler loads it: every queued task with its key and own limit, in pages")
     func queuedEntries() throws {
         var other = makeTask("other-host", priority: 0.9)
