@@ -55,32 +55,38 @@ public struct FileInfo: Sendable, Equatable {
             object.key("size")
             object.int(size)
             object.key("modified_at")
-            object.string(RFC3339.format(Double(modifiedAtNanoseconds) / 1e9))
+            object.timestamp(Double(modifiedAtNanoseconds) / 1e9)
         }
     }
 }
 
-/// The final response of a task: status, headers, and at most 64 KiB of body.
+/// The final response of a task: status, headers, and at most 64 KiB of body. Its JSON is
+/// written once, when it is made: a task's end stores it and puts it in the task's event too.
 public struct ResponseRecord: Sendable, Equatable {
     public static let maxBodyBytes = 64 * 1024
 
-    public var status: Int
-    public var headers: [(String, String)]
-    public var body: [UInt8]
+    public let status: Int
+    public let headers: [(String, String)]
+    public let body: [UInt8]
+    /// `{"status", "headers", "body", "body_encoding"}`, secret headers and cookies redacted, as
+    /// stored and shown. A header named twice shows its last value where it first appeared.
+    public let jsonText: String
 
     public init(status: Int, headers: [(String, String)], body: [UInt8]) {
         self.status = status
         self.headers = headers
         self.body = Array(body.prefix(Self.maxBodyBytes))
+        jsonText = Self.render(status: status, headers: headers, body: self.body)
     }
 
     public static func == (lhs: ResponseRecord, rhs: ResponseRecord) -> Bool {
         lhs.status == rhs.status && lhs.body == rhs.body && lhs.headers.elementsEqual(rhs.headers, by: ==)
     }
 
-    /// `{"status", "headers", "body", "body_encoding"}`, secret headers and cookies redacted, as
-    /// stored and shown. A header named twice shows its last value where it first appeared.
-    public func writeJSON(to writer: inout JSONWriter) {
+    public func writeJSON(to writer: inout JSONWriter) { writer.raw(jsonText) }
+
+    private static func render(status: Int, headers: [(String, String)], body: [UInt8]) -> String {
+        var writer = JSONWriter(capacity: 256 + body.count)
         writer.object { object in
             object.key("status")
             object.int(Int64(status))
@@ -100,11 +106,6 @@ public struct ResponseRecord: Sendable, Equatable {
             object.key("body_encoding")
             object.string(text == nil ? "base64" : "utf8")
         }
-    }
-
-    public var jsonText: String {
-        var writer = JSONWriter(capacity: 256 + body.count)
-        writeJSON(to: &writer)
         return writer.text
     }
 
@@ -243,15 +244,15 @@ public struct TaskRecord: Sendable, Equatable {
                         ? (Double(max(0, total - moved)) / rate * 10).rounded() / 10 : nil)
             }
             json.key("created_at")
-            json.string(RFC3339.format(createdAt))
+            json.timestamp(createdAt)
             json.key("started_at")
-            json.string(startedAt.map(RFC3339.format))
+            json.timestamp(startedAt)
             json.key("finished_at")
-            json.string(finishedAt.map(RFC3339.format))
+            json.timestamp(finishedAt)
             json.key("next_attempt_at")
-            json.string(nextAttemptAt.map(RFC3339.format))
+            json.timestamp(nextAttemptAt)
             json.key("earliest_begin_at")
-            json.string(earliestBeginAt.map(RFC3339.format))
+            json.timestamp(earliestBeginAt)
             json.key("response")
             if let response { response.writeJSON(to: &json) } else { json.null() }
             json.key("error")

@@ -1,4 +1,5 @@
 import Glibc
+import JSONValue
 
 /// Seconds since the Unix epoch, as a Double, formatted as RFC 3339 UTC with milliseconds.
 public typealias Timestamp = Double
@@ -6,6 +7,13 @@ public typealias Timestamp = Double
 public enum RFC3339 {
     /// `2026-11-22T02:00:00.000Z`
     public static func format(_ time: Timestamp) -> String {
+        String(unsafeUninitializedCapacity: 24) { buffer in write(time, into: buffer.baseAddress!) }
+    }
+
+    /// Writes `format(time)`'s 24 bytes at `output`, digit by digit (this runs several times for
+    /// every task shown); returns 24.
+    @discardableResult
+    public static func write(_ time: Timestamp, into output: UnsafeMutablePointer<UInt8>) -> Int {
         var seconds = time_t(time.rounded(.down))
         var milliseconds = Int(((time - Double(seconds)) * 1000).rounded())
         if milliseconds >= 1000 {
@@ -14,31 +22,28 @@ public enum RFC3339 {
         }
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        // Written digit by digit into 24 bytes: this runs several times for every task shown.
-        return String(unsafeUninitializedCapacity: 24) { buffer in
-            func put(_ value: Int, _ width: Int, at offset: Int) {
-                var rest = value
-                for position in stride(from: offset + width - 1, through: offset, by: -1) {
-                    buffer[position] = UInt8(48 + rest % 10)
-                    rest /= 10
-                }
+        func put(_ value: Int, _ width: Int, at offset: Int) {
+            var rest = value
+            for position in stride(from: offset + width - 1, through: offset, by: -1) {
+                output[position] = UInt8(48 + rest % 10)
+                rest /= 10
             }
-            put(Int(parts.tm_year) + 1900, 4, at: 0)
-            buffer[4] = 45
-            put(Int(parts.tm_mon) + 1, 2, at: 5)
-            buffer[7] = 45
-            put(Int(parts.tm_mday), 2, at: 8)
-            buffer[10] = 84
-            put(Int(parts.tm_hour), 2, at: 11)
-            buffer[13] = 58
-            put(Int(parts.tm_min), 2, at: 14)
-            buffer[16] = 58
-            put(Int(parts.tm_sec), 2, at: 17)
-            buffer[19] = 46
-            put(milliseconds, 3, at: 20)
-            buffer[23] = 90
-            return 24
         }
+        put(Int(parts.tm_year) + 1900, 4, at: 0)
+        output[4] = 45
+        put(Int(parts.tm_mon) + 1, 2, at: 5)
+        output[7] = 45
+        put(Int(parts.tm_mday), 2, at: 8)
+        output[10] = 84
+        put(Int(parts.tm_hour), 2, at: 11)
+        output[13] = 58
+        put(Int(parts.tm_min), 2, at: 14)
+        output[16] = 58
+        put(Int(parts.tm_sec), 2, at: 17)
+        output[19] = 46
+        put(milliseconds, 3, at: 20)
+        output[23] = 90
+        return 24
     }
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; nil when it is not that.
@@ -129,5 +134,18 @@ public enum LocalTime {
         func pad(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
         let day = "\(parts.tm_year + 1900)-\(pad(parts.tm_mon + 1))-\(pad(parts.tm_mday))"
         return (day, Int(parts.tm_hour) * 60 + Int(parts.tm_min), Double(parts.tm_sec) + time - time.rounded(.down))
+    }
+}
+
+extension JSONWriter {
+    /// A time as an RFC 3339 string (`RFC3339.format`), written in place; null when nil.
+    public mutating func timestamp(_ time: Timestamp?) {
+        guard let time else { return null() }
+        ascii(reserving: 26) { output in
+            output[0] = UInt8(ascii: "\"")
+            RFC3339.write(time, into: output + 1)
+            output[25] = UInt8(ascii: "\"")
+            return 26
+        }
     }
 }

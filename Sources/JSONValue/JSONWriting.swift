@@ -19,12 +19,15 @@ extension JSON {
 /// task's JSON in every API answer and event): no `JSON` tree is built to be printed. Commas come
 /// by themselves: a value follows its `key`, or is the next element of the array (or the document)
 /// it is written in. A writer is written through and read once; copies share their bytes.
+///
+/// The small members are `@inlinable`: a task's object is some thirty keys and values written from
+/// other modules, and a call for each byte of punctuation was most of its cost.
 public struct JSONWriter {
-    private let output: ByteBuffer
+    @usableFromInline let output: ByteBuffer
     /// Whether the open object or array has nothing in it yet (no comma before what comes next).
-    private var empty = true
+    @usableFromInline var empty = true
     /// Whether a key was just written (its value needs no comma).
-    private var afterKey = false
+    @usableFromInline var afterKey = false
 
     public init(capacity: Int = 1024) { output = ByteBuffer(capacity: capacity) }
 
@@ -33,12 +36,15 @@ public struct JSONWriter {
     public var text: String { String(decoding: output.written, as: UTF8.self) }
 
     /// An object; `body` writes its members, each a `key` and a value.
+    @inlinable
     public mutating func object(_ body: (inout JSONWriter) -> Void) { container(UInt8(ascii: "{"), UInt8(ascii: "}"), body) }
 
     /// An array; `body` writes its elements.
+    @inlinable
     public mutating func array(_ body: (inout JSONWriter) -> Void) { container(UInt8(ascii: "["), UInt8(ascii: "]"), body) }
 
-    private mutating func container(_ open: UInt8, _ close: UInt8, _ body: (inout JSONWriter) -> Void) {
+    @inlinable
+    mutating func container(_ open: UInt8, _ close: UInt8, _ body: (inout JSONWriter) -> Void) {
         beginValue()
         output.append(open)
         let outer = empty
@@ -49,7 +55,8 @@ public struct JSONWriter {
     }
 
     /// Before a value: a comma when it is not the first element, none after a key.
-    private mutating func beginValue() {
+    @inlinable
+    mutating func beginValue() {
         if afterKey {
             afterKey = false
         } else {
@@ -59,11 +66,10 @@ public struct JSONWriter {
     }
 
     /// Starts a member named `name` (a plain ASCII name: written as it is).
+    @inlinable
     public mutating func key(_ name: StaticString) {
         beginValue()
-        output.append(UInt8(ascii: "\""))
-        output.append(name)
-        output.append("\":")
+        output.appendKey(name)
         afterKey = true
     }
 
@@ -75,32 +81,46 @@ public struct JSONWriter {
         afterKey = true
     }
 
+    @inlinable
     public mutating func string(_ value: String?) {
         beginValue()
         guard let value else { return output.append("null") }
         output.appendString(value)
     }
 
+    @inlinable
     public mutating func int(_ value: Int64?) {
         beginValue()
         guard let value else { return output.append("null") }
         output.appendInteger(value)
     }
 
+    @inlinable
     public mutating func double(_ value: Double?) {
         beginValue()
         guard let value else { return output.append("null") }
         output.appendDouble(value)
     }
 
+    @inlinable
     public mutating func bool(_ value: Bool) {
         beginValue()
         output.append(value ? "true" : "false")
     }
 
+    @inlinable
     public mutating func null() {
         beginValue()
         output.append("null")
+    }
+
+    /// A value of at most `count` bytes that `body` writes in place (plain ASCII that needs no
+    /// escaping, quotes included when it is a string) and whose length it returns: a timestamp
+    /// goes in without a `String` made for it.
+    @inlinable
+    public mutating func ascii(reserving count: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+        beginValue()
+        output.appendInPlace(reserving: count, body)
     }
 
     /// A value held as a tree (the rarer, smaller parts).
@@ -133,10 +153,13 @@ public struct JSONWriter {
 /// The bytes a `JSONWriter` has written, appended through a raw pointer: JSON is written a few
 /// bytes at a time, and an array's append goes through its uniqueness and capacity checks for
 /// every piece (a third of the cost of writing a task).
-private final class ByteBuffer {
-    private var base: UnsafeMutablePointer<UInt8>
-    private var count = 0
-    private var capacity: Int
+@usableFromInline
+final class ByteBuffer {
+    // Unchecked: the buffer belongs to one writer, used by one thread; the dynamic exclusivity
+    // check on each access of a class's property from another module cost more than the append.
+    @exclusivity(unchecked) @usableFromInline var base: UnsafeMutablePointer<UInt8>
+    @exclusivity(unchecked) @usableFromInline var count = 0
+    @exclusivity(unchecked) @usableFromInline var capacity: Int
 
     init(capacity: Int) {
         self.capacity = max(capacity, 64)
@@ -147,12 +170,14 @@ private final class ByteBuffer {
 
     var written: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(start: base, count: count) }
 
+    @inlinable
     func append(_ byte: UInt8) {
         if count == capacity { grow(by: 1) }
         base[count] = byte
         count += 1
     }
 
+    @inlinable
     func append(_ bytes: UnsafeBufferPointer<UInt8>) {
         guard let source = bytes.baseAddress else { return }
         if capacity - count < bytes.count { grow(by: bytes.count) }
@@ -160,11 +185,41 @@ private final class ByteBuffer {
         count += bytes.count
     }
 
+    @inlinable
     func append(_ text: StaticString) {
-        text.withUTF8Buffer { append($0) }
+        if text.hasPointerRepresentation {
+            append(UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+        } else {
+            text.withUTF8Buffer { append($0) }
+        }
     }
 
-    private func grow(by needed: Int) {
+    /// `"name":`, reserved once.
+    @inlinable
+    func appendKey(_ name: StaticString) {
+        guard name.hasPointerRepresentation else {
+            append(UInt8(ascii: "\""))
+            append(name)
+            return append("\":")
+        }
+        let length = name.utf8CodeUnitCount
+        if capacity - count < length + 3 { grow(by: length + 3) }
+        let start = base + count
+        start[0] = UInt8(ascii: "\"")
+        (start + 1).update(from: name.utf8Start, count: length)
+        start[length + 1] = UInt8(ascii: "\"")
+        start[length + 2] = UInt8(ascii: ":")
+        count += length + 3
+    }
+
+    @inlinable
+    func appendInPlace(reserving needed: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+        if capacity - count < needed { grow(by: needed) }
+        count += body(base + count)
+    }
+
+    @usableFromInline
+    func grow(by needed: Int) {
         capacity = max(capacity * 2, count + needed)
         let larger = UnsafeMutablePointer<UInt8>.allocate(capacity: capacity)
         larger.update(from: base, count: count)
@@ -172,32 +227,66 @@ private final class ByteBuffer {
         base = larger
     }
 
-    /// Decimal digits, most significant first, through a fixed buffer on the stack.
+    /// Decimal digits, most significant first, written backwards into reserved room.
+    @usableFromInline
     func appendInteger(_ value: Int64) {
-        if value < 0 { append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var start = 20
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            append(UnsafeBufferPointer(rebasing: digits[start..<20]))
+        if capacity - count < 20 { grow(by: 20) }
+        if value < 0 {
+            base[count] = UInt8(ascii: "-")
+            count += 1
         }
+        var magnitude = value.magnitude
+        var digits = 0
+        var probe = magnitude
+        repeat {
+            digits += 1
+            probe /= 10
+        } while probe > 0
+        var position = count + digits
+        repeat {
+            position -= 1
+            base[position] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+        } while magnitude > 0
+        count += digits
     }
 
     /// As json-c prints a double: `null` when not finite, a whole number with `.0` (so that it
-    /// reads back a double), otherwise the shortest text that reads back the same.
+    /// reads back a double), otherwise the shortest text that reads back the same. A number with
+    /// at most six decimals (a priority of 0.5, a fraction of 0.25) is written from its digits:
+    /// when n ÷ 10ᵏ, divided in floating point, gives the value back, the text of n with k
+    /// decimals reads back as that value, and the smallest such k is the shortest text.
+    @usableFromInline
     func appendDouble(_ value: Double) {
         guard value.isFinite else { return append("null") }
         if value == value.rounded(), abs(value) < 1e15 {
             appendInteger(Int64(value))
-            append(".0")
-        } else {
-            var text = String(value)
-            text.withUTF8 { append($0) }
+            return append(".0")
         }
+        let magnitude = abs(value)
+        if magnitude >= 0.001, magnitude < 1e9 {
+            var scale = 10.0
+            for decimals in 1...6 {
+                let scaled = (magnitude * scale).rounded()
+                if scaled / scale == magnitude {
+                    let whole = Int64(scaled) / Int64(scale)
+                    var fraction = Int64(scaled) % Int64(scale)
+                    if value < 0 { append(UInt8(ascii: "-")) }
+                    appendInteger(whole)
+                    append(UInt8(ascii: "."))
+                    var divisor = Int64(scale) / 10
+                    for _ in 0..<decimals {
+                        append(UInt8(ascii: "0") + UInt8(fraction / divisor))
+                        fraction %= divisor
+                        divisor /= 10
+                    }
+                    return
+                }
+                scale *= 10
+            }
+        }
+        var text = String(value)
+        text.withUTF8 { append($0) }
     }
 
     private static let hex: StaticString = "0123456789abcdef"
@@ -205,6 +294,7 @@ private final class ByteBuffer {
     /// A string literal: `"` and `\\` escaped, control characters as `\uXXXX` (the short forms
     /// for the common ones), everything else as UTF-8. The bytes are read in place and copied a
     /// run at a time between the characters that need escaping, found eight bytes at a time.
+    @usableFromInline
     func appendString(_ text: String) {
         var text = text
         text.withUTF8 { appendEscaped($0) }

@@ -283,6 +283,13 @@ struct ConfigurationTests {
         #expect(RFC3339.parse("2026-11-22T03:00:00+01:00") == 1_795_312_800)
         #expect(RFC3339.parse("2026-11-22T02:00:00.250Z") == 1_795_312_800.25)
         #expect(RFC3339.parse(RFC3339.format(1_795_312_800.5)) == 1_795_312_800.5)
+        // Written into JSON in place: the same text, quoted; null when there is no time.
+        var writer = JSONWriter(capacity: 8)
+        writer.array { array in
+            array.timestamp(1_795_312_800.9996)
+            array.timestamp(nil)
+        }
+        #expect(writer.text == #"["2026-11-22T02:00:01.000Z",null]"#)
         for bad in ["2026-11-22", "2026-13-01T00:00:00Z", "2026-11-22T02:00:00", "yesterday", "2026-11-22T02:00:00Zjunk"] {
             #expect(RFC3339.parse(bad) == nil, "\(bad)")
         }

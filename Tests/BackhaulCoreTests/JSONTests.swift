@@ -187,6 +187,26 @@ struct JSONWriterTests {
         #expect(list.text == #"[1,{},["a",null],{}]"#)
     }
 
+    /// Doubles with at most six decimals are written from their digits; every other one through
+    /// Swift's shortest text. Both must give the shortest text that reads back the same double.
+    @Test("a double is written as its shortest text that reads back the same, with or without the digit path")
+    func doubles() throws {
+        var random = Seeded(state: 0x5851_f42d_4c95_7f2d)
+        var values: [Double] = [0.5, 0.25, 0.1, 0.2, 0.3, 0.7, 1.1, 2.675, -0.001, 0.001, 0.0015, 999_999_999.5, 1e9 + 0.5, 0.000999]
+        for _ in 0..<20_000 {
+            let digits = Double(random.next() % 10_000_000) / [10.0, 100, 1000, 1e4, 1e5, 1e6, 1e7][Int(random.next() % 7)]
+            values.append(random.next() % 2 == 0 ? digits : -digits)
+            values.append(Double(bitPattern: random.next() % 0x4200_0000_0000_0000))
+        }
+        for value in values where value.isFinite {
+            var writer = JSONWriter(capacity: 8)
+            writer.double(value)
+            let expected = value == value.rounded() && abs(value) < 1e15 ? "\(Int64(value)).0" : String(value)
+            #expect(writer.text == expected, "\(value)")
+            #expect(Double(writer.text) == value)
+        }
+    }
+
     @Test(
         "control characters are escaped; nothing else is",
         arguments: [
