@@ -192,7 +192,9 @@ struct JSONWriterTests {
     @Test("a double is written as its shortest text that reads back the same, with or without the digit path")
     func doubles() throws {
         var random = Seeded(state: 0x5851_f42d_4c95_7f2d)
-        var values: [Double] = [0.5, 0.25, 0.1, 0.2, 0.3, 0.7, 1.1, 2.675, -0.001, 0.001, 0.0015, 999_999_999.5, 1e9 + 0.5, 0.000999]
+        var values: [Double] = [
+            0.5, 0.25, 0.1, 0.2, 0.3, 0.7, 1.1, 2.675, -0.001, 0.001, 0.0015, 999_999_999.5, 1e9 + 0.5, 0.000999,
+        ]
         for _ in 0..<20_000 {
             let digits = Double(random.next() % 10_000_000) / [10.0, 100, 1000, 1e4, 1e5, 1e6, 1e7][Int(random.next() % 7)]
             values.append(random.next() % 2 == 0 ? digits : -digits)
