@@ -8,3 +8,21 @@ extension StringProtocol {
         return String(self[first...last])
     }
 }
+
+extension String {
+    /// Lower-cased, ASCII letters byte by byte (header names, hosts); text with other characters
+    /// through Unicode's rules. `lowercased()` goes through Unicode for every character.
+    public var asciiLowercased: String {
+        var text = self
+        return text.withUTF8 { bytes in
+            guard bytes.allSatisfy({ $0 < 0x80 }) else { return lowercased() }
+            guard bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) else { return self }
+            return String(unsafeUninitializedCapacity: bytes.count) { output in
+                for (index, byte) in bytes.enumerated() {
+                    output[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
+                }
+                return bytes.count
+            }
+        }
+    }
+}

@@ -51,7 +51,7 @@ public struct URLParts: Sendable, Equatable {
         }
         let host = UnsafeBufferPointer(rebasing: bytes[start..<hostEnd])
         guard !host.isEmpty, !containsSpaceOrNewline(host) else { return nil }
-        return URLParts(scheme: scheme, host: lowercased(host), port: port)
+        return URLParts(scheme: scheme, host: String(decoding: host, as: UTF8.self).asciiLowercased, port: port)
     }
 
     private init(scheme: String, host: String, port: Int) {
@@ -91,16 +91,5 @@ public struct URLParts: Sendable, Equatable {
             }
         }
         return false
-    }
-
-    /// ASCII letters lower-cased byte by byte; a host with other characters through Unicode.
-    private static func lowercased(_ host: UnsafeBufferPointer<UInt8>) -> String {
-        guard host.allSatisfy({ $0 < 0x80 }) else { return String(decoding: host, as: UTF8.self).lowercased() }
-        return String(unsafeUninitializedCapacity: host.count) { output in
-            for (index, byte) in host.enumerated() {
-                output[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-            }
-            return host.count
-        }
     }
 }

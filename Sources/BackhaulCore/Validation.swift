@@ -33,6 +33,14 @@ public struct FieldReader {
         }
     }
 
+    /// The same for a short list written at the call: compared in turn, with no set hashed
+    /// together for each object read (this runs for every task enqueued).
+    public func rejectUnknown(_ allowed: [String]) throws(ValidationError) {
+        for key in object.keys where !allowed.contains(key) {
+            throw ValidationError(field(key), "is not a known field")
+        }
+    }
+
     public func has(_ key: String) -> Bool { object[key] != nil }
 
     /// The member, treating an explicit null like an absent one.

@@ -270,8 +270,8 @@ final class Transfer {
     struct FileChanged: Error {}
 
     var responseHead: ResponseHead {
-        var map: [String: String] = [:]
-        for (name, value) in response.headers { map[name.lowercased()] = value }
+        var map = [String: String](minimumCapacity: response.headers.count)
+        for (name, value) in response.headers { map[name.asciiLowercased] = value }
         return ResponseHead(status: response.status, headers: map, body: response.body)
     }
 

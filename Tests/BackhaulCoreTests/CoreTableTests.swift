@@ -276,6 +276,16 @@ struct ConfigurationTests {
         #expect(made == made.sorted() && Set(made).count == times.count)
     }
 
+    @Test(
+        "header names and hosts lower-cased: ASCII byte by byte, other text by Unicode's rules",
+        arguments: [
+            ("Content-Type", "content-type"), ("etag", "etag"), ("X-AMZ-Request-ID", "x-amz-request-id"), ("", ""),
+            ("ÉCOLE.example", "école.example"), ("Upload-Offset: 5", "upload-offset: 5"),
+        ])
+    func asciiLowercased(text: String, lower: String) {
+        #expect(text.asciiLowercased == lower)
+    }
+
     @Test("RFC 3339 round trip and offsets")
     func times() {
         #expect(RFC3339.format(0) == "1970-01-01T00:00:00.000Z")
