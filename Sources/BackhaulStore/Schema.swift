@@ -216,5 +216,32 @@ enum Schema {
             DROP INDEX tasks_finished;
             CREATE INDEX tasks_finished ON tasks (finished_at) WHERE finished_at IS NOT NULL;
             """),
+        // Two fewer index entries for every event (about 12,000 instructions each, measured alone):
+        // an event's id is made unique by construction (its time and 75 random bits) and never
+        // looked up, so it needs no UNIQUE index, which only a copy of the table drops; and events
+        // are appended in time order, so age pruning walks them by seq instead of by an index of
+        // `created_at`. The copy keeps every seq and the table's AUTOINCREMENT high-water mark
+        // (dropping a table drops its sqlite_sequence row), so no seq is ever given twice.
+        Migration(
+            11,
+            """
+            CREATE TABLE events_copy (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL,
+                type TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                task_id TEXT,
+                created_at REAL NOT NULL,
+                data TEXT NOT NULL
+            );
+            INSERT INTO events_copy (seq, id, type, session_id, task_id, created_at, data)
+                SELECT seq, id, type, session_id, task_id, created_at, data FROM events ORDER BY seq;
+            DELETE FROM sqlite_sequence WHERE name = 'events_copy';
+            INSERT INTO sqlite_sequence (name, seq) SELECT 'events_copy', seq FROM sqlite_sequence WHERE name = 'events';
+            DROP TABLE events;
+            ALTER TABLE events_copy RENAME TO events;
+            CREATE INDEX events_by_session ON events (session_id, seq);
+            CREATE INDEX events_by_task ON events (task_id) WHERE task_id IS NOT NULL;
+            """),
     ]
 }

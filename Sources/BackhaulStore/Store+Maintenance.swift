@@ -112,11 +112,18 @@ extension Store {
             try db.run(
                 "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries WHERE state != 'pending' AND created_at < ? LIMIT ?)",
                 [cutoff, batch])
+            // Events are appended in time order: the old ones are those before the first event
+            // that is not (found by seq from the start, past only what is old or still pinned by
+            // a pending delivery). One whose time is out of order (the clock stepped back) waits
+            // until those before it go.
+            let firstKept = try db.queryFirst(
+                "SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1", [cutoff]) { $0.int(0) } ?? Int64.max
             let events = try db.run(
                 """
-                DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_at < ?
-                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq AND d.state = 'pending') LIMIT ?)
-                """, [cutoff, batch])
+                DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? AND created_at < ?
+                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq AND d.state = 'pending')
+                    ORDER BY seq LIMIT ?)
+                """, [firstKept, cutoff, batch])
             try db.run(
                 """
                 DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = webhooks.session_id)

@@ -1,0 +1,77 @@
+import BackhaulCore
+import Glibc
+import SQLite
+import Testing
+
+@testable import BackhaulStore
+
+@Suite("Event log")
+struct EventLogTests {
+    static func scratch(_ name: String) -> String { "/tmp/backhaul-\(name)-\(getpid())-\(Int.random(in: 0..<1_000_000)).db" }
+
+    static func remove(_ path: String) { for suffix in ["", "-wal", "-shm", ".v10.backup"] { unlink(path + suffix) } }
+
+    static func insertEvent(_ db: Connection, at time: Timestamp, task: String? = nil) throws -> Int64 {
+        try db.run(
+            "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, 'task.waiting', 's', ?, ?, '{}')",
+            [RandomID.make(prefix: "msg_", at: time), task, time])
+        return db.lastInsertRowID
+    }
+
+    /// Migration 11 copies the events table (to drop the UNIQUE index on ids). A copy numbers its
+    /// rows from its own high-water mark: without carrying the old one over, a seq whose event was
+    /// pruned would be given again, and an SSE client resuming after it would miss the new event.
+    @Test("migrating the event log keeps every event and never gives a seq twice")
+    func migrationKeepsSequence() throws {
+        let path = Self.scratch("events-v10")
+        defer { Self.remove(path) }
+        do {
+            let db = try Connection(path: path)
+            try db.execute("PRAGMA journal_mode = WAL")
+            try Migrator(migrations: Schema.migrations.filter { $0.version <= 10 }).migrate(db)
+            for time in [100.0, 200, 300, 400] { _ = try Self.insertEvent(db, at: time, task: "tsk_a") }
+            try db.run("DELETE FROM events WHERE seq >= 3")
+        }
+        let store = try Store(path: path)
+        store.close()
+        let db = try Connection(path: path)
+        #expect(try db.queryFirst("PRAGMA user_version") { $0.int(0) } == 11)
+        #expect(
+            try db.query("SELECT seq, created_at FROM events ORDER BY seq") { [$0.int(0), Int64($0.double(1))] } == [
+                [1, 100], [2, 200],
+            ])
+        #expect(try Self.insertEvent(db, at: 500) == 5)
+        let indexes = try db.query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' ORDER BY name") {
+            $0.string(0)
+        }
+        #expect(indexes == ["events_by_session", "events_by_task"])
+    }
+
+    @Test("age pruning takes the events older than the retention, in seq order, and keeps one a delivery still needs")
+    func agePruning() throws {
+        let path = Self.scratch("events-prune")
+        defer { Self.remove(path) }
+        let clock = ManualClock()
+        let store = try Store(path: path, clock: clock)
+        defer { store.close() }
+        let now = clock.now()
+        let db = try Connection(path: path)
+        var seqs: [Int64] = []
+        for age in [500.0, 400, 300, 200, 100, 50, 10] { seqs.append(try Self.insertEvent(db, at: now - age)) }
+        // The second oldest is pinned by a pending delivery; one out of time order (the clock
+        // stepped back) waits behind the first event young enough to keep.
+        try db.run(
+            """
+            INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+            VALUES ('wh', ?, 'task.waiting', 'pending', ?, ?)
+            """, [seqs[1], now, now])
+        let stepped = try Self.insertEvent(db, at: now - 1000)
+        #expect(try store.pruneEventLog(olderThan: 150, batch: 2) == 2)
+        #expect(try store.pruneEventLog(olderThan: 150) == 1)
+        #expect(try store.pruneEventLog(olderThan: 150) == 0)
+        let left = try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) }
+        #expect(left == [seqs[1], seqs[4], seqs[5], seqs[6], stepped])
+        #expect(try store.pruneEventLog(olderThan: 5) == 4)
+        #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [seqs[1]])
+    }
+}
