@@ -116,8 +116,10 @@ extension Store {
             // that is not (found by seq from the start, past only what is old or still pinned by
             // a pending delivery). One whose time is out of order (the clock stepped back) waits
             // until those before it go.
-            let firstKept = try db.queryFirst(
-                "SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1", [cutoff]) { $0.int(0) } ?? Int64.max
+            let firstKept =
+                try db.queryFirst(
+                    "SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1", [cutoff]
+                ) { $0.int(0) } ?? Int64.max
             let events = try db.run(
                 """
                 DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? AND created_at < ?
