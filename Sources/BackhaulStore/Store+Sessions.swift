@@ -112,9 +112,14 @@ extension Store {
         }
     }
 
-    /// A session without its task counts (creating tasks needs no counts).
+    /// A session without its task counts (creating tasks needs no counts), from the cache of
+    /// committed records when it is there (`SessionCache`).
     public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
-        try read { db in try Store.fetchSession(db, id: id) }
+        let (cached, generation) = sessionCache.withLock { ($0.records[id], $0.generation) }
+        if let cached { return cached }
+        let record = try read { db in try Store.fetchSession(db, id: id) }
+        if let record { sessionCache.withLock { $0.keep(record, readAt: generation) } }
+        return record
     }
 
     public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {
@@ -258,4 +263,25 @@ final class DecodedConfigurations: Sendable {
 
 extension Store {
     static let decodedConfigurations = DecodedConfigurations()
+}
+
+/// Committed session records, kept for reads: a POST of a task reads its session for the
+/// configuration it validates against, and that read was a read transaction of its own on
+/// every request. A commit that changes sessions forgets them (the store observes its own
+/// commits, before it answers the write), and a record read from a snapshot older than such a
+/// commit is not kept: the generation moved while it was read.
+struct SessionCache {
+    var records: [String: SessionRecord] = [:]
+    /// Moves on every commit that changed a session.
+    var generation = 0
+
+    mutating func forget(_ sessions: Set<String>) {
+        for id in sessions { records[id] = nil }
+        generation += 1
+    }
+
+    mutating func keep(_ record: SessionRecord, readAt generation: Int) {
+        guard generation == self.generation else { return }
+        records[record.id] = record
+    }
 }

@@ -52,6 +52,8 @@ public final class Store: Sendable {
     /// How the WAL is kept bounded (see `Store+Maintenance`).
     let walPolicy: WALPolicy
     let maintenance = Locked(MaintenanceFigures())
+    /// Session records as committed, for the reads of every request that creates tasks.
+    let sessionCache = Locked(SessionCache())
     private let closed = Locked(false)
 
     /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
@@ -80,6 +82,9 @@ public final class Store: Sendable {
         db.onWALCommit { frames.value = $0 }
         writer.afterCommit = { [walPolicy, maintenance] db in
             Store.keepWALBounded(db, walPolicy, maintenance, frames: frames.value)
+        }
+        writer.observe { [sessionCache] changes in
+            if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }
         }
         writer.start()
     }
