@@ -31,17 +31,66 @@ extension API {
             items = [(value, "")]
         }
         let now = clock.now()
-        var records: [TaskRecord] = []
-        records.reserveCapacity(items.count)
-        for (item, path) in items {
-            records.append(try makeTask(item, path: path, session: session, now: now))
+        guard isBatch else {
+            let record = try makeTask(items[0].0, path: items[0].1, session: session, now: now)
+            let results = try stored { () throws(StoreError) in
+                try store.createTasks(sessionID: id, [record], maxOpen: options.maxOpenTasksPerSession)
+            }
+            return taskResponse(results[0].1 ? 201 : 200, results[0].0)
         }
-        let results = try stored { () throws(StoreError) in
-            try store.createTasks(sessionID: id, records, maxOpen: options.maxOpenTasksPerSession)
+        return try createBatch(sessionID: id, items, session: session, now: now)
+    }
+
+    /// Tasks validated per part of a batch: the store inserts one part while the next is checked.
+    static let batchPart = 100
+
+    /// A batch in one transaction, all-or-nothing, in three overlapping steps: the tasks are
+    /// validated a part at a time and each part handed to the store, which inserts it while the
+    /// next is checked (`TaskBatch`); the answer is written part by part as they go in; it is sent
+    /// once the batch is on disk. A task that fails validation abandons the batch: nothing of it
+    /// is written. When the store had to run the insert again (another write of the same
+    /// transaction failed), the answer is written again from what committed.
+    func createBatch(sessionID id: String, _ items: [(JSON, String)], session: SessionRecord, now: Timestamp) throws(Problem)
+        -> HTTPResponse
+    {
+        let batch = TaskBatch(count: items.count)
+        let pending = store.createTasks(sessionID: id, batch, maxOpen: options.maxOpenTasksPerSession)
+        var part: [TaskRecord] = []
+        part.reserveCapacity(API.batchPart)
+        do {
+            for (item, path) in items {
+                part.append(try makeTask(item, path: path, session: session, now: now))
+                if part.count == API.batchPart {
+                    batch.add(part)
+                    part.removeAll(keepingCapacity: true)
+                }
+            }
+        } catch {
+            batch.abandon()
+            // Its rollback first: the client's next request finds the store as it was.
+            _ = try? pending.wait()
+            throw error
         }
+        if !part.isEmpty { batch.add(part) }
+        batch.close()
+        var answer = JSONWriter(capacity: 1024 * items.count)
+        var runs: Set<Int> = []
+        var written = 0
+        answer.object { object in
+            object.key("tasks")
+            object.array { array in
+                for index in 0..<(items.count + API.batchPart - 1) / API.batchPart {
+                    guard let (results, run) = batch.inserted(part: index) else { break }
+                    runs.insert(run)
+                    for (task, _) in results { writeTask(task, to: &array) }
+                    written += results.count
+                }
+            }
+        }
+        let results = try stored { () throws(StoreError) in try pending.wait() }
         let created = results.contains { $0.1 }
-        guard isBatch else { return taskResponse(created ? 201 : 200, results[0].0) }
-        return tasksResponse(created ? 201 : 200, results.map(\.0))
+        guard runs == [batch.run], written == results.count else { return tasksResponse(created ? 201 : 200, results.map(\.0)) }
+        return API.json(created ? 201 : 200, answer)
     }
 
     func makeTask(_ value: JSON, path: String, session: SessionRecord, now: Timestamp) throws(Problem) -> TaskRecord {

@@ -17,57 +17,75 @@ extension Store {
     public func createTasks(sessionID: String, _ tasks: [TaskRecord], maxOpen: Int = .max) throws(StoreError) -> [(
         TaskRecord, Bool
     )] {
+        try createTasks(sessionID: sessionID, TaskBatch(tasks), maxOpen: maxOpen).wait()
+    }
+
+    /// The same for a batch whose parts the API is still adding: the writer inserts each part as
+    /// it comes (`TaskBatch`). Returns at once; the write's result, once waited for, is durable.
+    public func createTasks(sessionID: String, _ batch: TaskBatch, maxOpen: Int = .max) -> PendingWrite<[(TaskRecord, Bool)]> {
         let now = self.now
-        return try write { [self] db in
-            guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
-            guard session.lifecycle == .active else {
-                throw StoreError.conflict("the session is finishing and accepts no new tasks")
-            }
-            if maxOpen < .max {
-                let open = try openTaskCount(db, sessionID: sessionID)
-                if open + tasks.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
-            }
-            var results: [(TaskRecord, Bool)] = []
-            results.reserveCapacity(tasks.count)
-            var keysInBatch: [String: TaskRecord] = [:]
-            let quota = session.configuration.quotaBytes
-            var held: Int64 = 0
-            if quota != nil {
-                held =
-                    try db.queryFirst(
-                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)",
-                        [sessionID]
-                    ) { $0.int(0) } ?? 0
-            }
-            for draft in tasks {
-                if let key = draft.idempotencyKey {
-                    if let existing = keysInBatch[key] {
-                        results.append((existing, false))
-                        continue
-                    }
-                    if let existing = try db.queryFirst(
-                        "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
-                        [sessionID, key], TaskRows.decode)
-                    {
-                        results.append((existing, false))
-                        continue
-                    }
+        return writer.begin(
+            durable: true,
+            { [self] db, _ in
+                batch.beginRun()
+                guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
+                guard session.lifecycle == .active else {
+                    throw StoreError.conflict("the session is finishing and accepts no new tasks")
                 }
-                var refusal: String?
-                if let quota, held + draft.file.size > quota {
-                    // The session's quota cannot keep it: it ends at once, and says why.
-                    refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
+                if maxOpen < .max {
+                    let open = try openTaskCount(db, sessionID: sessionID)
+                    if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
                 }
-                var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
-                if !task.state.isFinal { held += task.file.size }
-                try TaskRows.insert(db, &task, feed: feed)
-                if let key = task.idempotencyKey { keysInBatch[key] = task }
-                try recorded(db, from: nil, to: task, now: now)
-                if task.state == .queued { log.update { [task] in $0.created.append(task) } }
-                results.append((task, true))
-            }
-            return results
-        }
+                var results: [(TaskRecord, Bool)] = []
+                results.reserveCapacity(batch.count)
+                var keysInBatch: [String: TaskRecord] = [:]
+                let quota = session.configuration.quotaBytes
+                var held: Int64 = 0
+                if quota != nil {
+                    held =
+                        try db.queryFirst(
+                            "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)",
+                            [sessionID]
+                        ) { $0.int(0) } ?? 0
+                }
+                var index = 0
+                while let part = try batch.part(index) {
+                    let first = results.count
+                    for draft in part {
+                        if let key = draft.idempotencyKey {
+                            if let existing = keysInBatch[key] {
+                                results.append((existing, false))
+                                continue
+                            }
+                            if let existing = try db.queryFirst(
+                                """
+                                SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ?
+                                    AND detached_from IS NULL
+                                """,
+                                [sessionID, key], TaskRows.decode)
+                            {
+                                results.append((existing, false))
+                                continue
+                            }
+                        }
+                        var refusal: String?
+                        if let quota, held + draft.file.size > quota {
+                            // The session's quota cannot keep it: it ends at once, and says why.
+                            refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
+                        }
+                        var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
+                        if !task.state.isFinal { held += task.file.size }
+                        try TaskRows.insert(db, &task, feed: feed)
+                        if let key = task.idempotencyKey { keysInBatch[key] = task }
+                        try recorded(db, from: nil, to: task, now: now)
+                        if task.state == .queued { log.update { [task] in $0.created.append(task) } }
+                        results.append((task, true))
+                    }
+                    batch.inserted(Array(results[first...]))
+                    index += 1
+                }
+                return results
+            }, ended: { batch.end() })
     }
 
     public func task(id: String) throws(StoreError) -> TaskRecord? {

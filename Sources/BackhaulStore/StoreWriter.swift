@@ -89,12 +89,23 @@ final class StoreWriter: @unchecked Sendable {
     /// Runs `body` in the next batch and waits for its commit: the caller's answer is durable (or
     /// relaxed) once this returns.
     func perform<T>(durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T) throws(StoreError) -> T {
-        let outcome = Outcome<T>()
+        try begin(durable: durable, body).wait()
+    }
+
+    /// Hands `body` over for the next batch and returns at once; the write's result is waited for.
+    /// `ended` runs after the commit (or the failure), before the result is given.
+    func begin<T>(
+        durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T, ended: @escaping () -> Void = {}
+    ) -> PendingWrite<T> {
+        let outcome = PendingWrite<T>()
         submit(
             Job(
-                durable: durable, body: { db, log in outcome.value = try body(db, log) }, done: { error in outcome.finish(error) }
-            ))
-        return try outcome.wait()
+                durable: durable, body: { db, log in outcome.value = try body(db, log) },
+                done: { error in
+                    ended()
+                    outcome.finish(error)
+                }))
+        return outcome
     }
 
     private func run() {
@@ -224,8 +235,8 @@ extension StoreWriter {
     }
 }
 
-/// A job's answer, waited for by the thread that handed it over.
-private final class Outcome<T>: @unchecked Sendable {
+/// A write's answer, waited for by the thread that handed it over.
+public final class PendingWrite<T>: @unchecked Sendable {
     // @unchecked: `value` is written on the writer thread before `finish`, read after `wait`.
     var value: T?
     private let state = Locked<(done: Bool, error: StoreError?)>((false, nil))
@@ -234,7 +245,8 @@ private final class Outcome<T>: @unchecked Sendable {
         state.withLockNotifyingAll { $0 = (true, error) }
     }
 
-    func wait() throws(StoreError) -> T {
+    /// Waits for the commit (or the failure): the result, durable as the write asked.
+    public func wait() throws(StoreError) -> T {
         let error = state.wait(until: { $0.done }, timeout: 1e9) { $0.error }
         if let error { throw error }
         guard let value else { throw StoreError.database("a write ended without a result") }

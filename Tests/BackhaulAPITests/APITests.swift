@@ -140,6 +140,26 @@ struct APITests {
         #expect(batch["tasks"]?.arrayValue?.count == 2)
     }
 
+    /// A batch goes to the store a part at a time while the rest is validated: a task that fails
+    /// in a late part must still leave nothing behind, and the answer lists every task in order.
+    @Test("a batch of many parts: a failure in a late part stores nothing; the answer keeps the order and the keys")
+    func batchInParts() {
+        var tasks = (0..<250).map { api.task(["description": .string("n\($0)")]) }
+        tasks[230] = api.task(["priority": 7])
+        let (status, body, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": .array(tasks)])
+        #expect(status == 422)
+        #expect(body["field"]?.stringValue == "tasks[230].priority")
+        #expect(api.call("GET", "/v1/sessions/s/tasks").1["tasks"]?.arrayValue?.isEmpty == true)
+        tasks[230] = api.task(["description": "n230", "idempotency_key": "k"])
+        tasks[5] = api.task(["description": "n5", "idempotency_key": "k"])
+        let (created, batch, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": .array(tasks)])
+        #expect(created == 201)
+        let answered = batch["tasks"]?.arrayValue ?? []
+        #expect(answered.map { $0["description"]?.stringValue ?? "" } == (0..<250).map { $0 == 230 ? "n5" : "n\($0)" })
+        #expect(answered.count == 250 && answered[230]["id"] == answered[5]["id"])
+        #expect(api.call("GET", "/v1/sessions/s").1["task_counts"]?["queued"] == .int(249))
+    }
+
     @Test("sessions: ids, PUT semantics, 404, 405")
     func sessions() {
         #expect(api.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 200)

@@ -1,0 +1,104 @@
+import BackhaulCore
+import Glibc
+import SQLite
+import Testing
+import Threads
+
+@testable import BackhaulStore
+
+/// A batch whose parts the API adds while the writer inserts the first ones (`TaskBatch`).
+@Suite("Task batches in parts")
+struct TaskBatchTests {
+    let store: Store
+
+    init() throws {
+        store = try Store(path: ":memory:")
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+    }
+
+    static func part(_ range: Range<Int>, key: (Int) -> String? = { _ in nil }) -> [TaskRecord] {
+        range.map { makeTask("t\($0)", key: key($0)) }
+    }
+
+    /// Runs `body` on a thread of its own (the API's, beside the writer).
+    static func onThread(_ body: @escaping @Sendable () -> Void) -> WorkerThread {
+        let thread = WorkerThread()
+        thread.start(body)
+        return thread
+    }
+
+    @Test("parts added while the writer inserts go in, in order, as one durable write; each part is told as it goes in")
+    func partsWhileInserting() throws {
+        let batch = TaskBatch(count: 30)
+        let pending = store.createTasks(sessionID: "s", batch)
+        let adder = Self.onThread {
+            for start in stride(from: 0, to: 30, by: 10) {
+                usleep(20_000)
+                batch.add(Self.part(start..<start + 10, key: { $0 == 25 ? "k" : ($0 == 27 ? "k" : nil) }))
+            }
+            batch.close()
+        }
+        let first = try #require(batch.inserted(part: 0))
+        #expect(first.results.map(\.0.id) == (0..<10).map { "t\($0)" } && first.run == 1)
+        let results = try pending.wait()
+        adder.join()
+        // The second task with the key returns the first one, not created.
+        #expect(results.map(\.0.id) == (0..<30).map { $0 == 27 ? "t25" : "t\($0)" })
+        #expect(results.filter(\.1).count == 29 && batch.run == 1)
+        #expect(try store.session(id: "s")?.1[.queued] == 29)
+    }
+
+    @Test("a batch the API abandons after some parts went in writes nothing")
+    func abandoned() throws {
+        let batch = TaskBatch(count: 30)
+        let pending = store.createTasks(sessionID: "s", batch)
+        batch.add(Self.part(0..<10))
+        #expect(batch.inserted(part: 0)?.results.count == 10)
+        batch.abandon()
+        #expect(throws: StoreError.self) { try pending.wait() }
+        #expect(batch.inserted(part: 1) == nil)
+        #expect(try store.task(id: "t0") == nil)
+        #expect(try store.session(id: "s")?.1.isEmpty == true)
+    }
+
+    @Test("the open-task limit is checked against the whole batch before any part")
+    func limitFirst() throws {
+        let batch = TaskBatch(count: 30)
+        let pending = store.createTasks(sessionID: "s", batch, maxOpen: 20)
+        #expect(throws: StoreError.tooManyTasks(open: 0, limit: 20)) { try pending.wait() }
+        #expect(batch.inserted(part: 0) == nil)
+    }
+
+    /// The writer runs a transaction again, with a savepoint per job, when one of its jobs threw:
+    /// the batch's insert runs twice, and what it tells must be the second run's.
+    @Test("run again after another write of its transaction failed: inserted once, told by the run that committed")
+    func runAgain() throws {
+        // Holds the writer (once it runs: a write handed over before that would join it) so that
+        // the next two writes share one transaction.
+        let busy = Locked((running: false, held: true))
+        store.submit(
+            { _ in
+                busy.withLockNotifyingAll { $0.running = true }
+                while busy.withLock({ $0.held }) { usleep(1_000) }
+            }, done: { (_: Result<Void, StoreError>) in })
+        busy.wait(until: { $0.running }, timeout: 10) { _ in }
+        let batch = TaskBatch(count: 20)
+        let pending = store.createTasks(sessionID: "s", batch)
+        let failed = Locked<StoreError?>(nil)
+        store.submit(
+            { (_: SQLite.Connection) throws -> Void in
+                throw StoreError.conflict("a failing write")
+            },
+            done: { result in if case .failure(let error) = result { failed.withLock { $0 = error } } })
+        batch.add(Self.part(0..<10))
+        batch.add(Self.part(10..<20))
+        batch.close()
+        busy.withLock { $0.held = false }
+        let results = try pending.wait()
+        #expect(results.count == 20 && batch.run == 2)
+        #expect(batch.inserted(part: 1)?.run == 2)
+        #expect(failed.withLock { $0 } == .conflict("a failing write"))
+        #expect(try store.session(id: "s")?.1[.queued] == 20)
+        #expect(try store.task(id: "t19")?.sequence == results[19].0.sequence)
+    }
+}
