@@ -88,6 +88,11 @@ extension API {
             }
         }
         let results = try stored { () throws(StoreError) in try pending.wait() }
+        if case .timedOut(let seconds)? = batch.stopped {
+            throw Problem(
+                .unavailable,
+                "the batch's tasks took over \(Int(seconds)) s to check (a file system that hangs?); nothing was written")
+        }
         let created = results.contains { $0.1 }
         guard runs == [batch.run], written == results.count else { return tasksResponse(created ? 201 : 200, results.map(\.0)) }
         return API.json(created ? 201 : 200, answer)

@@ -26,16 +26,10 @@ public struct FieldReader {
 
     public func field(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
 
-    /// Refuses members this object does not define (typos must not pass silently).
-    public func rejectUnknown(_ allowed: Set<String>) throws(ValidationError) {
-        for key in object.keys where !allowed.contains(key) {
-            throw ValidationError(field(key), "is not a known field")
-        }
-    }
-
-    /// The same for a short list written at the call: compared in turn, with no set hashed
-    /// together for each object read (this runs for every task enqueued).
-    public func rejectUnknown(_ allowed: [String]) throws(ValidationError) {
+    /// Refuses members this object does not define (typos must not pass silently). A short list
+    /// written at the call is compared in turn (no set hashed together for every object read: this
+    /// runs for every task enqueued); a set is looked up.
+    public func rejectUnknown(_ allowed: some Sequence<String>) throws(ValidationError) {
         for key in object.keys where !allowed.contains(key) {
             throw ValidationError(field(key), "is not a known field")
         }

@@ -107,25 +107,37 @@ extension Store {
     /// session events, that no pending delivery refers to; finished deliveries; subscriptions of
     /// removed sessions with nothing pending. At most `batch` rows of each per call.
     public func pruneEventLog(olderThan retention: Double, batch: Int = 2000) throws(StoreError) -> Int {
+        let now = self.now
         let cutoff = now - retention
         return try write(.relaxed) { [self] db in
             try db.run(
                 "DELETE FROM deliveries WHERE seq IN (SELECT seq FROM deliveries WHERE state != 'pending' AND created_at < ? LIMIT ?)",
                 [cutoff, batch])
-            // Events are appended in time order: the old ones are those before the first event
-            // that is not (found by seq from the start, past only what is old or still pinned by
-            // a pending delivery). One whose time is out of order (the clock stepped back) waits
+            // Events are appended in time order, so the old ones come first by seq: the sweep reads
+            // the first `batch` events that no pending delivery pins and takes the old ones up to
+            // the first event young enough to keep (each round reads what it deletes, not the whole
+            // log). An event dated after now (written while the clock was ahead) neither goes nor
+            // stops the sweep; one dated before its neighbours (the clock stepped back) waits
             // until those before it go.
-            let firstKept =
-                try db.queryFirst(
-                    "SELECT seq FROM events WHERE created_at >= ? ORDER BY seq LIMIT 1", [cutoff]
-                ) { $0.int(0) } ?? Int64.max
-            let events = try db.run(
+            let window = try db.query(
                 """
-                DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? AND created_at < ?
-                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq AND d.state = 'pending')
-                    ORDER BY seq LIMIT ?)
-                """, [firstKept, cutoff, batch])
+                SELECT seq, created_at FROM events e
+                WHERE NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_seq = e.seq AND d.state = 'pending')
+                ORDER BY seq LIMIT ?
+                """, [batch]
+            ) { ($0.int(0), $0.double(1)) }
+            var old: [JSON] = []
+            for (seq, createdAt) in window {
+                if createdAt < cutoff {
+                    old.append(.int(seq))
+                } else if createdAt <= now {
+                    break
+                }
+            }
+            let events =
+                old.isEmpty
+                ? 0
+                : try db.run("DELETE FROM events WHERE seq IN (SELECT value FROM json_each(?))", [JSON.array(old).serialized()])
             try db.run(
                 """
                 DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = webhooks.session_id)

@@ -48,41 +48,56 @@ extension Store {
                             [sessionID]
                         ) { $0.int(0) } ?? 0
                 }
-                var index = 0
-                while let part = try batch.part(index) {
-                    let first = results.count
-                    for draft in part {
-                        if let key = draft.idempotencyKey {
-                            if let existing = keysInBatch[key] {
-                                results.append((existing, false))
-                                continue
+                // The parts come while the API validates them. If it gives up on the batch (a task
+                // failed validation, a part did not come), what this job inserted is undone alone:
+                // the other writes of the transaction stand, and none is run again. (A batch that
+                // came whole cannot stop half-way: no savepoint.)
+                let mark = log.mark
+                if !batch.isComplete { try db.run("SAVEPOINT batch") }
+                do {
+                    var index = 0
+                    while let part = try batch.part(index) {
+                        let first = results.count
+                        for draft in part {
+                            if let key = draft.idempotencyKey {
+                                if let existing = keysInBatch[key] {
+                                    results.append((existing, false))
+                                    continue
+                                }
+                                if let existing = try db.queryFirst(
+                                    """
+                                    SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ?
+                                        AND detached_from IS NULL
+                                    """,
+                                    [sessionID, key], TaskRows.decode)
+                                {
+                                    results.append((existing, false))
+                                    continue
+                                }
                             }
-                            if let existing = try db.queryFirst(
-                                """
-                                SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ?
-                                    AND detached_from IS NULL
-                                """,
-                                [sessionID, key], TaskRows.decode)
-                            {
-                                results.append((existing, false))
-                                continue
+                            var refusal: String?
+                            if let quota, held + draft.file.size > quota {
+                                // The session's quota cannot keep it: it ends at once, and says why.
+                                refusal =
+                                    "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
                             }
+                            var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
+                            if !task.state.isFinal { held += task.file.size }
+                            try TaskRows.insert(db, &task, feed: feed)
+                            if let key = task.idempotencyKey { keysInBatch[key] = task }
+                            try recorded(db, from: nil, to: task, now: now)
+                            if task.state == .queued { log.update { [task] in $0.created.append(task) } }
+                            results.append((task, true))
                         }
-                        var refusal: String?
-                        if let quota, held + draft.file.size > quota {
-                            // The session's quota cannot keep it: it ends at once, and says why.
-                            refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
-                        }
-                        var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
-                        if !task.state.isFinal { held += task.file.size }
-                        try TaskRows.insert(db, &task, feed: feed)
-                        if let key = task.idempotencyKey { keysInBatch[key] = task }
-                        try recorded(db, from: nil, to: task, now: now)
-                        if task.state == .queued { log.update { [task] in $0.created.append(task) } }
-                        results.append((task, true))
+                        batch.didInsert(Array(results[first...]))
+                        index += 1
                     }
-                    batch.inserted(Array(results[first...]))
-                    index += 1
+                    if !batch.isComplete { try db.run("RELEASE batch") }
+                } catch is TaskBatch.Stopped {
+                    try db.run("ROLLBACK TO batch")
+                    try db.run("RELEASE batch")
+                    log.rollBack(to: mark)
+                    return []
                 }
                 return results
             }, ended: { batch.end() })

@@ -10,7 +10,20 @@ import Threads
 /// The writer may run a job twice (a job after it in the same transaction threw: the transaction
 /// is run again with a savepoint per job). Parts are kept, so the second run reads them again;
 /// what each run inserted is told with its number, and only the committed run's counts.
+///
+/// The writer waits for the API's parts, and every other write waits behind it: the API only
+/// validates between two parts (no store, no engine), and a part that does not come within
+/// `partTimeout` (a file system that hangs) ends the batch with nothing of it written.
 public final class TaskBatch: Sendable {
+    /// Why the writer stopped reading parts before the end.
+    public enum Stopped: Error, Sendable, Equatable {
+        case abandoned
+        case timedOut(seconds: Double)
+    }
+
+    /// How long the writer waits for the API's next part.
+    let partTimeout: Double
+
     /// How many tasks the API will add in all (the open-task limit is checked against it first).
     public let count: Int
 
@@ -23,17 +36,29 @@ public final class TaskBatch: Sendable {
         var inserted: [[(TaskRecord, Bool)]] = []
         /// The job ended: committed, or failed (then `inserted` is not to be used).
         var ended = false
+        var stopped: Stopped?
     }
 
     private let state = Locked(State())
 
-    public init(count: Int) { self.count = count }
+    /// Whether every part was there from the start (nothing can stop it half-way).
+    let isComplete: Bool
+
+    public init(count: Int, partTimeout: Double = 10) {
+        self.count = count
+        self.partTimeout = partTimeout
+        isComplete = false
+    }
 
     /// A batch that is complete from the start.
-    public convenience init(_ tasks: [TaskRecord]) {
-        self.init(count: tasks.count)
-        add(tasks)
-        close()
+    public init(_ tasks: [TaskRecord]) {
+        count = tasks.count
+        partTimeout = 0
+        isComplete = true
+        state.withLock {
+            $0.parts = [tasks]
+            $0.closed = true
+        }
     }
 
     // MARK: The API's side
@@ -57,6 +82,9 @@ public final class TaskBatch: Sendable {
     /// The writer's run of the job so far (after the write's result: the run that committed).
     public var run: Int { state.withLock { $0.run } }
 
+    /// Why the writer stopped before the end, if it did (then the batch wrote nothing).
+    public var stopped: Stopped? { state.withLock { $0.stopped } }
+
     // MARK: The writer's side
 
     /// Starts a run of the job: what an earlier run inserted was rolled back.
@@ -68,26 +96,23 @@ public final class TaskBatch: Sendable {
     }
 
     /// Part `index`, waiting for the API to add it; nil once the batch is closed and every part
-    /// was read. Throws when the API abandoned the batch, or stopped adding parts for `timeout`.
-    func part(_ index: Int, timeout: Double = 60) throws -> [TaskRecord]? {
-        let (part, abandoned, waiting) = state.wait(
-            until: { $0.parts.count > index || $0.closed || $0.abandoned }, timeout: timeout
-        ) { state in
-            (state.parts.count > index ? state.parts[index] : nil, state.abandoned, !state.closed && state.parts.count <= index)
+    /// was read. Throws `Stopped` when the API abandoned the batch or let `timeout` pass without
+    /// a part (then at once in any later run).
+    func part(_ index: Int) throws(Stopped) -> [TaskRecord]? {
+        let timeout = partTimeout
+        let (part, stopped) = state.wait(
+            until: { $0.parts.count > index || $0.closed || $0.abandoned || $0.stopped != nil }, timeout: timeout
+        ) { state -> ([TaskRecord]?, Stopped?) in
+            if state.abandoned { state.stopped = .abandoned }
+            if state.stopped == nil, state.parts.count <= index, !state.closed { state.stopped = .timedOut(seconds: timeout) }
+            return (state.parts.count > index ? state.parts[index] : nil, state.stopped)
         }
-        if abandoned { throw StoreError.invalid(ValidationError("tasks", "the batch was abandoned")) }
-        if waiting { throw StoreError.database("the batch's next part did not come in \(Int(timeout)) s") }
+        if let stopped { throw stopped }
         return part
     }
 
-    func inserted(_ results: [(TaskRecord, Bool)]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
+    func didInsert(_ results: [(TaskRecord, Bool)]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
 
-    /// The job ended (its result, or its error, is the write's); returns the run that it ended in.
-    @discardableResult
-    func end() -> Int {
-        state.withLockNotifyingAll {
-            $0.ended = true
-            return $0.run
-        }
-    }
+    /// The job ended (its result, or its error, is the write's).
+    func end() { state.withLockNotifyingAll { $0.ended = true } }
 }

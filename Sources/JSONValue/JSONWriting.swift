@@ -215,7 +215,9 @@ final class ByteBuffer {
     @inlinable
     func appendInPlace(reserving needed: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
         if capacity - count < needed { grow(by: needed) }
-        count += body(base + count)
+        let written = body(base + count)
+        assert(written >= 0 && written <= needed, "wrote \(written) bytes in room for \(needed)")
+        count += written
     }
 
     @usableFromInline

@@ -74,4 +74,24 @@ struct EventLogTests {
         #expect(try store.pruneEventLog(olderThan: 5) == 4)
         #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [seqs[1]])
     }
+
+    /// Written while the clock was ahead, an event is dated after now: it must not stop the sweep
+    /// for the old events after it (nothing would be pruned until the clock caught up).
+    @Test("an event dated after now neither goes nor holds back the old events after it")
+    func futureDated() throws {
+        let path = Self.scratch("events-future")
+        defer { Self.remove(path) }
+        let clock = ManualClock()
+        let store = try Store(path: path, clock: clock)
+        defer { store.close() }
+        let now = clock.now()
+        let db = try Connection(path: path)
+        let old = try Self.insertEvent(db, at: now - 500)
+        let ahead = try Self.insertEvent(db, at: now + 3600)
+        let older = try Self.insertEvent(db, at: now - 400)
+        let young = try Self.insertEvent(db, at: now - 10)
+        #expect(try store.pruneEventLog(olderThan: 150) == 2)
+        #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [ahead, young])
+        #expect(old < ahead && ahead < older)
+    }
 }

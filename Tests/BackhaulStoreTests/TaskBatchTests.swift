@@ -31,9 +31,11 @@ struct TaskBatchTests {
     func partsWhileInserting() throws {
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
+        let toldEarly = Locked(false)
         let adder = Self.onThread {
             for start in stride(from: 0, to: 30, by: 10) {
-                usleep(20_000)
+                // The first part is told as it goes in, before the API has added the last one.
+                if start == 20 { toldEarly.withLock { $0 = batch.inserted(part: 0, timeout: 5) != nil } }
                 batch.add(Self.part(start..<start + 10, key: { $0 == 25 ? "k" : ($0 == 27 ? "k" : nil) }))
             }
             batch.close()
@@ -42,23 +44,60 @@ struct TaskBatchTests {
         #expect(first.results.map(\.0.id) == (0..<10).map { "t\($0)" } && first.run == 1)
         let results = try pending.wait()
         adder.join()
+        #expect(toldEarly.withLock { $0 })
         // The second task with the key returns the first one, not created.
         #expect(results.map(\.0.id) == (0..<30).map { $0 == 27 ? "t25" : "t\($0)" })
         #expect(results.filter(\.1).count == 29 && batch.run == 1)
         #expect(try store.session(id: "s")?.1[.queued] == 29)
     }
 
-    @Test("a batch the API abandons after some parts went in writes nothing")
+    /// Holds the writer until `release` (once it runs: a write handed over before that would
+    /// join its transaction), so that the writes handed over meanwhile share the next one.
+    static func holdWriter(_ store: Store) -> @Sendable () -> Void {
+        let busy = Locked((running: false, held: true))
+        store.submit(
+            { _ in
+                busy.withLockNotifyingAll { $0.running = true }
+                while busy.withLock({ $0.held }) { usleep(1_000) }
+            }, done: { (_: Result<Void, StoreError>) in })
+        busy.wait(until: { $0.running }, timeout: 10) { _ in }
+        return { busy.withLock { $0.held = false } }
+    }
+
+    @Test("a batch abandoned after parts went in writes nothing, and the writes sharing its transaction stand, run once")
     func abandoned() throws {
+        let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
+        let otherRuns = Locked(0)
+        let other = Locked<Result<Void, StoreError>?>(nil)
+        store.submit(
+            { db in
+                otherRuns.withLock { $0 += 1 }
+                try db.run("INSERT INTO settings (key, value) VALUES ('other', '{}')")
+            }, done: { result in other.withLockNotifyingAll { $0 = result } })
         batch.add(Self.part(0..<10))
+        release()
         #expect(batch.inserted(part: 0)?.results.count == 10)
         batch.abandon()
-        #expect(throws: StoreError.self) { try pending.wait() }
+        #expect(try pending.wait().isEmpty)
+        #expect(batch.stopped == .abandoned && batch.run == 1)
         #expect(batch.inserted(part: 1) == nil)
         #expect(try store.task(id: "t0") == nil)
         #expect(try store.session(id: "s")?.1.isEmpty == true)
+        other.wait(until: { $0 != nil }, timeout: 10) { _ in }
+        #expect(otherRuns.withLock { $0 } == 1)
+        #expect(try store.setting("other") != nil)
+    }
+
+    @Test("a part that does not come in time ends the batch with nothing written")
+    func partTimeout() throws {
+        let batch = TaskBatch(count: 20, partTimeout: 0.2)
+        let pending = store.createTasks(sessionID: "s", batch)
+        batch.add(Self.part(0..<10))
+        #expect(try pending.wait().isEmpty)
+        #expect(batch.stopped == .timedOut(seconds: 0.2))
+        #expect(try store.task(id: "t0") == nil)
     }
 
     @Test("the open-task limit is checked against the whole batch before any part")
@@ -73,15 +112,7 @@ struct TaskBatchTests {
     /// the batch's insert runs twice, and what it tells must be the second run's.
     @Test("run again after another write of its transaction failed: inserted once, told by the run that committed")
     func runAgain() throws {
-        // Holds the writer (once it runs: a write handed over before that would join it) so that
-        // the next two writes share one transaction.
-        let busy = Locked((running: false, held: true))
-        store.submit(
-            { _ in
-                busy.withLockNotifyingAll { $0.running = true }
-                while busy.withLock({ $0.held }) { usleep(1_000) }
-            }, done: { (_: Result<Void, StoreError>) in })
-        busy.wait(until: { $0.running }, timeout: 10) { _ in }
+        let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 20)
         let pending = store.createTasks(sessionID: "s", batch)
         let failed = Locked<StoreError?>(nil)
@@ -89,15 +120,15 @@ struct TaskBatchTests {
             { (_: SQLite.Connection) throws -> Void in
                 throw StoreError.conflict("a failing write")
             },
-            done: { result in if case .failure(let error) = result { failed.withLock { $0 = error } } })
+            done: { result in if case .failure(let error) = result { failed.withLockNotifyingAll { $0 = error } } })
         batch.add(Self.part(0..<10))
         batch.add(Self.part(10..<20))
         batch.close()
-        busy.withLock { $0.held = false }
+        release()
         let results = try pending.wait()
         #expect(results.count == 20 && batch.run == 2)
         #expect(batch.inserted(part: 1)?.run == 2)
-        #expect(failed.withLock { $0 } == .conflict("a failing write"))
+        #expect(failed.wait(until: { $0 != nil }, timeout: 10) { $0 } == .conflict("a failing write"))
         #expect(try store.session(id: "s")?.1[.queued] == 20)
         #expect(try store.task(id: "t19")?.sequence == results[19].0.sequence)
     }
