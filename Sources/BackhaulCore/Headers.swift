@@ -51,11 +51,7 @@ public enum HeaderRules {
 
     /// Whether `bytes` from `offset` spell `lower` (lower-case ASCII), ignoring the case of letters.
     private static func matches(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, _ lower: [UInt8]) -> Bool {
-        for index in lower.indices {
-            let byte = bytes[offset + index]
-            if (byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte) != lower[index] { return false }
-        }
-        return true
+        lower.indices.allSatisfy { bytes[offset + $0].asciiLowercased == lower[$0] }
     }
 
     private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }

@@ -16,13 +16,16 @@ extension String {
         var text = self
         return text.withUTF8 { bytes in
             guard bytes.allSatisfy({ $0 < 0x80 }) else { return lowercased() }
-            guard bytes.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }) else { return self }
+            guard bytes.contains(where: { $0.asciiLowercased != $0 }) else { return self }
             return String(unsafeUninitializedCapacity: bytes.count) { output in
-                for (index, byte) in bytes.enumerated() {
-                    output[index] = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte | 0x20 : byte
-                }
+                for (index, byte) in bytes.enumerated() { output[index] = byte.asciiLowercased }
                 return bytes.count
             }
         }
     }
+}
+
+extension UInt8 {
+    /// The byte with an ASCII capital letter made small; any other byte as it is.
+    public var asciiLowercased: UInt8 { self >= UInt8(ascii: "A") && self <= UInt8(ascii: "Z") ? self | 0x20 : self }
 }

@@ -36,18 +36,9 @@ extension Store {
                     let open = try openTaskCount(db, sessionID: sessionID)
                     if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
                 }
+                var admission = try Admission(db, session: session)
                 var results: [(TaskRecord, Bool)] = []
                 results.reserveCapacity(batch.count)
-                var keysInBatch: [String: TaskRecord] = [:]
-                let quota = session.configuration.quotaBytes
-                var held: Int64 = 0
-                if quota != nil {
-                    held =
-                        try db.queryFirst(
-                            "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)",
-                            [sessionID]
-                        ) { $0.int(0) } ?? 0
-                }
                 // The parts come while the API validates them. If it gives up on the batch (a task
                 // failed validation, a part did not come), what this job inserted is undone alone:
                 // the other writes of the transaction stand, and none is run again. (A batch that
@@ -57,39 +48,9 @@ extension Store {
                 do {
                     var index = 0
                     while let part = try batch.part(index) {
-                        let first = results.count
-                        for draft in part {
-                            if let key = draft.idempotencyKey {
-                                if let existing = keysInBatch[key] {
-                                    results.append((existing, false))
-                                    continue
-                                }
-                                if let existing = try db.queryFirst(
-                                    """
-                                    SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ?
-                                        AND detached_from IS NULL
-                                    """,
-                                    [sessionID, key], TaskRows.decode)
-                                {
-                                    results.append((existing, false))
-                                    continue
-                                }
-                            }
-                            var refusal: String?
-                            if let quota, held + draft.file.size > quota {
-                                // The session's quota cannot keep it: it ends at once, and says why.
-                                refusal =
-                                    "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
-                            }
-                            var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
-                            if !task.state.isFinal { held += task.file.size }
-                            try TaskRows.insert(db, &task, feed: feed)
-                            if let key = task.idempotencyKey { keysInBatch[key] = task }
-                            try recorded(db, from: nil, to: task, now: now)
-                            if task.state == .queued { log.update { [task] in $0.created.append(task) } }
-                            results.append((task, true))
-                        }
-                        batch.didInsert(Array(results[first...]))
+                        let inserted = try part.map { draft in try admit(draft, &admission, db, now: now) }
+                        batch.didInsert(inserted)
+                        results += inserted
                         index += 1
                     }
                     if !batch.isComplete { try db.run("RELEASE batch") }
@@ -101,6 +62,51 @@ extension Store {
                 }
                 return results
             }, ended: { batch.end() })
+    }
+
+    /// What admitting a batch's tasks carries from one task to the next: its session, the
+    /// idempotency keys the batch used, and the bytes the session's unfinished tasks hold.
+    struct Admission {
+        let session: SessionRecord
+        var keys: [String: TaskRecord] = [:]
+        /// Counted only when the session has a quota.
+        var held: Int64 = 0
+
+        init(_ db: Connection, session: SessionRecord) throws {
+            self.session = session
+            if session.configuration.quotaBytes != nil {
+                held =
+                    try db.queryFirst(
+                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)", [session.id]
+                    ) { $0.int(0) } ?? 0
+            }
+        }
+    }
+
+    /// Inserts one new task of a batch, or gives the task its idempotency key names (not created).
+    func admit(_ draft: TaskRecord, _ admission: inout Admission, _ db: Connection, now: Timestamp) throws -> (TaskRecord, Bool) {
+        let session = admission.session
+        if let key = draft.idempotencyKey {
+            if let existing = admission.keys[key] { return (existing, false) }
+            if let existing = try db.queryFirst(
+                "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
+                [session.id, key], TaskRows.decode)
+            {
+                return (existing, false)
+            }
+        }
+        var refusal: String?
+        if let quota = session.configuration.quotaBytes, admission.held + draft.file.size > quota {
+            // The session's quota cannot keep it: it ends at once, and says why.
+            refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
+        }
+        var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
+        if !task.state.isFinal { admission.held += task.file.size }
+        try TaskRows.insert(db, &task, feed: feed)
+        if let key = task.idempotencyKey { admission.keys[key] = task }
+        try recorded(db, from: nil, to: task, now: now)
+        if task.state == .queued { log.update { [task] in $0.created.append(task) } }
+        return (task, true)
     }
 
     public func task(id: String) throws(StoreError) -> TaskRecord? {

@@ -9,7 +9,7 @@ import Threads
 ///
 /// The writer may run a job twice (a job after it in the same transaction threw: the transaction
 /// is run again with a savepoint per job). Parts are kept, so the second run reads them again;
-/// what each run inserted is told with its number, and only the committed run's counts.
+/// a run starts what it tells afresh, and `run` says which run committed.
 ///
 /// The writer waits for the API's parts, and every other write waits behind it: the API only
 /// validates between two parts (no store, no engine), and a part that does not come within
@@ -30,12 +30,12 @@ public final class TaskBatch: Sendable {
     private struct State {
         var parts: [[TaskRecord]] = []
         var closed = false
-        var abandoned = false
         /// The writer's run of the job, from 1, and what that run inserted, part by part.
         var run = 0
         var inserted: [[(TaskRecord, Bool)]] = []
         /// The job ended: committed, or failed (then `inserted` is not to be used).
         var ended = false
+        /// Set by the API (abandoned) or by the writer (timed out); a later run stops at once.
         var stopped: Stopped?
     }
 
@@ -69,13 +69,13 @@ public final class TaskBatch: Sendable {
     public func close() { state.withLockNotifyingAll { $0.closed = true } }
 
     /// A task failed validation: the writer stops and writes none of the batch.
-    public func abandon() { state.withLockNotifyingAll { $0.abandoned = true } }
+    public func abandon() { state.withLockNotifyingAll { $0.stopped = $0.stopped ?? .abandoned } }
 
-    /// What the writer inserted of part `index` and in which run, once it did; nil when the job
-    /// ended first (it failed; its error comes from the write itself).
-    public func inserted(part index: Int, timeout: Double = 600) -> (results: [(TaskRecord, Bool)], run: Int)? {
+    /// What the writer inserted of part `index`, once it did (in its current run: see `run`); nil
+    /// when the job ended first (it failed; its error comes from the write itself).
+    public func inserted(part index: Int, timeout: Double = 600) -> [(TaskRecord, Bool)]? {
         state.wait(until: { $0.inserted.count > index || $0.ended }, timeout: timeout) { state in
-            state.inserted.count > index ? (state.inserted[index], state.run) : nil
+            state.inserted.count > index ? state.inserted[index] : nil
         }
     }
 
@@ -101,9 +101,8 @@ public final class TaskBatch: Sendable {
     func part(_ index: Int) throws(Stopped) -> [TaskRecord]? {
         let timeout = partTimeout
         let (part, stopped) = state.wait(
-            until: { $0.parts.count > index || $0.closed || $0.abandoned || $0.stopped != nil }, timeout: timeout
+            until: { $0.parts.count > index || $0.closed || $0.stopped != nil }, timeout: timeout
         ) { state -> ([TaskRecord]?, Stopped?) in
-            if state.abandoned { state.stopped = .abandoned }
             if state.stopped == nil, state.parts.count <= index, !state.closed { state.stopped = .timedOut(seconds: timeout) }
             return (state.parts.count > index ? state.parts[index] : nil, state.stopped)
         }

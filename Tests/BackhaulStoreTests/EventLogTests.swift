@@ -47,51 +47,51 @@ struct EventLogTests {
         #expect(indexes == ["events_by_session", "events_by_task"])
     }
 
-    @Test("age pruning takes the events older than the retention, in seq order, and keeps one a delivery still needs")
-    func agePruning() throws {
-        let path = Self.scratch("events-prune")
+    /// A store on a clock held still, and a second connection beside it to write events directly.
+    static func withStore(_ name: String, _ body: (Store, Connection, Timestamp) throws -> Void) throws {
+        let path = Self.scratch(name)
         defer { Self.remove(path) }
         let clock = ManualClock()
         let store = try Store(path: path, clock: clock)
         defer { store.close() }
-        let now = clock.now()
-        let db = try Connection(path: path)
-        var seqs: [Int64] = []
-        for age in [500.0, 400, 300, 200, 100, 50, 10] { seqs.append(try Self.insertEvent(db, at: now - age)) }
-        // The second oldest is pinned by a pending delivery; one out of time order (the clock
-        // stepped back) waits behind the first event young enough to keep.
-        try db.run(
-            """
-            INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
-            VALUES ('wh', ?, 'task.waiting', 'pending', ?, ?)
-            """, [seqs[1], now, now])
-        let stepped = try Self.insertEvent(db, at: now - 1000)
-        #expect(try store.pruneEventLog(olderThan: 150, batch: 2) == 2)
-        #expect(try store.pruneEventLog(olderThan: 150) == 1)
-        #expect(try store.pruneEventLog(olderThan: 150) == 0)
-        let left = try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) }
-        #expect(left == [seqs[1], seqs[4], seqs[5], seqs[6], stepped])
-        #expect(try store.pruneEventLog(olderThan: 5) == 4)
-        #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [seqs[1]])
+        try body(store, try Connection(path: path), clock.now())
+    }
+
+    @Test("age pruning takes the events older than the retention, in seq order, and keeps one a delivery still needs")
+    func agePruning() throws {
+        try Self.withStore("events-prune") { store, db, now in
+            var seqs: [Int64] = []
+            for age in [500.0, 400, 300, 200, 100, 50, 10] { seqs.append(try Self.insertEvent(db, at: now - age)) }
+            // The second oldest is pinned by a pending delivery; one out of time order (the clock
+            // stepped back) waits behind the first event young enough to keep.
+            try db.run(
+                """
+                INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+                VALUES ('wh', ?, 'task.waiting', 'pending', ?, ?)
+                """, [seqs[1], now, now])
+            let stepped = try Self.insertEvent(db, at: now - 1000)
+            #expect(try store.pruneEventLog(olderThan: 150, batch: 2) == 2)
+            #expect(try store.pruneEventLog(olderThan: 150) == 1)
+            #expect(try store.pruneEventLog(olderThan: 150) == 0)
+            let left = try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) }
+            #expect(left == [seqs[1], seqs[4], seqs[5], seqs[6], stepped])
+            #expect(try store.pruneEventLog(olderThan: 5) == 4)
+            #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [seqs[1]])
+        }
     }
 
     /// Written while the clock was ahead, an event is dated after now: it must not stop the sweep
     /// for the old events after it (nothing would be pruned until the clock caught up).
     @Test("an event dated after now neither goes nor holds back the old events after it")
     func futureDated() throws {
-        let path = Self.scratch("events-future")
-        defer { Self.remove(path) }
-        let clock = ManualClock()
-        let store = try Store(path: path, clock: clock)
-        defer { store.close() }
-        let now = clock.now()
-        let db = try Connection(path: path)
-        let old = try Self.insertEvent(db, at: now - 500)
-        let ahead = try Self.insertEvent(db, at: now + 3600)
-        let older = try Self.insertEvent(db, at: now - 400)
-        let young = try Self.insertEvent(db, at: now - 10)
-        #expect(try store.pruneEventLog(olderThan: 150) == 2)
-        #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [ahead, young])
-        #expect(old < ahead && ahead < older)
+        try Self.withStore("events-future") { store, db, now in
+            let old = try Self.insertEvent(db, at: now - 500)
+            let ahead = try Self.insertEvent(db, at: now + 3600)
+            let older = try Self.insertEvent(db, at: now - 400)
+            let young = try Self.insertEvent(db, at: now - 10)
+            #expect(try store.pruneEventLog(olderThan: 150) == 2)
+            #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [ahead, young])
+            #expect(old < ahead && ahead < older)
+        }
     }
 }
