@@ -129,56 +129,7 @@ public struct LiveProgress: Sendable, Equatable {
     }
 }
 
-/// A task as stored: everything needed to run it and to show it.
-public struct TaskRecord: Sendable, Equatable {
-    public var id: String
-    public var sequence: Int64 = 0
-    public var sessionID: String
-    public var kind: TaskKind = .upload
-    public var state: TaskState = .queued
-    public var waitingReason: WaitingReason?
-    public var file: FileInfo
-    public var request: RequestSpec
-    public var upload: UploadSpec
-    public var priority: Double = 0.5
-    public var description: String?
-    public var idempotencyKey: String?
-    public var deleteFileOnSuccess = false
-    /// The task's own configuration overrides, as given (applied over the session's).
-    public var configurationOverrides: JSONObject = [:]
-    public var attempts = 0
-    public var bytesTransferred: Int64 = 0
-    public var createdAt: Timestamp
-    public var startedAt: Timestamp?
-    public var finishedAt: Timestamp?
-    public var nextAttemptAt: Timestamp?
-    public var earliestBeginAt: Timestamp?
-    /// When the resource timeout ends the task.
-    public var deadlineAt: Timestamp
-    public var response: ResponseRecord?
-    public var error: TaskError?
-    /// The error of the latest failed attempt (SPEC §4.2), kept after the task ends.
-    public var lastError: LastError?
-    public var cancellation: CancellationReason?
-    /// A resumable protocol's progress (what the server acknowledged; for a download, what is
-    /// durably in the `.part` file).
-    public var checkpoint: TransferCheckpoint?
-    /// A download's destination (nil for uploads).
-    public var download: DownloadSpec?
-
-    public init(
-        id: String, sessionID: String, file: FileInfo, request: RequestSpec, upload: UploadSpec,
-        createdAt: Timestamp, deadlineAt: Timestamp
-    ) {
-        self.id = id
-        self.sessionID = sessionID
-        self.file = file
-        self.request = request
-        self.upload = upload
-        self.createdAt = createdAt
-        self.deadlineAt = deadlineAt
-    }
-
+extension TaskRecord {
     /// The task object of SPEC §2.2 as JSON text, secrets redacted; `live` overrides the stored
     /// progress, `waitingReason` the stored reason.
     public func jsonText(live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) -> String {

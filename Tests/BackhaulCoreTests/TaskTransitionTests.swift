@@ -136,3 +136,35 @@ struct TaskTransitionTests {
         if quota != nil { #expect(admitted.cancellation == .insufficientSystemResources && admitted.error?.message == quota) }
     }
 }
+
+/// A record is a value though its fields sit behind a shared reference: a change to a copy, through
+/// any path (a field, a nested field, a transition), leaves the original as it was.
+@Suite("Task records are values")
+struct TaskRecordValueTests {
+    let original = TaskRecord(
+        id: "t", sessionID: "s", file: FileInfo(path: "/f", size: 100, modifiedAtNanoseconds: 0),
+        request: RequestSpec(url: "http://h/x", method: "PUT"), upload: UploadSpec(), createdAt: 0, deadlineAt: 5_000)
+
+    @Test func aChangedCopyLeavesTheOriginal() {
+        var copy = original
+        #expect(copy == original)
+        copy.state = .running
+        copy.request.headers.append(("X-A", "1"))
+        copy.attempts += 1
+        #expect(original.state == .queued && original.request.headers.isEmpty && original.attempts == 0)
+        #expect(copy.state == .running && copy.request.headers.count == 1 && copy.attempts == 1)
+        #expect(copy != original)
+        var again = copy
+        again.state = .queued
+        #expect(copy.state == .running)
+    }
+
+    @Test func equalFieldsAreEqualRecords() {
+        var rebuilt = TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/f", size: 100, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h/x", method: "PUT"), upload: UploadSpec(), createdAt: 0, deadlineAt: 5_000)
+        #expect(rebuilt == original)
+        rebuilt.priority = 0.9
+        #expect(rebuilt != original)
+    }
+}
