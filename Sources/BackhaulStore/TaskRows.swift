@@ -157,48 +157,36 @@ enum TaskRows {
     ) throws -> Bool {
         // Field by field, compared directly (key paths are slow to project, and this runs twice per
         // task); the SQL is put together as bytes (appending to a String cost 5,000 instructions).
-        var sql: [UInt8] = []
-        sql.reserveCapacity(256)
-        func append(_ text: StaticString) { text.withUTF8Buffer { sql.append(contentsOf: $0) } }
-        append("UPDATE tasks SET ")
-        var values: [any SQLBindable] = []
-        values.reserveCapacity(8)
-        func set(_ column: StaticString, _ changed: Bool, _ value: @autoclosure () -> any SQLBindable) {
-            guard changed else { return }
-            if !values.isEmpty { append(", ") }
-            append(column)
-            append(" = ?")
-            values.append(value())
-        }
-        set("state", before.state != after.state, after.state.rawValue)
-        set("waiting_reason", before.waitingReason != after.waitingReason, after.waitingReason?.rawValue)
+        var update = ColumnUpdate()
+        update.set("state", before.state != after.state, after.state.rawValue)
+        update.set("waiting_reason", before.waitingReason != after.waitingReason, after.waitingReason?.rawValue)
         let requestChanged = before.request != after.request
-        set("request", requestChanged, requestColumn(after.request))
-        set("host_key", requestChanged, after.request.hostKey)
-        set("priority", before.priority != after.priority, after.priority)
-        set(
+        update.set("request", requestChanged, requestColumn(after.request))
+        update.set("host_key", requestChanged, after.request.hostKey)
+        update.set("priority", before.priority != after.priority, after.priority)
+        update.set(
             "configuration", before.configurationOverrides != after.configurationOverrides,
             after.configurationOverrides.isEmpty ? "{}" : JSON.object(after.configurationOverrides).serialized())
-        set("attempts", before.attempts != after.attempts, after.attempts)
-        set("bytes_sent", before.bytesTransferred != after.bytesTransferred, after.bytesTransferred)
-        set("started_at", before.startedAt != after.startedAt, after.startedAt)
-        set("finished_at", before.finishedAt != after.finishedAt, after.finishedAt)
-        set("next_attempt_at", before.nextAttemptAt != after.nextAttemptAt, after.nextAttemptAt)
-        set("earliest_begin_at", before.earliestBeginAt != after.earliestBeginAt, after.earliestBeginAt)
-        set("deadline_at", before.deadlineAt != after.deadlineAt, after.deadlineAt)
-        set("response", before.response != after.response, after.response?.jsonText)
-        set("error", before.error != after.error, after.error.map { TaskRecord.errorJSON($0).serialized() })
-        set("cancellation", before.cancellation != after.cancellation, after.cancellation?.rawValue)
-        set("last_error", before.lastError != after.lastError, after.lastError?.json.serialized())
-        set("checkpoint", before.checkpoint != after.checkpoint, after.checkpoint?.json.serialized())
-        guard !values.isEmpty else { return true }
-        values.append(after.sequence)
-        append(" WHERE seq = ?")
+        update.set("attempts", before.attempts != after.attempts, after.attempts)
+        update.set("bytes_sent", before.bytesTransferred != after.bytesTransferred, after.bytesTransferred)
+        update.set("started_at", before.startedAt != after.startedAt, after.startedAt)
+        update.set("finished_at", before.finishedAt != after.finishedAt, after.finishedAt)
+        update.set("next_attempt_at", before.nextAttemptAt != after.nextAttemptAt, after.nextAttemptAt)
+        update.set("earliest_begin_at", before.earliestBeginAt != after.earliestBeginAt, after.earliestBeginAt)
+        update.set("deadline_at", before.deadlineAt != after.deadlineAt, after.deadlineAt)
+        update.set("response", before.response != after.response, after.response?.jsonText)
+        update.set("error", before.error != after.error, after.error.map { TaskRecord.errorJSON($0).serialized() })
+        update.set("cancellation", before.cancellation != after.cancellation, after.cancellation?.rawValue)
+        update.set("last_error", before.lastError != after.lastError, after.lastError?.json.serialized())
+        update.set("checkpoint", before.checkpoint != after.checkpoint, after.checkpoint?.json.serialized())
+        guard !update.values.isEmpty else { return true }
+        update.values.append(after.sequence)
+        update.append(" WHERE seq = ?")
         if let condition {
-            append(" AND ")
-            sql.append(contentsOf: condition.utf8)
+            update.append(" AND ")
+            update.sql.append(contentsOf: condition.utf8)
         }
-        guard try db.run(String(decoding: sql, as: UTF8.self), values) > 0 else { return false }
+        guard try db.run(String(decoding: update.sql, as: UTF8.self), update.values) > 0 else { return false }
         feed.updated(from: before, to: after)
         return true
     }
@@ -252,5 +240,29 @@ extension Optional {
     func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
         guard let self else { throw error() }
         return self
+    }
+}
+
+/// A task row's update being put together: the columns that changed and their values. A value
+/// of its own rather than variables a nested function captures, which the runtime checks on every
+/// access.
+private struct ColumnUpdate {
+    var sql: [UInt8] = Array("UPDATE tasks SET ".utf8)
+    var values: [any SQLBindable] = []
+
+    init() {
+        sql.reserveCapacity(256)
+        values.reserveCapacity(8)
+    }
+
+    mutating func append(_ text: StaticString) { text.withUTF8Buffer { sql.append(contentsOf: $0) } }
+
+    /// Sets `column` to `value` when `changed`.
+    mutating func set(_ column: StaticString, _ changed: Bool, _ value: @autoclosure () -> any SQLBindable) {
+        guard changed else { return }
+        if !values.isEmpty { append(", ") }
+        append(column)
+        append(" = ?")
+        values.append(value())
     }
 }

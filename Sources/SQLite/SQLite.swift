@@ -75,7 +75,8 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 /// One open database (`sqlite3_open_v2`). Used from one thread at a time; not Sendable.
 public final class Connection {
     let handle: OpaquePointer
-    private var statementCache: [SQLText: Statement] = [:]
+    /// Looked up for every statement, on the one thread using the connection: no runtime exclusivity check.
+    @exclusivity(unchecked) private var statementCache: [SQLText: Statement] = [:]
     /// Kept alive while the hook is set.
     private var walHook: WALHook?
 

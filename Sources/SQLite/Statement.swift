@@ -83,12 +83,13 @@ public final class Statement {
 
 /// Memory a statement's bound text and blobs live in until it is bound again. What does not fit
 /// goes to a block of its own, and the next round starts with room for all of it.
+/// Only its own methods touch its properties, one call at a time: no runtime exclusivity checks.
 private final class ArgumentBuffer {
-    private var bytes: UnsafeMutableRawPointer
-    private var capacity = 1024
-    private var used = 0
-    private var overflow: [UnsafeMutableRawPointer] = []
-    private var overflowBytes = 0
+    @exclusivity(unchecked) private var bytes: UnsafeMutableRawPointer
+    @exclusivity(unchecked) private var capacity = 1024
+    @exclusivity(unchecked) private var used = 0
+    @exclusivity(unchecked) private var overflow: [UnsafeMutableRawPointer] = []
+    @exclusivity(unchecked) private var overflowBytes = 0
 
     init() { bytes = .allocate(byteCount: capacity, alignment: 8) }
 
