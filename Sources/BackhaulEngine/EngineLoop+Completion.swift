@@ -144,12 +144,23 @@ extension EngineLoop {
         countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
         if transfer.configuration.discretionary { flushBudget(force: true) }
         curl.remove(transfer.easy)
+        if spareHandles.count < Self.spareHandleLimit { spareHandles.append(transfer.easy) }
         hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
         byHandle[ObjectIdentifier(transfer.easy)] = nil
         scheduler.ended(transfer.limitKey)
         bandwidthDirty = true
         scheduleNeeded = true
+    }
+
+    /// A handle for a new transfer: one a transfer released, made as good as new, else a new one.
+    /// A released handle is recycled only when taken: until the next transfer begins, the one
+    /// that ended still reads its figures (bytes sent) for its history.
+    func spareHandle() throws -> EasyHandle {
+        while let easy = spareHandles.popLast() {
+            if (try? easy.recycle()) != nil { return easy }
+        }
+        return try EasyHandle()
     }
 
     /// Hashes the bodies of waiting requests, at most `hashBudget` bytes per turn so that running

@@ -126,7 +126,7 @@ extension EngineLoop {
             let step = machine.start(now: clock.now())
             transfer = try Transfer(
                 task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
-                file: file, part: part, startedAt: clock.now())
+                file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
             active[task.id] = transfer
             watchInformational(transfer)
             bandwidthDirty = true

@@ -25,6 +25,10 @@ final class EngineLoop: CurlClient {
     static let createdCopiesLimit = 4096
     var active: [String: Transfer] = [:]
     var byHandle: [ObjectIdentifier: Transfer] = [:]
+    /// Easy handles of ended transfers, for the next ones (`spareHandle`): a handle reused costs
+    /// a fraction of a new one's `curl_easy_init` and `curl_easy_cleanup`.
+    var spareHandles: [EasyHandle] = []
+    static let spareHandleLimit = 64
     /// Each session's configuration, kept from the store's commits.
     var sessionConfigurations: [String: TransferConfiguration] = [:]
     var sessionsLoaded = false

@@ -88,7 +88,8 @@ final class Transfer {
 
     init(
         task: TaskRecord, started: TaskRecord, configuration: TransferConfiguration, limitKey: Scheduler.Key,
-        machine: any TransferStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp
+        machine: any TransferStateMachine, file: OpenedFile?, part: PartFile? = nil, startedAt: Timestamp,
+        easy: EasyHandle
     ) throws {
         self.task = task
         self.started = started
@@ -99,7 +100,7 @@ final class Transfer {
         self.machine = machine
         self.file = file
         self.part = part
-        self.easy = try EasyHandle()
+        self.easy = easy
         self.lastSample = (monotonicSeconds(), 0)
         self.checkpoint = task.checkpoint ?? TransferCheckpoint(offset: 0)
         installHandlers()
