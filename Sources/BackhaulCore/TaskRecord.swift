@@ -48,9 +48,10 @@ public struct TaskRecord: Sendable, Equatable {
     }
 
     /// The fields behind a reference; changed only while this record holds the only reference.
-    /// Every access to a record goes through `fields`: the runtime's exclusivity check of a class
-    /// property (two calls an access, 50 a task) is left out; the record's own accesses are still
-    /// checked where it is stored.
+    /// Every access to a record reads or writes these fields: the runtime's exclusivity check of a
+    /// class property (two calls an access, 50 a task) is left out; the record's own accesses are
+    /// still checked where it is stored, and every write goes through `fields`, which copies them
+    /// first when they are shared.
     @usableFromInline
     final class Storage: @unchecked Sendable {
         @usableFromInline @exclusivity(unchecked) var fields: Fields

@@ -124,7 +124,7 @@ extension EngineLoop {
 
     /// A transfer's attempt as its history shows it (the outcome is filled in when it is written).
     func history(of transfer: Transfer) -> AttemptRecord {
-        let moved = max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded)
+        let moved = max(transfer.bytesTransferred, transfer.bytesSent)
         let status = transfer.response.status
         return AttemptRecord(
             startedAt: transfer.startedAt, endedAt: clock.now(), bytesTransferred: transfer.part == nil ? moved : 0,
@@ -140,11 +140,13 @@ extension EngineLoop {
         if transfer.part != nil, !transfer.insufficientSpace, !transfer.verifying, transfer.syncPart() {
             persistCheckpoint(transfer)
         }
-        // Bytes a short transfer sent between two progress rounds still count.
-        countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesBeforeRequest + transfer.easy.bytesUploaded))
+        // Bytes a short transfer sent between two progress rounds still count. What its handle sent
+        // is read now, once: the handle may serve the next transfer from here on.
+        transfer.releaseHandle()
+        countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesSent))
         if transfer.configuration.discretionary { flushBudget(force: true) }
         curl.remove(transfer.easy)
-        if spareHandles.count < Self.spareHandleLimit { spareHandles.append(transfer.easy) }
+        if transfer.easy.isReusable, spareHandles.count < Self.spareHandleLimit { spareHandles.append(transfer.easy) }
         hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
         byHandle[ObjectIdentifier(transfer.easy)] = nil
@@ -153,9 +155,8 @@ extension EngineLoop {
         scheduleNeeded = true
     }
 
-    /// A handle for a new transfer: one a transfer released, made as good as new, else a new one.
-    /// A released handle is recycled only when taken: until the next transfer begins, the one
-    /// that ended still reads its figures (bytes sent) for its history.
+    /// A handle for a new transfer: one a transfer released (`EasyHandle.isReusable`), made as
+    /// good as new, else a new one. Recycled when taken, so a handle kept spare costs nothing.
     func spareHandle() throws -> EasyHandle {
         while let easy = spareHandles.popLast() {
             if (try? easy.recycle()) != nil { return easy }

@@ -285,6 +285,7 @@ final class EngineLoop: CurlClient {
         }
         for cleanup in cleanups.values { driver.remove(cleanup.easy) }
         cleanups.removeAll()
+        spareHandles.removeAll()
         publishProgress(force: true)
         verifier.stop()
         isDone = true

@@ -30,10 +30,14 @@ final class Transfer {
     /// When the `.part` file was last made durable (monotonic), and the offset then.
     var lastPartSync = monotonicSeconds()
     var lastPartSyncOffset: Int64 = 0
-    /// The handle of the current request: a fresh one per request (curl's connection cache
-    /// lives in the multi handle, so connections are still reused). Reusing one handle across
-    /// requests with `curl_easy_reset` crashed libcurl 7.88 when trailers were sent.
+    /// The handle of the current request: a fresh one for each later request of the transfer
+    /// (curl's connection cache lives in the multi handle, so connections are still reused).
+    /// Reusing one handle across requests with `curl_easy_reset` crashed libcurl 7.88 when
+    /// trailers were sent; between transfers the engine reuses only a handle whose request
+    /// completed cleanly without trailers or a MIME body (`EasyHandle.isReusable`).
     private(set) var easy: EasyHandle
+    /// What the handle had sent when the engine took it back (`releaseHandle`).
+    private var sentAtRelease: Int64?
     /// Whether `easy` has been configured for a request: the first request takes the handle the
     /// transfer was made with, each later one a new handle.
     private var easyConfigured = false
@@ -112,6 +116,13 @@ final class Transfer {
         if case .write(let offset, _) = disposition { return offset + received }
         return machine.bytesAcknowledged
     }
+
+    /// Bytes sent of the body so far, as the handle counted them: read from the handle until the
+    /// engine takes it back, then as they were then.
+    var bytesSent: Int64 { sentAtRelease ?? bytesBeforeRequest + easy.bytesUploaded }
+
+    /// Marks the handle as the engine's again: what it sent is kept, and nothing reads it after.
+    func releaseHandle() { sentAtRelease = bytesSent }
 
     /// Failed attempts since the server last acknowledged more bytes (what retry limits count).
     var failuresSinceProgress: Int { checkpoint.attempt == 0 ? attempt : attempt - checkpoint.attempt + 1 }

@@ -33,6 +33,7 @@ public final class MultiHandle {
     /// Starts a transfer (`curl_multi_add_handle`); the multi handle keeps the easy handle alive.
     public func add(_ easy: EasyHandle) throws(CurlMultiCode) {
         easy.clearError()
+        easy.completedCleanly = false
         try check(curl_multi_add_handle(raw, easy.raw))
         handles[easy.raw] = easy
     }
@@ -65,6 +66,7 @@ public final class MultiHandle {
                 let easy = handles[pointer]
             else { continue }
             let code = easy.error(for: bh_curl_msg_result(message))
+            easy.completedCleanly = code.rawValue == CurlCode.ok.rawValue
             remove(easy)
             result.append((easy, code))
         }

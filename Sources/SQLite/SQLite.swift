@@ -75,7 +75,7 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 /// One open database (`sqlite3_open_v2`). Used from one thread at a time; not Sendable.
 public final class Connection {
     let handle: OpaquePointer
-    /// Looked up for every statement, on the one thread using the connection: no runtime exclusivity check.
+    /// Looked up for every statement, by one thread at a time: no runtime exclusivity check.
     @exclusivity(unchecked) private var statementCache: [SQLText: Statement] = [:]
     /// Kept alive while the hook is set.
     private var walHook: WALHook?
@@ -100,7 +100,14 @@ public final class Connection {
     /// Process-wide settings, made once before the first connection opens (SQLite takes them only
     /// before it initializes). Memory statistics off: nothing here reads them, and keeping them took
     /// a global mutex on each of the 140 allocations and frees of a task, 14,000 instructions.
-    private static let configureLibrary: Void = { _ = backhaul_sqlite3_disable_memstatus() }()
+    private static let configureLibrary: Void = {
+        let code = bh_sqlite3_disable_memstatus()
+        assert(code == SQLITE_OK, "SQLite was initialized before its settings were made")
+    }()
+
+    /// The bytes SQLite counts as allocated (`sqlite3_memory_used`): 0 while its statistics are
+    /// off, as they are once a connection has opened.
+    public static var memoryCounted: Int64 { sqlite3_memory_used() }
 
     deinit {
         statementCache.removeAll()

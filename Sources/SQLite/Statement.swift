@@ -33,7 +33,7 @@ public final class Statement {
     /// reused by the next `bind`, after the reset that clears these bindings. Having SQLite
     /// allocate, copy and free every text (`SQLITE_TRANSIENT`) cost 10,000 instructions a task;
     /// turning every argument into an `SQLValue` in an array first, 5,000 more.
-    public func bind(_ arguments: [any SQLBindable]) throws(SQLiteError) {
+    func bind(_ arguments: [any SQLBindable]) throws(SQLiteError) {
         bound.rewind()
         for position in arguments.indices {
             let code = arguments[position].bind(to: self, at: Int32(position + 1))

@@ -137,8 +137,8 @@ struct TaskTransitionTests {
     }
 }
 
-/// A record is a value though its fields sit behind a shared reference: a change to a copy, through
-/// any path (a field, a nested field, a transition), leaves the original as it was.
+/// A record is a value though its fields sit behind a shared reference: a change to a copy (a field,
+/// a nested field, a transition applied), leaves the original as it was.
 @Suite("Task records are values")
 struct TaskRecordValueTests {
     let original = TaskRecord(
@@ -157,6 +157,13 @@ struct TaskRecordValueTests {
         var again = copy
         again.state = .queued
         #expect(copy.state == .running)
+        let shared = original
+        guard case .success(let started) = shared.applying(.attemptStarted, now: 10) else {
+            Issue.record("a queued task starts")
+            return
+        }
+        #expect(started.state == .running && started.attempts == 1)
+        #expect(shared.state == .queued && shared.attempts == 0 && original == shared)
     }
 
     @Test func equalFieldsAreEqualRecords() {
