@@ -105,6 +105,7 @@ let package = Package(
             name: "BackhaulCoreTests",
             dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
             swiftSettings: swiftSettings),
+        .testTarget(name: "CurlTests", dependencies: ["Curl"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSON"], swiftSettings: swiftSettings),
         .testTarget(

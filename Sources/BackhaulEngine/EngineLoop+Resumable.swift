@@ -41,20 +41,18 @@ extension EngineLoop {
     /// Routes the transfer's informational responses to `receivedInformational` (curl hands their
     /// headers over before the final response's, from inside `curl_multi_perform`).
     func watchInformational(_ transfer: Transfer) {
-        transfer.response.onInformational = { [unowned self, unowned transfer] status, headers in
-            receivedInformational(transfer, status: status, headers: headers)
-        }
+        transfer.response.onInformational = { [unowned self, unowned transfer] _ in receivedInformational(transfer) }
     }
 
     /// Hands a 1xx to the machine and, when its checkpoint changed, persists it before curl reads
     /// on: a SIGKILL between an IETF `104` and the final answer then resumes the same upload.
     /// (Runs inside a curl callback: it touches the store, never curl.)
-    func receivedInformational(_ transfer: Transfer, status: Int, headers: [(String, String)]) {
+    func receivedInformational(_ transfer: Transfer) {
         guard active[transfer.task.id] === transfer else { return }
-        var map: [String: String] = [:]
-        for (name, value) in headers { map[name.lowercased()] = value }
+        let status = transfer.response.status
         let known = transfer.checkpoint.location
-        guard transfer.machine.didReceiveInformational(ResponseHead(status: status, headers: map)) else { return }
+        let head = ResponseHead(status: status, headers: transfer.response.lowercasedHeaders)
+        guard transfer.machine.didReceiveInformational(head) else { return }
         persistCheckpoint(transfer)
         if transfer.checkpoint.location != known {
             logger.info(

@@ -282,9 +282,7 @@ final class Transfer {
     struct FileChanged: Error {}
 
     var responseHead: ResponseHead {
-        var map = [String: String](minimumCapacity: response.headers.count)
-        for (name, value) in response.headers { map[name.asciiLowercased] = value }
-        return ResponseHead(status: response.status, headers: map, body: response.body)
+        ResponseHead(status: response.status, headers: response.lowercasedHeaders, body: response.body)
     }
 
     var responseRecord: ResponseRecord? {

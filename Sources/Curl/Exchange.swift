@@ -1,16 +1,40 @@
 /// Collects one response from an easy handle: status, headers (of the last response, after any
 /// 100 Continue) and up to `bodyLimit` bytes of body. Its owner keeps it alive with the handle.
+///
+/// The header lines stay bytes, one after another in one buffer that is kept from response to
+/// response: a `String` is made only for what is read (`header(_:)`, `headers`,
+/// `lowercasedHeaders`). Only its own methods touch its properties, one call at a time, on the
+/// thread that owns the handle: no runtime exclusivity checks.
 public final class ResponseCollector {
-    public private(set) var status = 0
-    public private(set) var headers: [(String, String)] = []
-    public private(set) var body: [UInt8] = []
+    @exclusivity(unchecked) public private(set) var status = 0
+    @exclusivity(unchecked) public private(set) var body: [UInt8] = []
     public let bodyLimit: Int
-    /// Called with the status and headers of each informational (1xx) response once its header
-    /// block has ended, before the final response (libcurl hands their lines to the header
-    /// callback too). Survives `reset`.
-    public var onInformational: ((Int, [(String, String)]) -> Void)?
+    /// Called when the header block of an informational (1xx) response has ended, before the
+    /// final response (libcurl hands their lines to the header callback too), with this collector
+    /// showing that response's status and headers. Survives `reset`.
+    public var onInformational: ((ResponseCollector) -> Void)?
 
-    public init(bodyLimit: Int) { self.bodyLimit = bodyLimit }
+    /// The current response's header lines as received, CRLF cut off; `fields` says where in them
+    /// each name and value is.
+    @exclusivity(unchecked) private var lines: [UInt8] = []
+    @exclusivity(unchecked) private var fields: [Field] = []
+    /// `headers`, once made: the engine reads the headers twice (lower-cased for the protocol,
+    /// as received for the record), and their values are the same strings.
+    @exclusivity(unchecked) private var decoded: [(String, String)]?
+
+    /// One header: its name as written and its value without the blanks before it.
+    private struct Field {
+        var name: Range<Int>
+        var value: Range<Int>
+    }
+
+    public init(bodyLimit: Int) {
+        self.bodyLimit = bodyLimit
+        // Room for a usual header block, so that it is not reallocated line by line (and small
+        // enough for malloc's fast path).
+        lines.reserveCapacity(512)
+        fields.reserveCapacity(16)
+    }
 
     /// Routes the handle's header and data callbacks here.
     public func attach(to easy: EasyHandle) {
@@ -29,56 +53,129 @@ public final class ResponseCollector {
 
     public func reset() {
         status = 0
-        headers = []
+        clearHeaders()
         body = []
+    }
+
+    /// The headers as received, in order: names as written, values without the blanks before them.
+    public var headers: [(String, String)] {
+        if let decoded { return decoded }
+        let headers = lines.withUnsafeBufferPointer { lines in
+            fields.map { (Self.text(lines, $0.name), Self.text(lines, $0.value)) }
+        }
+        decoded = headers
+        return headers
+    }
+
+    /// The last value of each header by lower-cased name.
+    public var lowercasedHeaders: [String: String] {
+        guard !fields.isEmpty else { return [:] }
+        let headers = headers
+        var map = [String: String](minimumCapacity: fields.count)
+        lines.withUnsafeBufferPointer { lines in
+            for (field, (_, value)) in zip(fields, headers) {
+                map[Self.lowercased(UnsafeBufferPointer(rebasing: lines[field.name]))] = value
+            }
+        }
+        return map
     }
 
     /// The last value of a header (case-insensitive name).
     public func header(_ name: String) -> String? {
-        let lower = name.lowercased()
-        return headers.last(where: { $0.0.lowercased() == lower })?.1
+        var name = name
+        return name.withUTF8 { wanted in
+            lines.withUnsafeBufferPointer { lines in
+                guard let field = fields.last(where: { Self.sameName(UnsafeBufferPointer(rebasing: lines[$0.name]), wanted) })
+                else { return nil }
+                return Self.text(lines, field.value)
+            }
+        }
+    }
+
+    private func clearHeaders() {
+        guard !fields.isEmpty else { return }
+        lines.removeAll(keepingCapacity: true)
+        fields.removeAll(keepingCapacity: true)
+        decoded = nil
     }
 
     /// One header line as libcurl hands it over (CRLF included), read as bytes: the status line
     /// of a response, one of its headers, or the empty line that ends its header block.
     private func receive(_ line: UnsafeRawBufferPointer) {
+        let line = line.assumingMemoryBound(to: UInt8.self)
         var end = line.count
         while end > 0, line[end - 1] == UInt8(ascii: "\r") || line[end - 1] == UInt8(ascii: "\n") { end -= 1 }
         guard end > 0 else {
             // The end of a header block: an informational response is complete.
             if (100..<200).contains(status) {
-                onInformational?(status, headers)
+                onInformational?(self)
                 // No final response yet: a transfer that ends here has no status.
                 status = 0
-                headers = []
+                clearHeaders()
             }
             return
         }
-        let text = UnsafeRawBufferPointer(rebasing: line[..<end])
-        if text.starts(with: "HTTP/".utf8) {
-            // "HTTP/1.1 200 OK": three digits after the version and its spaces, else no status.
-            var index = text.firstIndex(of: UInt8(ascii: " ")) ?? end
-            while index < end, text[index] == UInt8(ascii: " ") { index += 1 }
-            var code = 0
-            var digits = 0
-            while index < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[index]), digits < 4 {
-                code = code * 10 + Int(text[index] - UInt8(ascii: "0"))
-                digits += 1
-                index += 1
-            }
-            if digits != 3 || index < end && text[index] != UInt8(ascii: " ") { code = 0 }
-            status = code
-            headers = []
+        let text = UnsafeBufferPointer(rebasing: line[..<end])
+        if Self.isStatusLine(text) {
+            status = Self.statusCode(text)
+            clearHeaders()
             body = []
         } else if let colon = text.firstIndex(of: UInt8(ascii: ":")) {
             var start = colon + 1
             while start < end, text[start] == UInt8(ascii: " ") || text[start] == UInt8(ascii: "\t") { start += 1 }
-            headers.append(
-                (
-                    String(decoding: UnsafeRawBufferPointer(rebasing: text[..<colon]), as: UTF8.self),
-                    String(decoding: UnsafeRawBufferPointer(rebasing: text[start..<end]), as: UTF8.self)
-                ))
+            let offset = lines.count
+            lines.append(contentsOf: text)
+            fields.append(Field(name: offset..<offset + colon, value: offset + start..<offset + end))
+            decoded = nil
         }
+    }
+
+    /// Whether a line starts with "HTTP/": a status line.
+    private static func isStatusLine(_ text: UnsafeBufferPointer<UInt8>) -> Bool {
+        let prefix: StaticString = "HTTP/"
+        return text.count >= prefix.utf8CodeUnitCount
+            && prefix.withUTF8Buffer { prefix in prefix.indices.allSatisfy { text[$0] == prefix[$0] } }
+    }
+
+    /// "HTTP/1.1 200 OK": three digits after the version and its spaces, else 0 (no status).
+    private static func statusCode(_ text: UnsafeBufferPointer<UInt8>) -> Int {
+        let end = text.count
+        var index = text.firstIndex(of: UInt8(ascii: " ")) ?? end
+        while index < end, text[index] == UInt8(ascii: " ") { index += 1 }
+        var code = 0
+        var digits = 0
+        while index < end, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(text[index]), digits < 4 {
+            code = code * 10 + Int(text[index] - UInt8(ascii: "0"))
+            digits += 1
+            index += 1
+        }
+        return digits != 3 || index < end && text[index] != UInt8(ascii: " ") ? 0 : code
+    }
+
+    private static func text(_ lines: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> String {
+        String(decoding: UnsafeBufferPointer(rebasing: lines[range]), as: UTF8.self)
+    }
+
+    /// A name lower-cased: ASCII letters byte by byte, a name with other characters through
+    /// `lowercased()` (as `String.lowercased()` would give it).
+    private static func lowercased(_ name: UnsafeBufferPointer<UInt8>) -> String {
+        guard name.allSatisfy({ $0 < 0x80 }) else { return String(decoding: name, as: UTF8.self).lowercased() }
+        return String(unsafeUninitializedCapacity: name.count) { output in
+            for index in name.indices { output[index] = lowercased(name[index]) }
+            return name.count
+        }
+    }
+
+    /// Whether two names are the same but for case, as their `lowercased()` texts compare.
+    private static func sameName(_ lhs: UnsafeBufferPointer<UInt8>, _ rhs: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard lhs.allSatisfy({ $0 < 0x80 }), rhs.allSatisfy({ $0 < 0x80 }) else {
+            return String(decoding: lhs, as: UTF8.self).lowercased() == String(decoding: rhs, as: UTF8.self).lowercased()
+        }
+        return lhs.count == rhs.count && lhs.indices.allSatisfy { lowercased(lhs[$0]) == lowercased(rhs[$0]) }
+    }
+
+    private static func lowercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
     }
 }
 

@@ -250,6 +250,18 @@ struct ConfigurationTests {
         #expect(ResponseRecord.decode(parsed) == binary)
     }
 
+    @Test("a stored response: names that differ in case are different headers; an empty body is text; 64 KiB of body kept")
+    func responseJSONEdges() throws {
+        let headers = [("ETag", "\"1\""), ("etag", "\"2\""), ("ETag", "\"3\""), ("Date", "d"), ("date", "e"), ("Date", "f")]
+        #expect(
+            ResponseRecord(status: 200, headers: headers, body: []).jsonText
+                == #"{"status":200,"headers":{"ETag":"\"3\"","etag":"\"2\"","Date":"f","date":"e"},"body":"","body_encoding":"utf8"}"#
+        )
+        let long = ResponseRecord(status: 500, headers: [], body: Array(repeating: 0x41, count: ResponseRecord.maxBodyBytes + 1))
+        #expect(long.body.count == ResponseRecord.maxBodyBytes)
+        #expect(try JSON.parse(long.jsonText)["body"]?.stringValue?.utf8.count == ResponseRecord.maxBodyBytes)
+    }
+
     @Test("ids: the prefix, 9 characters of the time that sort as it does, 15 random ones; no two alike in 20,000")
     func randomIDs() {
         var seen = Set<String>()
