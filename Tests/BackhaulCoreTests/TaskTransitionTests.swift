@@ -174,4 +174,14 @@ struct TaskRecordValueTests {
         rebuilt.priority = 0.9
         #expect(rebuilt != original)
     }
+
+    /// The host key is kept with the URL, and follows it when the URL changes.
+    @Test func theHostKeyFollowsTheURL() {
+        var copy = original
+        #expect(copy.request.hostKey == "http://h:80")
+        copy.request.url = "https://other.example:8443/y?z"
+        #expect(copy.request.hostKey == "https://other.example:8443")
+        #expect(original.request.hostKey == "http://h:80")
+        #expect(RequestSpec(url: "not a url", method: "PUT").hostKey == "not a url")
+    }
 }
