@@ -44,14 +44,24 @@ public enum HeaderRules {
     private static func isSecret(bytes name: UnsafeBufferPointer<UInt8>) -> Bool {
         for secret in secretNames where name.count == secret.count && matches(name, at: 0, secret) { return true }
         for word in secretWords where word.count <= name.count {
-            for offset in 0...(name.count - word.count) where matches(name, at: offset, word) { return true }
+            let first = word[0]
+            for offset in 0...(name.count - word.count)
+            where name[offset].asciiLowercased == first && matches(name, at: offset, word) {
+                return true
+            }
         }
         return false
     }
 
     /// Whether `bytes` from `offset` spell `lower` (lower-case ASCII), ignoring the case of letters.
+    /// A plain loop: it runs for every offset of every header name of every stored response.
     private static func matches(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, _ lower: [UInt8]) -> Bool {
-        lower.indices.allSatisfy { bytes[offset + $0].asciiLowercased == lower[$0] }
+        var index = 0
+        while index < lower.count {
+            guard bytes[offset + index].asciiLowercased == lower[index] else { return false }
+            index += 1
+        }
+        return true
     }
 
     private static let secretNames = ["authorization", "proxy-authorization", "cookie"].map { Array($0.utf8) }
