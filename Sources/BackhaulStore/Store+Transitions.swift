@@ -89,6 +89,7 @@ extension Store {
                 SELECT w.id, ?, ?, 'pending', ?, ? FROM webhooks w
                 WHERE w.session_id = ? AND w.enabled = 1 AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = ?)
                 """, [db.lastInsertRowID, type, now, now, sessionID, type])
+            if db.changes > 0 { log.update { $0.deliveriesAdded = true } }
         }
         log.update { $0.eventsAppended = true }
     }

@@ -15,8 +15,10 @@ public struct StoreChanges: Sendable {
     public var leftRunning: [String] = []
     /// The earliest timer a changed task now waits for (a retry, a scheduled start, a deadline).
     public var earliestTimer: Timestamp?
-    /// Events were appended (the outbox has work).
+    /// Events were appended (the event stream has news).
     public var eventsAppended = false
+    /// Deliveries of them were queued (the outbox has work for the webhook dispatcher).
+    public var deliveriesAdded = false
     /// Cleanups (server-side releases of cancelled tasks) were queued.
     public var cleanupsAdded = false
     /// Sessions created, changed or removed.
@@ -52,6 +54,7 @@ public struct StoreChanges: Sendable {
         leftRunning += later.leftRunning
         noteTimer(later.earliestTimer)
         eventsAppended = eventsAppended || later.eventsAppended
+        deliveriesAdded = deliveriesAdded || later.deliveriesAdded
         cleanupsAdded = cleanupsAdded || later.cleanupsAdded
         sessions.formUnion(later.sessions)
         settings.formUnion(later.settings)

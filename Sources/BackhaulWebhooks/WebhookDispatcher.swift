@@ -47,8 +47,10 @@ public final class WebhookDispatcher: Sendable {
         self.logger = logger
         self.options = options
         self.clock = clock
+        // Woken by deliveries queued, not by every event: a session without subscriptions appends
+        // events that have nothing to deliver, and each wake read the outbox twice.
         store.observe { [shared, worker] changes in
-            guard changes.eventsAppended else { return }
+            guard changes.deliveriesAdded else { return }
             shared.withLock { $0.wake = true }
             worker.wake()
         }

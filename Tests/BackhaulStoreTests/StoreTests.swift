@@ -265,6 +265,28 @@ struct StoreTests {
         #expect(changes.unqueued == [a, b])
         #expect(changes.leftRunning == ["a"])
         #expect(changes.eventsAppended && changes.cleanupsAdded == false)
+        #expect(!changes.deliveriesAdded)
+    }
+
+    /// The webhook dispatcher wakes when deliveries are queued, not for every event: events of a
+    /// session whose subscriptions do not want them queue nothing to deliver.
+    @Test("the change feed tells deliveries queued apart from events appended")
+    func deliveriesInTheChangeFeed() throws {
+        let seen = Locked<[StoreChanges]>([])
+        store.observe { changes in seen.withLock { $0.append(changes) } }
+        try store.createWebhook(
+            WebhookRecord(id: "w", sessionID: "s", url: "http://h/", events: [.taskCancelled], secret: "k", createdAt: 0))
+        func cancel(_ id: String) throws -> StoreChanges {
+            _ = try store.createTasks(sessionID: "s", [makeTask(id)])
+            seen.withLock { $0.removeAll() }
+            _ = try store.apply(.cancel, to: id)
+            return seen.withLock { $0.reduce(into: StoreChanges()) { $0.merge($1) } }
+        }
+        let wanted = try cancel("wanted")
+        #expect(wanted.eventsAppended && wanted.deliveriesAdded)
+        try store.updateWebhook(id: "w") { $0.events = [.taskCompleted] }
+        let unwanted = try cancel("unwanted")
+        #expect(unwanted.eventsAppended && !unwanted.deliveriesAdded)
     }
 
     @Test("a savepoint that throws undoes only its own changes")
