@@ -55,15 +55,26 @@ extension API {
     {
         let batch = TaskBatch(count: items.count)
         let pending = store.createTasks(sessionID: id, batch, maxOpen: options.maxOpenTasksPerSession)
+        // Into a disabled session a task is created waiting, with a `task.waiting` event whose data
+        // is the task's JSON: rendered here once, as the task will be, for the writer's event and
+        // for this answer (the writer has the batch's work to do, and the check has time to spare).
+        let renderWaiting = !session.enabled
         var part: [TaskRecord] = []
+        var waitingJSON: [String] = []
+        var rendered: [[String]] = []
         part.reserveCapacity(API.batchPart)
+        func addPart() {
+            batch.add(part, waitingJSON: renderWaiting ? waitingJSON : nil)
+            if renderWaiting { rendered.append(waitingJSON) }
+            part.removeAll(keepingCapacity: true)
+            waitingJSON.removeAll(keepingCapacity: true)
+        }
         do {
             for (item, path) in items {
-                part.append(try makeTask(item, path: path, session: session, now: now))
-                if part.count == API.batchPart {
-                    batch.add(part)
-                    part.removeAll(keepingCapacity: true)
-                }
+                let task = try makeTask(item, path: path, session: session, now: now)
+                part.append(task)
+                if renderWaiting { waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText()) }
+                if part.count == API.batchPart { addPart() }
             }
         } catch {
             batch.abandon()
@@ -71,7 +82,7 @@ extension API {
             _ = try? pending.wait()
             throw error
         }
-        if !part.isEmpty { batch.add(part) }
+        if !part.isEmpty { addPart() }
         batch.close()
         var answer = JSONWriter(capacity: 1024 * items.count)
         answer.object { object in
@@ -79,7 +90,13 @@ extension API {
             object.array { array in
                 for index in 0..<(items.count + API.batchPart - 1) / API.batchPart {
                     guard let results = batch.inserted(part: index) else { break }
-                    for (task, _) in results { writeTask(task, to: &array) }
+                    for (offset, (task, created)) in results.enumerated() {
+                        if created, renderWaiting, task.state == .waiting, task.waitingReason == .sessionDisabled {
+                            array.raw(rendered[index][offset])
+                        } else {
+                            writeTask(task, to: &array)
+                        }
+                    }
                 }
             }
         }

@@ -48,7 +48,11 @@ extension Store {
                 do {
                     var index = 0
                     while let part = try batch.part(index) {
-                        let inserted = try part.map { draft in try admit(draft, &admission, db, now: now) }
+                        var inserted: [(TaskRecord, Bool)] = []
+                        inserted.reserveCapacity(part.tasks.count)
+                        for (offset, draft) in part.tasks.enumerated() {
+                            inserted.append(try admit(draft, &admission, db, now: now, waitingJSON: part.waitingJSON?[offset]))
+                        }
                         batch.didInsert(inserted)
                         results += inserted
                         index += 1
@@ -84,7 +88,11 @@ extension Store {
     }
 
     /// Inserts one new task of a batch, or gives the task its idempotency key names (not created).
-    func admit(_ draft: TaskRecord, _ admission: inout Admission, _ db: Connection, now: Timestamp) throws -> (TaskRecord, Bool) {
+    /// `waitingJSON` is the task's JSON as created waiting for a disabled session, rendered by the
+    /// API: written as the `task.waiting` event's data when that is how the task is created.
+    func admit(
+        _ draft: TaskRecord, _ admission: inout Admission, _ db: Connection, now: Timestamp, waitingJSON: String? = nil
+    ) throws -> (TaskRecord, Bool) {
         let session = admission.session
         if let key = draft.idempotencyKey {
             if let existing = admission.keys[key] { return (existing, false) }
@@ -104,7 +112,10 @@ extension Store {
         if !task.state.isFinal { admission.held += task.file.size }
         try TaskRows.insert(db, &task, feed: feed)
         if let key = task.idempotencyKey { admission.keys[key] = task }
-        try recorded(db, from: nil, to: task, now: now)
+        // `admitted` changes nothing else for a disabled session (and no refusal): the API's text is
+        // this task's.
+        let rendered = !session.enabled && refusal == nil ? waitingJSON : nil
+        try recorded(db, from: nil, to: task, now: now, data: rendered)
         if task.state == .queued { log.update { [task] in $0.created.append(task) } }
         return (task, true)
     }

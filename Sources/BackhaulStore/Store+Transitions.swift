@@ -33,10 +33,12 @@ extension Store {
         try recorded(db, from: before, to: after, now: now)
     }
 
-    /// What a new or changed task calls for besides its row (SPEC §2.4).
-    func recorded(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp) throws {
+    /// What a new or changed task calls for besides its row (SPEC §2.4). `data`, when given, is
+    /// the task's JSON already rendered (its event's data).
+    func recorded(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp, data: String? = nil) throws {
         if let type = TaskTransition.event(from: before, to: task) {
-            try appendEvent(db, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: task.jsonText(), now: now)
+            try appendEvent(
+                db, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: data ?? task.jsonText(), now: now)
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(db, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {

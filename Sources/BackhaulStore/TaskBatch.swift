@@ -27,8 +27,16 @@ public final class TaskBatch: Sendable {
     /// How many tasks the API will add in all (the open-task limit is checked against it first).
     public let count: Int
 
+    /// A part of the batch: its tasks as the API made them, and, when the API expects them to be
+    /// created waiting for their disabled session, the JSON of each as created that way (the
+    /// `task.waiting` event's data; the API writes the same text in its answer).
+    struct Part {
+        var tasks: [TaskRecord]
+        var waitingJSON: [String]?
+    }
+
     private struct State {
-        var parts: [[TaskRecord]] = []
+        var parts: [Part] = []
         var closed = false
         /// The writer's run of the job, from 1, and what that run inserted, part by part.
         var run = 0
@@ -56,14 +64,19 @@ public final class TaskBatch: Sendable {
         partTimeout = 0
         isComplete = true
         state.withLock {
-            $0.parts = [tasks]
+            $0.parts = [Part(tasks: tasks)]
             $0.closed = true
         }
     }
 
     // MARK: The API's side
 
-    public func add(_ part: [TaskRecord]) { state.withLockNotifyingAll { $0.parts.append(part) } }
+    /// Adds a part; `waitingJSON`, when given, holds each task's JSON as `admitted` into a disabled
+    /// session makes it, which the writer then writes as its event rather than render it again.
+    public func add(_ part: [TaskRecord], waitingJSON: [String]? = nil) {
+        precondition(waitingJSON == nil || waitingJSON?.count == part.count, "one JSON text a task")
+        state.withLockNotifyingAll { $0.parts.append(Part(tasks: part, waitingJSON: waitingJSON)) }
+    }
 
     /// Every part is in.
     public func close() { state.withLockNotifyingAll { $0.closed = true } }
@@ -98,11 +111,11 @@ public final class TaskBatch: Sendable {
     /// Part `index`, waiting for the API to add it; nil once the batch is closed and every part
     /// was read. Throws `Stopped` when the API abandoned the batch or let `timeout` pass without
     /// a part (then at once in any later run).
-    func part(_ index: Int) throws(Stopped) -> [TaskRecord]? {
+    func part(_ index: Int) throws(Stopped) -> Part? {
         let timeout = partTimeout
         let (part, stopped) = state.wait(
             until: { $0.parts.count > index || $0.closed || $0.stopped != nil }, timeout: timeout
-        ) { state -> ([TaskRecord]?, Stopped?) in
+        ) { state -> (Part?, Stopped?) in
             if state.stopped == nil, state.parts.count <= index, !state.closed { state.stopped = .timedOut(seconds: timeout) }
             return (state.parts.count > index ? state.parts[index] : nil, state.stopped)
         }

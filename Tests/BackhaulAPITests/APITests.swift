@@ -160,6 +160,40 @@ struct APITests {
         #expect(api.call("GET", "/v1/sessions/s").1["task_counts"]?["queued"] == .int(249))
     }
 
+    /// Into a disabled session a batch's tasks are created waiting, each with a `task.waiting`
+    /// event whose data is the task's JSON: the API renders it once for the event and its answer.
+    /// The answer and the events agree, in parts, for a task its idempotency key names (no new
+    /// event), and for one a quota refuses (cancelled, rendered by the writer: no waiting event).
+    @Test("a batch into a disabled session: the answer's tasks are the waiting events' data")
+    func batchIntoDisabledSession() throws {
+        #expect(api.call("PATCH", "/v1/sessions/s", ["enabled": false]).0 == 200)
+        let first = api.call("POST", "/v1/sessions/s/tasks", api.task(["idempotency_key": "k"])).1
+        var tasks = (0..<150).map { api.task(["description": .string("n\($0)")]) }
+        tasks[120] = api.task(["idempotency_key": "k"])
+        let (status, body, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": .array(tasks)])
+        #expect(status == 201)
+        let answered = body["tasks"]?.arrayValue ?? []
+        #expect(answered.count == 150)
+        #expect(answered[120] == first)
+        let events = try api.store.events(after: 0, session: "s")
+        #expect(events.count == 150)
+        #expect(events.allSatisfy { $0.type == "task.waiting" })
+        let byTask = Dictionary(uniqueKeysWithValues: events.map { ($0.taskID ?? "", $0.dataText) })
+        for task in answered {
+            #expect(task["state"]?.stringValue == "waiting" && task["waiting_reason"]?.stringValue == "session_disabled")
+            let data = try #require(byTask[task["id"]?.stringValue ?? ""])
+            #expect(try JSON.parse(Array(data.utf8), maxDepth: 64) == task)
+        }
+        // A quota that cannot hold the file: the task ends cancelled, and its event says so.
+        #expect(api.call("PATCH", "/v1/sessions/s", ["configuration": ["quota_bytes": 1]]).0 == 200)
+        let refused = try #require(
+            api.call("POST", "/v1/sessions/s/tasks", ["tasks": [api.task()]]).1["tasks"]?.arrayValue?.first)
+        #expect(refused["state"]?.stringValue == "cancelled")
+        let last = try #require(try api.store.events(after: 0, session: "s").last)
+        #expect(last.type == "task.cancelled")
+        #expect(try JSON.parse(Array(last.dataText.utf8), maxDepth: 64) == refused)
+    }
+
     @Test("sessions: ids, PUT semantics, 404, 405")
     func sessions() {
         #expect(api.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 200)
