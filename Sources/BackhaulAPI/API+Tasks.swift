@@ -73,7 +73,9 @@ extension API {
             for (item, path) in items {
                 let task = try makeTask(item, path: path, session: session, now: now)
                 part.append(task)
-                if renderWaiting { waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText()) }
+                if renderWaiting {
+                    waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText())
+                }
                 if part.count == API.batchPart { addPart() }
             }
         } catch {
