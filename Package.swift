@@ -25,6 +25,8 @@ let package = Package(
         .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
+        /// getrandom(2), for ids (the C library's; nothing to link).
+        .systemLibrary(name: "CRandom", path: "Sources/CRandom"),
 
         // Domain-free Swift wrappers: the only places that see C pointers.
         .target(name: "Curl", dependencies: ["CCurl", "Threads"], swiftSettings: swiftSettings),
@@ -51,7 +53,7 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
-        .target(name: "BackhaulCore", dependencies: ["JSONValue"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulCore", dependencies: ["JSONValue", "CRandom"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(

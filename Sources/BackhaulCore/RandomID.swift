@@ -1,3 +1,6 @@
+import CRandom
+import Synchronization
+
 /// Identifiers (time-ordered, with random bits from the kernel's generator) and random numbers.
 public enum RandomID {
     /// `prefix` + 24 lower-case base-32 characters: 9 of the time in milliseconds, most significant
@@ -6,8 +9,7 @@ public enum RandomID {
     /// in random pages all over the file (which made each enqueue slower as the queue grew).
     /// Written as bytes: it runs twice per task (its id, its final event's id).
     public static func make(prefix: String, at time: Timestamp) -> String {
-        var generator = SystemRandomNumberGenerator()
-        let random: UInt64 = generator.next()
+        let (random, more) = pool.withLock { ($0.next(), $0.next()) }
         let milliseconds = UInt64(max(0, time * 1000))
         let prefixBytes = prefix.utf8
         return String(unsafeUninitializedCapacity: prefixBytes.count + 24) { output in
@@ -28,13 +30,38 @@ public enum RandomID {
                 index += 1
             }
             // Three more from a second draw.
-            var more: UInt64 = generator.next()
+            var more = more
             for _ in 0..<3 {
                 output[index] = alphabet[Int(more & 31)]
                 more >>= 5
                 index += 1
             }
             return index
+        }
+    }
+
+    /// The kernel's random words, drawn 256 at a time: an id takes two, and a getrandom(2) call
+    /// for each (what `SystemRandomNumberGenerator` makes) cost the writer two system calls for
+    /// every event it wrote and the API two for every task.
+    private static let pool = Mutex(RandomWords())
+
+    private struct RandomWords: ~Copyable {
+        private var words = [UInt64](repeating: 0, count: 256)
+        private var used = 256
+
+        mutating func next() -> UInt64 {
+            if used == words.count {
+                let filled = words.withUnsafeMutableBytes { bh_getrandom($0.baseAddress, $0.count) }
+                if filled != words.count * 8 {
+                    // A read of more than 256 bytes can come back short when a signal interrupts
+                    // it: word by word then.
+                    var generator = SystemRandomNumberGenerator()
+                    for index in words.indices { words[index] = generator.next() }
+                }
+                used = 0
+            }
+            defer { used += 1 }
+            return words[used]
         }
     }
 

@@ -1,5 +1,7 @@
 import BackhaulCore
+import Dispatch
 import JSON
+import Synchronization
 import Testing
 
 @Suite("Task states")
@@ -260,6 +262,18 @@ struct ConfigurationTests {
         let long = ResponseRecord(status: 500, headers: [], body: Array(repeating: 0x41, count: ResponseRecord.maxBodyBytes + 1))
         #expect(long.body.count == ResponseRecord.maxBodyBytes)
         #expect(try JSON.parse(long.jsonText)["body"]?.stringValue?.utf8.count == ResponseRecord.maxBodyBytes)
+    }
+
+    /// The random words come from one pool shared by every thread: ids made at once, in the same
+    /// millisecond, on several threads, are still all different.
+    @Test("ids made on several threads at once are all different")
+    func randomIDsAcrossThreads() {
+        let made = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+            let ids = (0..<5_000).map { _ in RandomID.make(prefix: "tsk_", at: 1_795_312_800) }
+            made.withLock { $0 += ids }
+        }
+        #expect(Set(made.withLock { $0 }).count == 20_000)
     }
 
     @Test("ids: the prefix, 9 characters of the time that sort as it does, 15 random ones; no two alike in 20,000")
