@@ -56,16 +56,15 @@ extension API {
         let batch = TaskBatch(count: items.count)
         let pending = store.createTasks(sessionID: id, batch, maxOpen: options.maxOpenTasksPerSession)
         // Into a disabled session a task is created waiting, with a `task.waiting` event whose data
-        // is the task's JSON: rendered here once, as the task will be, for the writer's event and
-        // for this answer (the writer has the batch's work to do, and the check has time to spare).
+        // is the task's JSON: rendered here once, as the task will be, for the writer's event and,
+        // when the writer wrote it, for this answer (the writer has the batch's work to do, and the
+        // check has time to spare).
         let renderWaiting = !session.enabled
         var part: [TaskRecord] = []
         var waitingJSON: [String] = []
-        var rendered: [[String]] = []
         part.reserveCapacity(API.batchPart)
         func addPart() {
             batch.add(part, waitingJSON: renderWaiting ? waitingJSON : nil)
-            if renderWaiting { rendered.append(waitingJSON) }
             part.removeAll(keepingCapacity: true)
             waitingJSON.removeAll(keepingCapacity: true)
         }
@@ -92,12 +91,8 @@ extension API {
             object.array { array in
                 for index in 0..<(items.count + API.batchPart - 1) / API.batchPart {
                     guard let results = batch.inserted(part: index) else { break }
-                    for (offset, (task, created)) in results.enumerated() {
-                        if created, renderWaiting, task.state == .waiting, task.waitingReason == .sessionDisabled {
-                            array.raw(rendered[index][offset])
-                        } else {
-                            writeTask(task, to: &array)
-                        }
+                    for (task, _, json) in results {
+                        if let json { array.raw(json) } else { writeTask(task, to: &array) }
                     }
                 }
             }

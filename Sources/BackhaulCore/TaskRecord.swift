@@ -8,7 +8,7 @@ import JSONValue
 /// instructions a task. A copy is now one reference; the fields are copied when a shared record is
 /// changed.
 public struct TaskRecord: Sendable, Equatable {
-    /// The stored fields, as one value.
+    /// The stored fields, as one value (documented where they are read, below).
     @usableFromInline
     struct Fields: Sendable, Equatable {
         @usableFromInline var id: String
@@ -24,7 +24,6 @@ public struct TaskRecord: Sendable, Equatable {
         @usableFromInline var description: String?
         @usableFromInline var idempotencyKey: String?
         @usableFromInline var deleteFileOnSuccess: Bool = false
-        /// The task's own configuration overrides, as given (applied over the session's).
         @usableFromInline var configurationOverrides: JSONObject = [:]
         @usableFromInline var attempts: Int = 0
         @usableFromInline var bytesTransferred: Int64 = 0
@@ -33,17 +32,12 @@ public struct TaskRecord: Sendable, Equatable {
         @usableFromInline var finishedAt: Timestamp?
         @usableFromInline var nextAttemptAt: Timestamp?
         @usableFromInline var earliestBeginAt: Timestamp?
-        /// When the resource timeout ends the task.
         @usableFromInline var deadlineAt: Timestamp
         @usableFromInline var response: ResponseRecord?
         @usableFromInline var error: TaskError?
-        /// The error of the latest failed attempt (SPEC §4.2), kept after the task ends.
         @usableFromInline var lastError: LastError?
         @usableFromInline var cancellation: CancellationReason?
-        /// A resumable protocol's progress (what the server acknowledged; for a download, what is
-        /// durably in the `.part` file).
         @usableFromInline var checkpoint: TransferCheckpoint?
-        /// A download's destination (nil for uploads).
         @usableFromInline var download: DownloadSpec?
     }
 

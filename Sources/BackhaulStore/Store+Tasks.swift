@@ -48,13 +48,13 @@ extension Store {
                 do {
                     var index = 0
                     while let part = try batch.part(index) {
-                        var inserted: [(TaskRecord, Bool)] = []
+                        var inserted: [TaskBatch.Inserted] = []
                         inserted.reserveCapacity(part.tasks.count)
                         for (offset, draft) in part.tasks.enumerated() {
                             inserted.append(try admit(draft, &admission, db, now: now, waitingJSON: part.waitingJSON?[offset]))
                         }
                         batch.didInsert(inserted)
-                        results += inserted
+                        results += inserted.lazy.map { ($0.task, $0.created) }
                         index += 1
                     }
                     if !batch.isComplete { try db.run("RELEASE batch") }
@@ -89,18 +89,19 @@ extension Store {
 
     /// Inserts one new task of a batch, or gives the task its idempotency key names (not created).
     /// `waitingJSON` is the task's JSON as created waiting for a disabled session, rendered by the
-    /// API: written as the `task.waiting` event's data when that is how the task is created.
+    /// API: written as the `task.waiting` event's data when that is how the task is created, and
+    /// then handed back with the task.
     func admit(
         _ draft: TaskRecord, _ admission: inout Admission, _ db: Connection, now: Timestamp, waitingJSON: String? = nil
-    ) throws -> (TaskRecord, Bool) {
+    ) throws -> TaskBatch.Inserted {
         let session = admission.session
         if let key = draft.idempotencyKey {
-            if let existing = admission.keys[key] { return (existing, false) }
+            if let existing = admission.keys[key] { return (existing, false, nil) }
             if let existing = try db.queryFirst(
                 "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
                 [session.id, key], TaskRows.decode)
             {
-                return (existing, false)
+                return (existing, false, nil)
             }
         }
         var refusal: String?
@@ -117,7 +118,7 @@ extension Store {
         let rendered = !session.enabled && refusal == nil ? waitingJSON : nil
         try recorded(db, from: nil, to: task, now: now, data: rendered)
         if task.state == .queued { log.update { [task] in $0.created.append(task) } }
-        return (task, true)
+        return (task, true, rendered)
     }
 
     public func task(id: String) throws(StoreError) -> TaskRecord? {

@@ -27,9 +27,14 @@ public final class TaskBatch: Sendable {
     /// How many tasks the API will add in all (the open-task limit is checked against it first).
     public let count: Int
 
+    /// A task the writer went through: the task as stored, whether this batch created it (else its
+    /// idempotency key named one there already), and the API's `waitingJSON` for it when the writer
+    /// wrote that text as its event (the task is then exactly as that text shows it).
+    public typealias Inserted = (task: TaskRecord, created: Bool, json: String?)
+
     /// A part of the batch: its tasks as the API made them, and, when the API expects them to be
     /// created waiting for their disabled session, the JSON of each as created that way (the
-    /// `task.waiting` event's data; the API writes the same text in its answer).
+    /// `task.waiting` event's data).
     struct Part {
         var tasks: [TaskRecord]
         var waitingJSON: [String]?
@@ -40,7 +45,7 @@ public final class TaskBatch: Sendable {
         var closed = false
         /// The writer's run of the job, from 1, and what that run inserted, part by part.
         var run = 0
-        var inserted: [[(TaskRecord, Bool)]] = []
+        var inserted: [[Inserted]] = []
         /// The job ended: committed, or failed (then `inserted` is not to be used).
         var ended = false
         /// Set by the API (abandoned) or by the writer (timed out); a later run stops at once.
@@ -86,7 +91,7 @@ public final class TaskBatch: Sendable {
 
     /// What the writer inserted of part `index`, once it did (in its current run: see `run`); nil
     /// when the job ended first (it failed; its error comes from the write itself).
-    public func inserted(part index: Int, timeout: Double = 600) -> [(TaskRecord, Bool)]? {
+    public func inserted(part index: Int, timeout: Double = 600) -> [Inserted]? {
         state.wait(until: { $0.inserted.count > index || $0.ended }, timeout: timeout) { state in
             state.inserted.count > index ? state.inserted[index] : nil
         }
@@ -123,7 +128,7 @@ public final class TaskBatch: Sendable {
         return part
     }
 
-    func didInsert(_ results: [(TaskRecord, Bool)]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
+    func didInsert(_ results: [Inserted]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
 
     /// The job ended (its result, or its error, is the write's).
     func end() { state.withLockNotifyingAll { $0.ended = true } }

@@ -34,38 +34,31 @@ public enum SQLValue: Sendable, Equatable {
     case blob([UInt8])
 }
 
+/// A value bound to a statement's parameter: each kind binds itself (`sqlite3_bind_*`), with no
+/// `SQLValue` made first.
 public protocol SQLBindable {
-    var sqlValue: SQLValue { get }
-    /// Binds the value as parameter `index` of `statement` (`sqlite3_bind_*`'s result code). The
-    /// value types here bind themselves without making an `SQLValue` first.
+    /// Binds the value as parameter `index` of `statement`; `sqlite3_bind_*`'s result code.
     func bind(to statement: Statement, at index: Int32) -> Int32
 }
-extension SQLBindable {
-    public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(sqlValue, at: index) }
-}
 extension Int: SQLBindable {
-    public var sqlValue: SQLValue { .integer(Int64(self)) }
     public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(Int64(self), at: index) }
 }
 extension Int64: SQLBindable {
-    public var sqlValue: SQLValue { .integer(self) }
     public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(self, at: index) }
 }
 extension Double: SQLBindable {
-    public var sqlValue: SQLValue { .real(self) }
     public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(self, at: index) }
 }
 extension String: SQLBindable {
-    public var sqlValue: SQLValue { .text(self) }
     public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(self, at: index) }
 }
 extension Bool: SQLBindable {
-    public var sqlValue: SQLValue { .integer(self ? 1 : 0) }
     public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(Int64(self ? 1 : 0), at: index) }
 }
-extension SQLValue: SQLBindable { public var sqlValue: SQLValue { self } }
+extension SQLValue: SQLBindable {
+    public func bind(to statement: Statement, at index: Int32) -> Int32 { statement.bind(self, at: index) }
+}
 extension Optional: SQLBindable where Wrapped: SQLBindable {
-    public var sqlValue: SQLValue { self?.sqlValue ?? .null }
     public func bind(to statement: Statement, at index: Int32) -> Int32 {
         guard let self else { return statement.bindNull(at: index) }
         return self.bind(to: statement, at: index)
