@@ -93,6 +93,14 @@ public struct ResponseHead: Sendable, Equatable {
         self.headers = headers
         self.body = body
     }
+
+    /// A head from the headers as received (names in any case, in order): the last value of each
+    /// name is kept.
+    public init(status: Int, received: [(String, String)], body: [UInt8] = []) {
+        var headers = [String: String](minimumCapacity: received.count)
+        for (name, value) in received { headers[name.asciiLowercased] = value }
+        self.init(status: status, headers: headers, body: body)
+    }
 }
 
 /// What an upload protocol wants next.

@@ -51,7 +51,7 @@ extension EngineLoop {
         guard active[transfer.task.id] === transfer else { return }
         let status = transfer.response.status
         let known = transfer.checkpoint.location
-        let head = ResponseHead(status: status, headers: transfer.response.lowercasedHeaders)
+        let head = ResponseHead(status: status, received: transfer.response.headers)
         guard transfer.machine.didReceiveInformational(head) else { return }
         persistCheckpoint(transfer)
         if transfer.checkpoint.location != known {

@@ -282,7 +282,7 @@ final class Transfer {
     struct FileChanged: Error {}
 
     var responseHead: ResponseHead {
-        ResponseHead(status: response.status, headers: response.lowercasedHeaders, body: response.body)
+        ResponseHead(status: response.status, received: response.headers, body: response.body)
     }
 
     var responseRecord: ResponseRecord? {

@@ -74,7 +74,7 @@ public final class EasyHandle {
     /// with `CURLE_OK` and sent neither trailers nor a MIME body. libcurl 7.88 crashed reusing a
     /// reset handle that had sent trailers, and a request that failed or was stopped half-way can
     /// leave state a reset does not clear (a failed rewind); such a handle is not worth the risk.
-    public var isReusable: Bool { completedCleanly && mime == nil && trailers == nil && trailingFieldValue == nil }
+    public var isReusable: Bool { completedCleanly && mime == nil && trailers == nil }
 
     /// Makes a handle whose transfer ended as good as a new one, for the next transfer: every option
     /// and header forgotten, every handler dropped. Cheaper than a new handle: `curl_easy_init`

@@ -2,9 +2,9 @@
 /// 100 Continue) and up to `bodyLimit` bytes of body. Its owner keeps it alive with the handle.
 ///
 /// The header lines stay bytes, one after another in one buffer that is kept from response to
-/// response: a `String` is made only for what is read (`header(_:)`, `headers`,
-/// `lowercasedHeaders`). Only its own methods touch its properties, one call at a time, on the
-/// thread that owns the handle: no runtime exclusivity checks.
+/// response: their Strings are made when `headers` is first read. Only its own methods touch its
+/// properties, one call at a time, on the thread that owns the handle: no runtime exclusivity
+/// checks.
 public final class ResponseCollector {
     @exclusivity(unchecked) public private(set) var status = 0
     @exclusivity(unchecked) public private(set) var body: [UInt8] = []
@@ -67,29 +67,11 @@ public final class ResponseCollector {
         return headers
     }
 
-    /// The last value of each header by lower-cased name.
-    public var lowercasedHeaders: [String: String] {
-        guard !fields.isEmpty else { return [:] }
-        let headers = headers
-        var map = [String: String](minimumCapacity: fields.count)
-        lines.withUnsafeBufferPointer { lines in
-            for (field, (_, value)) in zip(fields, headers) {
-                map[Self.lowercased(UnsafeBufferPointer(rebasing: lines[field.name]))] = value
-            }
-        }
-        return map
-    }
-
-    /// The last value of a header (case-insensitive name).
+    /// The last value of a header (case-insensitive name). Asked on failures only (a webhook's
+    /// `Retry-After`).
     public func header(_ name: String) -> String? {
-        var name = name
-        return name.withUTF8 { wanted in
-            lines.withUnsafeBufferPointer { lines in
-                guard let field = fields.last(where: { Self.sameName(UnsafeBufferPointer(rebasing: lines[$0.name]), wanted) })
-                else { return nil }
-                return Self.text(lines, field.value)
-            }
-        }
+        let lower = name.lowercased()
+        return headers.last(where: { $0.0.lowercased() == lower })?.1
     }
 
     private func clearHeaders() {
@@ -154,28 +136,6 @@ public final class ResponseCollector {
 
     private static func text(_ lines: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) -> String {
         String(decoding: UnsafeBufferPointer(rebasing: lines[range]), as: UTF8.self)
-    }
-
-    /// A name lower-cased: ASCII letters byte by byte, a name with other characters through
-    /// `lowercased()` (as `String.lowercased()` would give it).
-    private static func lowercased(_ name: UnsafeBufferPointer<UInt8>) -> String {
-        guard name.allSatisfy({ $0 < 0x80 }) else { return String(decoding: name, as: UTF8.self).lowercased() }
-        return String(unsafeUninitializedCapacity: name.count) { output in
-            for index in name.indices { output[index] = lowercased(name[index]) }
-            return name.count
-        }
-    }
-
-    /// Whether two names are the same but for case, as their `lowercased()` texts compare.
-    private static func sameName(_ lhs: UnsafeBufferPointer<UInt8>, _ rhs: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard lhs.allSatisfy({ $0 < 0x80 }), rhs.allSatisfy({ $0 < 0x80 }) else {
-            return String(decoding: lhs, as: UTF8.self).lowercased() == String(decoding: rhs, as: UTF8.self).lowercased()
-        }
-        return lhs.count == rhs.count && lhs.indices.allSatisfy { lowercased(lhs[$0]) == lowercased(rhs[$0]) }
-    }
-
-    private static func lowercased(_ byte: UInt8) -> UInt8 {
-        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte | 0x20 : byte
     }
 }
 

@@ -264,6 +264,18 @@ struct ConfigurationTests {
         #expect(try JSON.parse(long.jsonText)["body"]?.stringValue?.utf8.count == ResponseRecord.maxBodyBytes)
     }
 
+    /// A response head as the protocols read it: names lower-cased (ASCII byte by byte, others as
+    /// Unicode lower-cases them), the last value of a name repeated in any case kept.
+    @Test("a response head from the headers as received")
+    func responseHeadFromReceivedHeaders() {
+        let head = ResponseHead(
+            status: 201,
+            received: [("Location", "/a"), ("X-Count", "1"), ("x-count", "2 "), ("Ärger", "ja"), ("Empty", "")], body: [1])
+        #expect(head.status == 201 && head.body == [1])
+        #expect(head.headers == ["location": "/a", "x-count": "2 ", "ärger": "ja", "empty": ""])
+        #expect(ResponseHead(status: 204, received: []).headers.isEmpty)
+    }
+
     /// The random words come from one pool shared by every thread: ids made at once, in the same
     /// millisecond, on several threads, are still all different.
     @Test("ids made on several threads at once are all different")

@@ -29,7 +29,6 @@ struct ResponseCollectorTests {
         #expect(collector.status == 201)
         let expected = [("Location", "/a"), ("X-Count", "1"), ("x-count", "2 "), ("Server", "nginx"), ("Empty", "")]
         #expect(collector.headers.elementsEqual(expected, by: ==))
-        #expect(collector.lowercasedHeaders == ["location": "/a", "x-count": "2 ", "server": "nginx", "empty": ""])
     }
 
     @Test("header(_:): the last value of a name in any case, nil when absent")
@@ -42,21 +41,20 @@ struct ResponseCollectorTests {
         #expect(collector.header("Retry-After ") == nil)
         #expect(collector.header("Retry") == nil)
         #expect(collector.header("ärger") == "ja")
-        #expect(collector.lowercasedHeaders["ärger"] == "ja")
     }
 
     @Test("a 1xx is handed over with its own status and headers, none of which stay for the final response")
     func informational() throws {
         let fixture = try Fixture()
-        var seen: [(Int, [String: String])] = []
-        fixture.collector.onInformational = { seen.append(($0.status, $0.lowercasedHeaders)) }
+        var seen: [(Int, [(String, String)])] = []
+        fixture.collector.onInformational = { seen.append(($0.status, $0.headers)) }
         fixture.receive("HTTP/1.1 104 Upload Resumption Supported", "Location: /r", "Upload-Draft-Interop-Version: 6", "")
         #expect(fixture.collector.status == 0)
         #expect(fixture.collector.headers.isEmpty && fixture.collector.header("location") == nil)
         fixture.receive("HTTP/1.1 200 OK", "Upload-Offset: 5", "")
         #expect(seen.count == 1)
         #expect(seen.first?.0 == 104)
-        #expect(seen.first?.1 == ["location": "/r", "upload-draft-interop-version": "6"])
+        #expect(seen.first?.1.elementsEqual([("Location", "/r"), ("Upload-Draft-Interop-Version", "6")], by: ==) == true)
         #expect(fixture.collector.status == 200)
         #expect(fixture.collector.headers.elementsEqual([("Upload-Offset", "5")], by: ==))
         #expect(fixture.collector.header("location") == nil)
@@ -70,9 +68,9 @@ struct ResponseCollectorTests {
         #expect(collector.headers.elementsEqual([("A", "1")], by: ==))
         fixture.receive("B: 2")
         #expect(collector.headers.elementsEqual([("A", "1"), ("B", "2")], by: ==))
-        #expect(collector.lowercasedHeaders == ["a": "1", "b": "2"])
+        #expect(collector.header("b") == "2")
         collector.reset()
-        #expect(collector.status == 0 && collector.headers.isEmpty && collector.lowercasedHeaders.isEmpty)
+        #expect(collector.status == 0 && collector.headers.isEmpty && collector.header("a") == nil)
         fixture.receive("HTTP/1.1 204 No Content", "C: 3", "")
         #expect(collector.headers.elementsEqual([("C", "3")], by: ==))
     }
