@@ -63,19 +63,17 @@ extension API {
         var part: [TaskRecord] = []
         var waitingJSON: [String] = []
         part.reserveCapacity(API.batchPart)
-        func addPart() {
-            batch.add(part, waitingJSON: renderWaiting ? waitingJSON : nil)
-            part.removeAll(keepingCapacity: true)
-            waitingJSON.removeAll(keepingCapacity: true)
-        }
         do {
-            for (item, path) in items {
+            for (offset, (item, path)) in items.enumerated() {
                 let task = try makeTask(item, path: path, session: session, now: now)
                 part.append(task)
                 if renderWaiting {
                     waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText())
                 }
-                if part.count == API.batchPart { addPart() }
+                guard part.count == API.batchPart || offset == items.count - 1 else { continue }
+                batch.add(part, waitingJSON: renderWaiting ? waitingJSON : nil)
+                part.removeAll(keepingCapacity: true)
+                waitingJSON.removeAll(keepingCapacity: true)
             }
         } catch {
             batch.abandon()
@@ -83,7 +81,6 @@ extension API {
             _ = try? pending.wait()
             throw error
         }
-        if !part.isEmpty { addPart() }
         batch.close()
         var answer = JSONWriter(capacity: 1024 * items.count)
         answer.object { object in
