@@ -26,7 +26,7 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
         /// getrandom(2), for ids (the C library's; nothing to link).
-        .systemLibrary(name: "CRandom", path: "Sources/CRandom"),
+        .systemLibrary(name: "CGlibc", path: "Sources/CGlibc"),
 
         // Domain-free Swift wrappers: the only places that see C pointers.
         .target(name: "Curl", dependencies: ["CCurl", "Threads"], swiftSettings: swiftSettings),
@@ -53,7 +53,7 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
-        .target(name: "BackhaulCore", dependencies: ["JSONValue", "CRandom"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulCore", dependencies: ["JSONValue", "CGlibc"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(
@@ -84,7 +84,7 @@ let package = Package(
             name: "BackhaulServer",
             dependencies: [
                 "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
-                "MicroHTTP",
+                "MicroHTTP", "CGlibc",
                 "JSON", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),

@@ -170,11 +170,18 @@ class ChunkSink:
         return int(first), int(last), int(total)
 
 
-def proc_cpu_seconds(pid):
-    """utime + stime of the process so far."""
+def proc_times(pid):
+    """The process's utime and stime (seconds) and its minor page faults so far."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of the process so far."""
+    user, system, _ = proc_times(pid)
+    return user + system
 
 
 def proc_status_mib(pid, key):
@@ -440,19 +447,20 @@ def run_curl(args, work, source, name, flags, base_url, label):
 
 def run_backhauld_many(args, work, data, source, base_url, label):
     """backhauld, one batch of `args.files` tasks, from the enqueue POST to the last completion seen
-    by polling (its durable state included); its CPU (utime + stime) and peak RSS over the run."""
+    by polling (its durable state included); its CPU (utime, stime), minor page faults and peak RSS
+    over the run."""
     daemon, port = start_daemon(args.binary, f"{work}/state-{label}", data)
     try:
         api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
         tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"{base_url}/{index}.bin"}} for index in range(args.files)]
-        cpu_before = proc_cpu_seconds(daemon.pid)
+        before = proc_times(daemon.pid)
         started = time.time()
         status, created = api(port, "POST", "/v1/sessions/many/tasks", {"tasks": tasks})
         assert status == 201, created
         wait_session_done(port, "many", args.files)
         wall = time.time() - started
-        cpu = proc_cpu_seconds(daemon.pid) - cpu_before
-        return wall, cpu, proc_peak_rss_mib(daemon.pid)
+        user, system, faults = (after - first for after, first in zip(proc_times(daemon.pid), before))
+        return wall, {"user": user, "system": system, "faults": faults}, proc_peak_rss_mib(daemon.pid)
     finally:
         stop(daemon)
 
@@ -470,7 +478,7 @@ def many_files_nginx(args, work, data, sink_dir, nginx_port):
     checked (count and size) and removed."""
     source = make_small_files(args, data)
     walls = {}
-    cpus, peaks = [], []
+    usages, peaks = [], []
     for run_index in range(args.runs):
         for name, flags in CURL_CASES:
             label = f"many-{'curlz' if '-Z' in flags else 'curl'}-{run_index}"
@@ -479,9 +487,9 @@ def many_files_nginx(args, work, data, sink_dir, nginx_port):
             check_received(f"{sink_dir}/root/{label}", args.files)
             shutil.rmtree(f"{sink_dir}/root/{label}")
         label = f"many-bh-{run_index}"
-        wall, cpu, peak = run_backhauld_many(args, work, data, source, f"http://127.0.0.1:{nginx_port}/{label}", label)
+        wall, usage, peak = run_backhauld_many(args, work, data, source, f"http://127.0.0.1:{nginx_port}/{label}", label)
         walls.setdefault("backhauld", []).append(wall)
-        cpus.append(cpu)
+        usages.append(usage)
         peaks.append(peak)
         check_received(f"{sink_dir}/root/{label}", args.files)
         shutil.rmtree(f"{sink_dir}/root/{label}")
@@ -489,8 +497,12 @@ def many_files_nginx(args, work, data, sink_dir, nginx_port):
               for name, values in walls.items()}
     for case in result.values():
         case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
+    cpus = [usage["user"] + usage["system"] for usage in usages]
+    median = usages[cpus.index(statistics.median_low(cpus))]
     result["backhauld"]["cpu_s"] = statistics.median(cpus)
     result["backhauld"]["cpu_ms_per_task"] = statistics.median(cpus) * 1000 / args.files
+    result["backhauld"]["user_s"], result["backhauld"]["system_s"] = median["user"], median["system"]
+    result["backhauld"]["faults_per_task"] = median["faults"] / args.files
     result["backhauld"]["peak_rss_mib"] = max(peaks)
     return result
 
@@ -905,7 +917,9 @@ def print_many(args, cases, sink):
         print(f"{name:<28}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{case['ratio_backhauld_to_this']:>18.3f}   {walls}")
     if "cpu_ms_per_task" in cases["backhauld"]:
         bh = cases["backhauld"]
-        print(f"backhauld: {bh['cpu_s']:.2f} CPU-s over the run, {bh['cpu_ms_per_task']:.3f} ms per task; peak RSS {bh['peak_rss_mib']:.1f} MiB")
+        print(f"backhauld: {bh['cpu_s']:.2f} CPU-s over the run, {bh['cpu_ms_per_task']:.3f} ms per task "
+              f"(run of the median: user {bh['user_s']:.2f} s, system {bh['system_s']:.2f} s, "
+              f"{bh['faults_per_task']:.1f} minor page faults a task); peak RSS {bh['peak_rss_mib']:.1f} MiB")
 
 
 def print_api(args, results):

@@ -1,4 +1,4 @@
-import CRandom
+import CGlibc
 import Synchronization
 
 /// Identifiers (time-ordered, with random bits from the kernel's generator) and random numbers.

@@ -4,6 +4,7 @@ import BackhaulEngine
 import BackhaulFiles
 import BackhaulStore
 import BackhaulWebhooks
+import CGlibc
 import Curl
 import Glibc
 import JSON
@@ -182,6 +183,7 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     LoggingSystem.bootstrap { label in JSONLogHandler(label: label, level: level) }
     let logger = Logger(label: "backhauld")
 
+    keepTransferBuffers()
     // Signals are taken synchronously by this thread; every thread started later inherits the mask.
     signal(SIGPIPE, SIG_IGN)
     var signals = sigset_t()
@@ -220,4 +222,16 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     logger.info("signal received", metadata: ["signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
     daemon.stop()
     return 0
+}
+
+/// Keeps freed transfer buffers in the process instead of giving them back to the kernel after
+/// each request. libcurl allocates an upload's buffer (`EngineOptions.uploadBufferSize`, 512 KiB)
+/// when its request starts and frees it when it ends; with glibc's defaults a buffer that size
+/// is a fresh mapping, or heap that was trimmed since, so each upload of a small file paid the
+/// kernel to map and zero every page it read into (about a tenth of the daemon's CPU on many
+/// small uploads). Blocks up to 1 MiB now come from the heap, and a heap's free top is returned
+/// only beyond 8 MiB, what 16 transfers' buffers take.
+func keepTransferBuffers() {
+    mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    mallopt(M_TRIM_THRESHOLD, 8 << 20)
 }
