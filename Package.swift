@@ -38,7 +38,7 @@ let package = Package(
         .target(name: "JSON", dependencies: ["JSONValue", "CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         /// pthread locks and threads.
-        .target(name: "Threads", swiftSettings: swiftSettings),
+        .target(name: "Threads", dependencies: ["CGlibc"], swiftSettings: swiftSettings),
 
         // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
         .target(

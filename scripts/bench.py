@@ -178,6 +178,26 @@ def proc_times(pid):
     return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
 
 
+def proc_thread_times(pid):
+    """utime and stime (seconds) of each of the process's threads that carries a name of its own
+    (the daemon's `bh-*` threads), summed by name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    times = {}
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = text[text.index("(") + 1:text.rindex(")")]
+        if not name.startswith("bh-"):
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        user, system = times.get(name, (0.0, 0.0))
+        times[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+    return times
+
+
 def proc_cpu_seconds(pid):
     """utime + stime of the process so far."""
     user, system, _ = proc_times(pid)
@@ -453,14 +473,17 @@ def run_backhauld_many(args, work, data, source, base_url, label):
     try:
         api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
         tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"{base_url}/{index}.bin"}} for index in range(args.files)]
-        before = proc_times(daemon.pid)
+        before, threads_before = proc_times(daemon.pid), proc_thread_times(daemon.pid)
         started = time.time()
         status, created = api(port, "POST", "/v1/sessions/many/tasks", {"tasks": tasks})
         assert status == 201, created
         wait_session_done(port, "many", args.files)
         wall = time.time() - started
         user, system, faults = (after - first for after, first in zip(proc_times(daemon.pid), before))
-        return wall, {"user": user, "system": system, "faults": faults}, proc_peak_rss_mib(daemon.pid)
+        threads = {name: (times[0] - threads_before.get(name, (0, 0))[0], times[1] - threads_before.get(name, (0, 0))[1])
+                   for name, times in proc_thread_times(daemon.pid).items()}
+        usage = {"user": user, "system": system, "faults": faults, "threads": threads}
+        return wall, usage, proc_peak_rss_mib(daemon.pid)
     finally:
         stop(daemon)
 
@@ -503,6 +526,9 @@ def many_files_nginx(args, work, data, sink_dir, nginx_port):
     result["backhauld"]["cpu_ms_per_task"] = statistics.median(cpus) * 1000 / args.files
     result["backhauld"]["user_s"], result["backhauld"]["system_s"] = median["user"], median["system"]
     result["backhauld"]["faults_per_task"] = median["faults"] / args.files
+    result["backhauld"]["threads_ms_per_task"] = {
+        name: {"user": user * 1000 / args.files, "system": system * 1000 / args.files}
+        for name, (user, system) in sorted(median["threads"].items(), key=lambda item: -sum(item[1])) if user + system > 0}
     result["backhauld"]["peak_rss_mib"] = max(peaks)
     return result
 
@@ -920,6 +946,9 @@ def print_many(args, cases, sink):
         print(f"backhauld: {bh['cpu_s']:.2f} CPU-s over the run, {bh['cpu_ms_per_task']:.3f} ms per task "
               f"(run of the median: user {bh['user_s']:.2f} s, system {bh['system_s']:.2f} s, "
               f"{bh['faults_per_task']:.1f} minor page faults a task); peak RSS {bh['peak_rss_mib']:.1f} MiB")
+        if bh.get("threads_ms_per_task"):
+            print("  by thread, ms a task (user + system): " + ", ".join(
+                f"{name} {t['user']:.3f} + {t['system']:.3f}" for name, t in bh["threads_ms_per_task"].items()))
 
 
 def print_api(args, results):

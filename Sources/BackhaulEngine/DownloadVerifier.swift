@@ -27,7 +27,7 @@ final class DownloadVerifier: @unchecked Sendable {
 
     private let jobs = Locked<(pending: [Job], stopping: Bool)>(([], false))
     private let outcomes = Locked<[Outcome]>([])
-    private let thread = WorkerThread()
+    private let thread = WorkerThread(name: "bh-verifier")
     private let wake: @Sendable () -> Void
 
     /// `wake` is called (on the verifier's thread) after each outcome is ready.

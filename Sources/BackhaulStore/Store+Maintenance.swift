@@ -182,7 +182,7 @@ public final class Housekeeper: Sendable {
     private let interval: Double
     /// Stopping, or woken early because a session changed (its retention may be shorter).
     private let signal = Locked((stopping: false, woken: false))
-    private let thread = WorkerThread()
+    private let thread = WorkerThread(name: "bh-housekeeper")
     /// Called with what went wrong (the daemon logs it).
     private let report: @Sendable (String) -> Void
 

@@ -30,7 +30,7 @@ final class StoreWriter: @unchecked Sendable {
     private let log: ChangeLog
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
-    private let thread = WorkerThread()
+    private let thread = WorkerThread(name: "bh-writer")
     /// Runs after every commit, on the writer's thread: keeps the WAL bounded.
     var afterCommit: ((Connection) -> Void)?
 
@@ -45,7 +45,7 @@ final class StoreWriter: @unchecked Sendable {
     }
 
     private let settlements = Locked<(pending: [Settlement], stopping: Bool)>(([], false))
-    private let settler = WorkerThread()
+    private let settler = WorkerThread(name: "bh-settler")
     /// The WAL file, as this process syncs it (the settler's thread only).
     private let walPath: String
     private var walFile: Int32 = -1

@@ -2,6 +2,7 @@
 #define BACKHAUL_CGLIBC_SHIM_H
 // What the C library has and Swift's Glibc module does not bring in.
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/types.h>
 
@@ -9,5 +10,9 @@
 static inline ssize_t bh_getrandom(void *buffer, size_t length) {
     return getrandom(buffer, length, 0);
 }
+
+/// pthread_setname_np(3), which <pthread.h> declares only under _GNU_SOURCE: names a thread
+/// (at most 15 bytes), as `top -H` and /proc/PID/task/*/comm show it.
+int pthread_setname_np(pthread_t thread, const char *name);
 
 #endif

@@ -44,7 +44,7 @@ public final class CurlDriver {
 public final class CurlWorker: Sendable {
     private nonisolated(unsafe) let driver: CurlDriver  // used on the worker thread only
     private let waker: MultiWaker
-    private let thread = WorkerThread()
+    private let thread = WorkerThread(name: "bh-curl")
     private let state = Locked<(clients: [Client], stopping: Bool)>(([], false))
     /// Errors of `curl_multi_perform`/`poll`, for the owner to log (rare: out of memory).
     private let onError: @Sendable (String) -> Void

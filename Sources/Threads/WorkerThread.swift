@@ -1,8 +1,17 @@
+import CGlibc
 import Glibc
 
-/// A joinable POSIX thread running one closure (the engine's and the dispatcher's loops).
+/// A joinable POSIX thread running one closure (the curl worker's loop, the store's writer...).
+/// It carries a name (`pthread_setname_np`, at most 15 bytes), so that `top -H`, `ps -L`,
+/// `/proc/PID/task/*/comm` and a profiler tell the daemon's threads apart.
 public final class WorkerThread: @unchecked Sendable {
-    public init() {}
+    public let name: String
+
+    public init(name: String) {
+        precondition(name.utf8.count <= 15, "a thread's name is at most 15 bytes: \(name)")
+        self.name = name
+    }
+
     // @unchecked: `thread` is written once by start() before any join() and read only by join().
     private var thread = pthread_t()
     private var started = false
@@ -22,6 +31,7 @@ public final class WorkerThread: @unchecked Sendable {
                 return nil
             }, box)
         precondition(result == 0, "cannot start a thread: \(result)")
+        pthread_setname_np(thread, name)
         started = true
     }
 

@@ -693,7 +693,7 @@ struct DurableWriteTests {
         #expect(syncs() == start)
         let late = Locked(0)
         let threads = (0..<8).map { thread in
-            let worker = WorkerThread()
+            let worker = WorkerThread(name: "test-worker")
             worker.start {
                 for index in 0..<25 {
                     let before = syncs()

@@ -22,7 +22,7 @@ struct TaskBatchTests {
 
     /// Runs `body` on a thread of its own (the API's, beside the writer).
     static func onThread(_ body: @escaping @Sendable () -> Void) -> WorkerThread {
-        let thread = WorkerThread()
+        let thread = WorkerThread(name: "test-batch")
         thread.start(body)
         return thread
     }

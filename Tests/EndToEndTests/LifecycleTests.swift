@@ -49,6 +49,20 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
     }
 
+    @Test("the daemon's own threads carry their names (for top -H, ps -L and profilers)")
+    func threadNames() throws {
+        let fixture = try Fixture()
+        let tasks = "/proc/\(fixture.daemon.pid)/task"
+        let names = Set(
+            try FileManager.default.contentsOfDirectory(atPath: tasks).compactMap { thread in
+                try? String(contentsOfFile: "\(tasks)/\(thread)/comm", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+            })
+        for name in ["bh-curl", "bh-writer", "bh-settler", "bh-verifier", "bh-housekeeper"] {
+            #expect(names.contains(name), "threads: \(names.sorted())")
+        }
+    }
+
     @Test("a second daemon on the same state directory is refused")
     func stateDirectoryLock() throws {
         let fixture = try Fixture()
