@@ -374,7 +374,19 @@ final class Transfer {
                 trailingField: trailing)
             curl.body = .multipart
         }
+        if case .stream(let length?) = curl.body, length < Self.continueThreshold,
+            !lines.contains(where: { $0.lowercased().hasPrefix("expect:") })
+        {
+            lines.append("Expect:")
+        }
         curl.headers = lines
         try easy.configure(curl)
     }
+
+    /// libcurl asks the server for `100 Continue` before every PUT or PATCH body and waits for it:
+    /// a round trip, and a response more for the server to write, that spares sending a body the
+    /// server would refuse. For a small body that costs more than it can save: below 1 MiB
+    /// (libcurl's own threshold for a POST) the body goes at once. A protocol that sets `Expect`
+    /// itself (the IETF upload's empty one) keeps its own.
+    static let continueThreshold: Int64 = 1 << 20
 }

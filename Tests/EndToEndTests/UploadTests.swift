@@ -39,6 +39,18 @@ struct EndToEndTests {
         #expect(!fixture.daemon.log(lastLines: 10_000).contains("s3cr3t"))
     }
 
+    @Test("a body under 1 MiB goes without waiting for 100 Continue; a larger one asks for it")
+    func expectContinueBySize() throws {
+        let fixture = try Fixture()
+        try fixture.session()
+        let small = try fixture.enqueue(fixture.makeFile("small.bin", size: (1 << 20) - 1), path: "/small")
+        let large = try fixture.enqueue(fixture.makeFile("large.bin", size: 1 << 20), path: "/large")
+        for id in [small, large] { #expect(try fixture.daemon.waitForTask(id)["state"]?.stringValue == "completed") }
+        let expect = { (path: String) in fixture.sink.requests.first { $0.path == path }?.headers["expect"] }
+        #expect(expect("/small") == nil)
+        #expect(expect("/large") == "100-continue")
+    }
+
     @Test("a multipart upload streams the file with its extra fields")
     func multipartUpload() throws {
         let fixture = try Fixture()
