@@ -25,7 +25,8 @@ let package = Package(
         .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
-        /// getrandom(2), for ids (the C library's; nothing to link).
+        /// What Swift's Glibc module leaves out: getrandom(2), mallopt(3), pthread_setname_np(3)
+        /// (the C library's; nothing to link).
         .systemLibrary(name: "CGlibc", path: "Sources/CGlibc"),
 
         // Domain-free Swift wrappers: the only places that see C pointers.

@@ -170,10 +170,16 @@ class ChunkSink:
         return int(first), int(last), int(total)
 
 
+def proc_stat(path):
+    """A /proc stat file: the name in its parentheses, and the fields after them."""
+    with open(path) as stat:
+        text = stat.read()
+    return text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 1:].split()
+
+
 def proc_times(pid):
     """The process's utime and stime (seconds) and its minor page faults so far."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
+    _, fields = proc_stat(f"/proc/{pid}/stat")
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
 
@@ -185,16 +191,12 @@ def proc_thread_times(pid):
     times = {}
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{thread}/stat") as stat:
-                text = stat.read()
+            name, fields = proc_stat(f"/proc/{pid}/task/{thread}/stat")
         except OSError:
             continue  # the thread ended meanwhile
-        name = text[text.index("(") + 1:text.rindex(")")]
-        if not name.startswith("bh-"):
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        user, system = times.get(name, (0.0, 0.0))
-        times[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+        if name.startswith("bh-"):
+            user, system = times.get(name, (0.0, 0.0))
+            times[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
     return times
 
 
@@ -467,8 +469,8 @@ def run_curl(args, work, source, name, flags, base_url, label):
 
 def run_backhauld_many(args, work, data, source, base_url, label):
     """backhauld, one batch of `args.files` tasks, from the enqueue POST to the last completion seen
-    by polling (its durable state included); its CPU (utime, stime), minor page faults and peak RSS
-    over the run."""
+    by polling (its durable state included); its CPU (utime, stime; in all and by named thread), minor
+    page faults and peak RSS over the run."""
     daemon, port = start_daemon(args.binary, f"{work}/state-{label}", data)
     try:
         api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
@@ -480,7 +482,7 @@ def run_backhauld_many(args, work, data, source, base_url, label):
         wait_session_done(port, "many", args.files)
         wall = time.time() - started
         user, system, faults = (after - first for after, first in zip(proc_times(daemon.pid), before))
-        threads = {name: (times[0] - threads_before.get(name, (0, 0))[0], times[1] - threads_before.get(name, (0, 0))[1])
+        threads = {name: tuple(after - first for after, first in zip(times, threads_before.get(name, (0, 0))))
                    for name, times in proc_thread_times(daemon.pid).items()}
         usage = {"user": user, "system": system, "faults": faults, "threads": threads}
         return wall, usage, proc_peak_rss_mib(daemon.pid)

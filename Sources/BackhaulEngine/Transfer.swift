@@ -377,7 +377,7 @@ final class Transfer {
         // Not for a signed request: libcurl's SigV4 signs the emptied `Expect:` line as a header
         // it then does not send, and S3 refuses the signature.
         if case .stream(let length?) = curl.body, length < Self.continueThreshold, request.signing == nil,
-            !lines.contains(where: { $0.lowercased().hasPrefix("expect:") })
+            !request.headers.contains(where: { $0.0.asciiLowercased == "expect" })
         {
             lines.append("Expect:")
         }

@@ -5,7 +5,7 @@ import Glibc
 /// It carries a name (`pthread_setname_np`, at most 15 bytes), so that `top -H`, `ps -L`,
 /// `/proc/PID/task/*/comm` and a profiler tell the daemon's threads apart.
 public final class WorkerThread: @unchecked Sendable {
-    public let name: String
+    private let name: String
 
     public init(name: String) {
         precondition(name.utf8.count <= 15, "a thread's name is at most 15 bytes: \(name)")
