@@ -32,10 +32,16 @@ extension API {
         }
         let now = clock.now()
         guard isBatch else {
+            // Rendered here as created waiting, when it will be, as a batch's tasks are: the writer
+            // writes this text as the event, and when it did, it is the answer too.
             let record = try makeTask(items[0].0, path: items[0].1, session: session, now: now)
+            let waitingJSON =
+                session.enabled ? nil : [record.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText()]
+            let batch = TaskBatch([record], waitingJSON: waitingJSON)
             let results = try stored { () throws(StoreError) in
-                try store.createTasks(sessionID: id, [record], maxOpen: options.maxOpenTasksPerSession)
+                try store.createTasks(sessionID: id, batch, maxOpen: options.maxOpenTasksPerSession).wait()
             }
+            if let json = batch.inserted(part: 0)?.first?.json { return API.json(201, text: json) }
             return taskResponse(results[0].1 ? 201 : 200, results[0].0)
         }
         return try createBatch(sessionID: id, items, session: session, now: now)

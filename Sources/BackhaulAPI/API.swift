@@ -92,6 +92,11 @@ public final class API: Sendable {
         HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: value.serializedBytes())
     }
 
+    /// JSON already written as text.
+    static func json(_ status: Int, text: String) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(text.utf8))
+    }
+
     static func json(_ status: Int, _ writer: JSONWriter) -> HTTPResponse {
         HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: writer.bytes)
     }

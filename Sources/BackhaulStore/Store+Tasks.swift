@@ -48,11 +48,7 @@ extension Store {
                 do {
                     var index = 0
                     while let part = try batch.part(index) {
-                        var inserted: [TaskBatch.Inserted] = []
-                        inserted.reserveCapacity(part.tasks.count)
-                        for (offset, draft) in part.tasks.enumerated() {
-                            inserted.append(try admit(draft, &admission, db, now: now, waitingJSON: part.waitingJSON?[offset]))
-                        }
+                        let inserted = try admit(part, &admission, db, now: now)
                         batch.didInsert(inserted)
                         results += inserted.lazy.map { ($0.task, $0.created) }
                         index += 1
@@ -69,12 +65,16 @@ extension Store {
     }
 
     /// What admitting a batch's tasks carries from one task to the next: its session, the
-    /// idempotency keys the batch used, and the bytes the session's unfinished tasks hold.
+    /// idempotency keys the batch used, the bytes the session's unfinished tasks hold, and the
+    /// sequence the next new task gets.
     struct Admission {
         let session: SessionRecord
         var keys: [String: TaskRecord] = [:]
         /// Counted only when the session has a quota.
         var held: Int64 = 0
+        /// Past every task there is and ever was, as the table's autoincrement would number it:
+        /// the writer numbers new tasks itself, so that it can write them many rows a statement.
+        var nextSequence: Int64
 
         init(_ db: Connection, session: SessionRecord) throws {
             self.session = session
@@ -84,41 +84,85 @@ extension Store {
                         "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)", [session.id]
                     ) { $0.int(0) } ?? 0
             }
+            nextSequence =
+                try db.queryFirst(
+                    """
+                    SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
+                        COALESCE((SELECT MAX(seq) FROM tasks), 0)) + 1
+                    """
+                ) { $0.int(0) } ?? 1
         }
     }
 
-    /// Inserts one new task of a batch, or gives the task its idempotency key names (not created).
-    /// `waitingJSON` is the task's JSON as created waiting for a disabled session, rendered by the
-    /// API: written as the `task.waiting` event's data when that is how the task is created, and
-    /// then handed back with the task.
-    func admit(
-        _ draft: TaskRecord, _ admission: inout Admission, _ db: Connection, now: Timestamp, waitingJSON: String? = nil
-    ) throws -> TaskBatch.Inserted {
+    /// Admits a part of a batch. Each task is decided in order: one its idempotency key names
+    /// already is given back (not created); a new one is numbered and kept, and the kept ones are
+    /// written together (`TaskRows.insert`), then their events (a new task that has not ended has
+    /// one at most: `task.waiting` in a disabled session). A task the session's quota refuses is
+    /// created cancelled, which may drain the session: the tasks before it are written first and it
+    /// alone after them, so the events stay in the tasks' order. `part.waitingJSON`, the API's
+    /// rendering of each task as created waiting, is its event's data and its answer when it is
+    /// created that way.
+    func admit(_ part: TaskBatch.Part, _ admission: inout Admission, _ db: Connection, now: Timestamp) throws
+        -> [TaskBatch.Inserted]
+    {
         let session = admission.session
-        if let key = draft.idempotencyKey {
-            if let existing = admission.keys[key] { return (existing, false, nil) }
-            if let existing = try db.queryFirst(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
-                [session.id, key], TaskRows.decode)
-            {
-                return (existing, false, nil)
+        var results: [TaskBatch.Inserted] = []
+        results.reserveCapacity(part.tasks.count)
+        /// Where in `results` the new tasks not yet written are.
+        var kept: [Int] = []
+        func writeKept() throws {
+            guard !kept.isEmpty else { return }
+            try TaskRows.insert(db, kept.lazy.map { results[$0].task }, feed: feed)
+            var events: [NewEvent] = []
+            for position in kept {
+                let (task, _, rendered) = results[position]
+                if let type = TaskTransition.event(from: nil, to: task) {
+                    events.append(NewEvent(type: type.rawValue, taskID: task.id, data: rendered ?? task.jsonText()))
+                }
+            }
+            try appendEvents(db, sessionID: session.id, events, now: now)
+            let queued = kept.lazy.map { results[$0].task }.filter { $0.state == .queued }
+            if !queued.isEmpty { log.update { $0.created += queued } }
+            kept.removeAll()
+        }
+        for (offset, draft) in part.tasks.enumerated() {
+            if let key = draft.idempotencyKey {
+                if let existing = admission.keys[key] {
+                    results.append((existing, false, nil))
+                    continue
+                }
+                if let existing = try db.queryFirst(
+                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
+                    [session.id, key], TaskRows.decode)
+                {
+                    results.append((existing, false, nil))
+                    continue
+                }
+            }
+            var refusal: String?
+            if let quota = session.configuration.quotaBytes, admission.held + draft.file.size > quota {
+                // The session's quota cannot keep it: it ends at once, and says why.
+                refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
+            }
+            var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
+            task.sequence = admission.nextSequence
+            admission.nextSequence += 1
+            if !task.state.isFinal { admission.held += task.file.size }
+            if let key = task.idempotencyKey { admission.keys[key] = task }
+            // `admitted` changes nothing else for a disabled session (and no refusal): the API's text
+            // is this task's.
+            let rendered = !session.enabled && refusal == nil ? part.waitingJSON?[offset] : nil
+            results.append((task, true, rendered))
+            if task.state.isFinal {
+                try writeKept()
+                try TaskRows.insert(db, CollectionOfOne(task), feed: feed)
+                try recorded(db, from: nil, to: task, now: now, data: rendered)
+            } else {
+                kept.append(results.count - 1)
             }
         }
-        var refusal: String?
-        if let quota = session.configuration.quotaBytes, admission.held + draft.file.size > quota {
-            // The session's quota cannot keep it: it ends at once, and says why.
-            refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
-        }
-        var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
-        if !task.state.isFinal { admission.held += task.file.size }
-        try TaskRows.insert(db, &task, feed: feed)
-        if let key = task.idempotencyKey { admission.keys[key] = task }
-        // `admitted` changes nothing else for a disabled session (and no refusal): the API's text is
-        // this task's.
-        let rendered = !session.enabled && refusal == nil ? waitingJSON : nil
-        try recorded(db, from: nil, to: task, now: now, data: rendered)
-        if task.state == .queued { log.update { [task] in $0.created.append(task) } }
-        return (task, true, rendered)
+        try writeKept()
+        return results
     }
 
     public func task(id: String) throws(StoreError) -> TaskRecord? {

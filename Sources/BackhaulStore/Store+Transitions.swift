@@ -95,4 +95,29 @@ extension Store {
         }
         log.update { $0.eventsAppended = true }
     }
+
+    /// A session's event about one of its tasks, not yet written.
+    struct NewEvent {
+        var type: String
+        var taskID: String
+        var data: String
+    }
+
+    /// Appends a session's events in order, as `appendEvent` each; many rows a statement when the
+    /// session has no webhook (no delivery to add for each).
+    func appendEvents(_ db: Connection, sessionID: String, _ events: [NewEvent], now: Timestamp) throws {
+        guard !events.isEmpty else { return }
+        guard try !hasWebhooks(db, sessionID: sessionID) else {
+            for event in events {
+                try appendEvent(db, type: event.type, sessionID: sessionID, taskID: event.taskID, data: event.data, now: now)
+            }
+            return
+        }
+        try Store.eventInsert.run(db, events) { event, values in
+            values += [RandomID.make(prefix: "msg_", at: now), event.type, sessionID, event.taskID, now, event.data]
+        }
+        log.update { $0.eventsAppended = true }
+    }
+
+    static let eventInsert = RowInsert("INSERT INTO events (id, type, session_id, task_id, created_at, data)", columns: 6)
 }

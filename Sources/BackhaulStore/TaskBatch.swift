@@ -63,13 +63,14 @@ public final class TaskBatch: Sendable {
         isComplete = false
     }
 
-    /// A batch that is complete from the start.
-    public init(_ tasks: [TaskRecord]) {
+    /// A batch that is complete from the start (`waitingJSON` as in `add`).
+    public init(_ tasks: [TaskRecord], waitingJSON: [String]? = nil) {
+        precondition(waitingJSON == nil || waitingJSON?.count == tasks.count, "one JSON text a task")
         count = tasks.count
         partTimeout = 0
         isComplete = true
         state.withLock {
-            $0.parts = [Part(tasks: tasks)]
+            $0.parts = [Part(tasks: tasks, waitingJSON: waitingJSON)]
             $0.closed = true
         }
     }

@@ -123,30 +123,35 @@ enum TaskRows {
         return writer.text
     }
 
-    /// Inserts `task` and sets its sequence.
-    static func insert(_ db: Connection, _ task: inout TaskRecord, feed: TaskFeed) throws {
-        try db.run(
-            """
-            INSERT INTO tasks (id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
-                upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
-                bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download,
-                error, cancellation)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [
-                task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
-                task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
-                task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
-                task.deleteFileOnSuccess,
-                task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
-                task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt,
-                task.earliestBeginAt,
-                task.deadlineAt, task.download.map { $0.json.serialized() },
-                task.error.map { TaskRecord.errorJSON($0).serialized() },
-                task.cancellation?.rawValue,
-            ])
-        task.sequence = db.lastInsertRowID
-        feed.inserted(task)
+    /// Inserts new tasks, each numbered already (`Store.Admission.nextSequence`), many rows a
+    /// statement.
+    static func insert(_ db: Connection, _ tasks: some Collection<TaskRecord>, feed: TaskFeed) throws {
+        try rowInsert.run(db, tasks, values: appendInsertValues)
+        for task in tasks { feed.inserted(task) }
+    }
+
+    static let rowInsert = RowInsert(
+        """
+        INSERT INTO tasks (seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request,
+            upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration, attempts,
+            bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, download,
+            error, cancellation)
+        """, columns: 28)
+
+    static func appendInsertValues(_ task: TaskRecord, to values: inout [any SQLBindable]) {
+        precondition(task.sequence > 0, "a new task is numbered before it is inserted")
+        values += [
+            task.sequence, task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
+            task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
+            task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+            task.deleteFileOnSuccess,
+            task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
+            task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt,
+            task.earliestBeginAt,
+            task.deadlineAt, task.download.map { $0.json.serialized() },
+            task.error.map { TaskRecord.errorJSON($0).serialized() },
+            task.cancellation?.rawValue,
+        ]
     }
 
     /// Writes the columns in which `after` differs from `before` (the row as read), only while
