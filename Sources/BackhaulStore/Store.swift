@@ -133,6 +133,12 @@ public final class Store: Sendable {
                 }))
     }
 
+    /// The calling thread's writes wait, from now until `releaseWrites`, and then go to the
+    /// writer together (the engine's turn: see `StoreWriter.hold`).
+    public func holdWrites() { writer.hold() }
+
+    public func releaseWrites() { writer.release() }
+
     /// Runs `body` on a read connection: it sees the last commit and waits for no writer.
     func read<T>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {

@@ -76,14 +76,41 @@ final class StoreWriter: @unchecked Sendable {
         observers.withLock { $0.append(observer) }
     }
 
-    /// Hands a job over; its `done` runs after its batch commits.
-    func submit(_ job: Job) {
+    /// Hands a job over; its `done` runs after its batch commits. A job of the thread that holds
+    /// its writes back (`hold`) waits for its `release`, unless the thread is to wait for the job
+    /// (`waited`): then the jobs held go over with it, in order, or the thread would wait for itself.
+    func submit(_ job: Job, waited: Bool = false) {
+        let handed = held.withLock { held -> [Job] in
+            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return [job] }
+            held.jobs.append(job)
+            guard waited else { return [] }
+            defer { held.jobs = [] }
+            return held.jobs
+        }
+        if !handed.isEmpty { submit(handed) }
+    }
+
+    private func submit(_ jobs: [Job]) {
         let accepted = queue.withLockNotifyingAll { state -> Bool in
             guard !state.stopping else { return false }
-            state.jobs.append(job)
+            state.jobs += jobs
             return true
         }
-        if !accepted { job.done(.database("the store is closed")) }
+        if !accepted { for job in jobs { job.done(.database("the store is closed")) } }
+    }
+
+    /// The calling thread's jobs wait until it calls `release`, and then go over together, into
+    /// one batch: the engine hands over a turn's ends and claims at once, not each as it comes.
+    private let held = Locked<(thread: pthread_t?, jobs: [Job])>((nil, []))
+
+    func hold() { held.withLock { $0.thread = pthread_self() } }
+
+    func release() {
+        let jobs = held.withLock { held in
+            defer { held = (nil, []) }
+            return held.jobs
+        }
+        if !jobs.isEmpty { submit(jobs) }
     }
 
     /// Runs `body` in the next batch and waits for its commit: the caller's answer is durable (or
@@ -104,7 +131,7 @@ final class StoreWriter: @unchecked Sendable {
                 done: { error in
                     ended()
                     outcome.finish(error)
-                }))
+                }), waited: true)
         return outcome
     }
 
