@@ -88,18 +88,16 @@ public final class API: Sendable {
 
     // MARK: Helpers
 
-    static func json(_ status: Int, _ value: JSON) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: value.serializedBytes())
+    static func json(_ status: Int, bytes: [UInt8]) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
     }
+
+    static func json(_ status: Int, _ value: JSON) -> HTTPResponse { json(status, bytes: value.serializedBytes()) }
 
     /// JSON already written as text.
-    static func json(_ status: Int, text: String) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: Array(text.utf8))
-    }
+    static func json(_ status: Int, text: String) -> HTTPResponse { json(status, bytes: Array(text.utf8)) }
 
-    static func json(_ status: Int, _ writer: JSONWriter) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: writer.bytes)
-    }
+    static func json(_ status: Int, _ writer: JSONWriter) -> HTTPResponse { json(status, bytes: writer.bytes) }
 
     func body(_ request: RouteRequest) throws(Problem) -> JSON {
         guard !request.http.body.isEmpty else { throw Problem(.invalidJSON, "the request needs a JSON body") }

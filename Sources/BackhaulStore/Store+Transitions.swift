@@ -81,9 +81,7 @@ extension Store {
     /// Appends an event (`data`: its JSON text, written once by the caller) and, in the same transaction, a pending
     /// delivery for every enabled subscription of the session that wants it (the outbox).
     func appendEvent(_ db: Connection, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp) throws {
-        try db.run(
-            "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            [RandomID.make(prefix: "msg_", at: now), type, sessionID, taskID, now, data])
+        try insertEvents(db, sessionID: sessionID, [NewEvent(type: type, taskID: taskID, data: data)], now: now)
         if try hasWebhooks(db, sessionID: sessionID) {
             try db.run(
                 """
@@ -93,13 +91,12 @@ extension Store {
                 """, [db.lastInsertRowID, type, now, now, sessionID, type])
             if db.changes > 0 { log.update { $0.deliveriesAdded = true } }
         }
-        log.update { $0.eventsAppended = true }
     }
 
     /// A session's event about one of its tasks, not yet written.
     struct NewEvent {
         var type: String
-        var taskID: String
+        var taskID: String?
         var data: String
     }
 
@@ -113,11 +110,16 @@ extension Store {
             }
             return
         }
+        try insertEvents(db, sessionID: sessionID, events, now: now)
+    }
+
+    /// The events' rows alone, many a statement.
+    private func insertEvents(_ db: Connection, sessionID: String, _ events: [NewEvent], now: Timestamp) throws {
         try Store.eventInsert.run(db, events) { event, values in
             values += [RandomID.make(prefix: "msg_", at: now), event.type, sessionID, event.taskID, now, event.data]
         }
         log.update { $0.eventsAppended = true }
     }
 
-    static let eventInsert = RowInsert("INSERT INTO events (id, type, session_id, task_id, created_at, data)", columns: 6)
+    private static let eventInsert = RowInsert("INSERT INTO events (id, type, session_id, task_id, created_at, data)", columns: 6)
 }

@@ -63,8 +63,13 @@ final class StoreWriter: @unchecked Sendable {
         thread.start { [self] in run() }
     }
 
-    /// Finishes the jobs already handed over, then stops.
+    /// Finishes the jobs already handed over, and any still held, then stops.
     func stop() {
+        let held = held.withLock { held in
+            defer { held = (nil, []) }
+            return held.jobs
+        }
+        if !held.isEmpty { submit(held) }
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
         settlements.withLockNotifyingAll { $0.stopping = true }
@@ -103,10 +108,18 @@ final class StoreWriter: @unchecked Sendable {
     /// one batch: the engine hands over a turn's ends and claims at once, not each as it comes.
     private let held = Locked<(thread: pthread_t?, jobs: [Job])>((nil, []))
 
-    func hold() { held.withLock { $0.thread = pthread_self() } }
+    /// One thread holds at a time (the engine's).
+    func hold() {
+        held.withLock { held in
+            precondition(held.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? true, "one thread holds writes")
+            held.thread = pthread_self()
+        }
+    }
 
+    /// Hands the held jobs over; a thread that does not hold has none.
     func release() {
-        let jobs = held.withLock { held in
+        let jobs = held.withLock { held -> [Job] in
+            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return [] }
             defer { held = (nil, []) }
             return held.jobs
         }
@@ -119,8 +132,9 @@ final class StoreWriter: @unchecked Sendable {
         try begin(durable: durable, body).wait()
     }
 
-    /// Hands `body` over for the next batch and returns at once; the write's result is waited for.
-    /// `ended` runs after the commit (or the failure), before the result is given.
+    /// Hands `body` over for the next batch and returns at once; the caller is to wait for the
+    /// result, so a holding thread's held jobs go over with it (`submit(_:waited:)`). `ended` runs
+    /// after the commit (or the failure), before the result is given.
     func begin<T>(
         durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T, ended: @escaping () -> Void = {}
     ) -> PendingWrite<T> {

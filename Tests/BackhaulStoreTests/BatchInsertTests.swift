@@ -1,6 +1,8 @@
 import BackhaulCore
+import Foundation
 import SQLite
 import Testing
+import Threads
 
 @testable import BackhaulStore
 
@@ -85,5 +87,46 @@ struct BatchInsertTests {
             ) { $0.string(0) }
         }
         #expect(pending == (0..<10).map { "d\($0)" })
+    }
+
+    /// Two batches in one transaction each read where numbering stands, and a transaction run
+    /// again (a job in it threw) numbers afresh: no number twice, none skipped.
+    @Test("batches sharing a transaction, run again after a job threw, are numbered one after the other")
+    func numberingInOneTransaction() throws {
+        try session("t")
+        _ = try store.createTasks(sessionID: "t", [makeTask("before", session: "t")])
+        // A write that keeps the writer busy, so that the three after it come as one batch.
+        let entered = Locked(false)
+        let gate = Locked(false)
+        Thread.detachNewThread { [store] in
+            _ = try? store.write { _ in
+                entered.withLockNotifyingAll { $0 = true }
+                gate.wait(until: { $0 }, timeout: 10) { _ in }
+            }
+        }
+        #expect(entered.wait(until: { $0 }, timeout: 10) { $0 })
+        let first = store.createTasks(sessionID: "t", TaskBatch((0..<3).map { makeTask("f\($0)", session: "t") }))
+        let failing = store.createTasks(sessionID: "missing", TaskBatch([makeTask("x", session: "missing")]))
+        let second = store.createTasks(sessionID: "t", TaskBatch((0..<2).map { makeTask("g\($0)", session: "t") }))
+        gate.withLockNotifyingAll { $0 = true }
+        #expect(try first.wait().count == 3)
+        #expect(throws: StoreError.self) { try failing.wait() }
+        #expect(try second.wait().count == 2)
+        let numbers = try sequences("t")
+        let order = ["before", "f0", "f1", "f2", "g0", "g1"].map { numbers[$0]! }
+        #expect(order == Array(order[0]...order[0] + 5))
+    }
+
+    /// A task the quota refuses ends at once; when it was the session's only one, the session is
+    /// drained, as when a task ends any other way.
+    @Test("a refused task alone in its session drains it")
+    func refusedAloneDrains() throws {
+        try session("r", quota: 0)
+        var task = makeTask("big", session: "r")
+        task.file.size = 1
+        let created = try store.createTasks(sessionID: "r", [task])
+        #expect(created.map(\.0.state) == [.cancelled])
+        let events = try store.events(after: 0, session: "r").filter { $0.type != "session.created" }
+        #expect(events.map(\.type) == ["task.cancelled", "session.drained"])
     }
 }

@@ -23,6 +23,7 @@ struct WriteHoldTests {
         store.observe { _ in commits.withLock { $0 += 1 } }
         let claimed = Locked<[String]>([])
         store.holdWrites()
+        defer { store.releaseWrites() }
         for index in 0..<6 {
             let task = try #require(try store.task(id: "h\(index)"))
             store.startAttempt(task) { result in
@@ -60,5 +61,29 @@ struct WriteHoldTests {
             returned.withLockNotifyingAll { $0 = state == "running" ? 1 : 0 }
         }
         #expect(returned.wait(until: { $0 != nil }, timeout: 10) { $0 } == 1)
+    }
+
+    /// A store closed while a thread holds writes (the engine stopping inside a turn) writes
+    /// them before it closes: an accepted write is not dropped.
+    @Test("writes held when the store closes are written, not dropped")
+    func heldAtClose() throws {
+        let path = "/tmp/backhaul-hold-test-\(getpid()).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let ended = Locked<Bool?>(nil)
+        do {
+            let store = try Store(path: path)
+            _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+            _ = try store.createTasks(sessionID: "s", [makeTask("c")])
+            let task = try #require(try store.task(id: "c"))
+            store.holdWrites()
+            store.startAttempt(task) { result in
+                let started: Bool
+                if case .success(.some) = result { started = true } else { started = false }
+                ended.withLockNotifyingAll { $0 = started }
+            }
+            store.close()
+        }
+        #expect(ended.wait(until: { $0 != nil }, timeout: 5) { $0 } == true)
+        #expect(try Store(path: path).task(id: "c")?.state == .running)
     }
 }
