@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 # Installed before any of the page's scripts: long tasks (>50 ms on the main thread) as the
@@ -42,9 +43,14 @@ def check(condition, message):
 
 
 def wait(description, condition, timeout=20.0, interval=0.1):
+    """Polls `condition` until it gives something true. An element the page re-rendered between
+    being found and being read (stale) counts as not there yet: the next poll finds it anew."""
     deadline = time.monotonic() + timeout
     while True:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -122,13 +128,18 @@ def interact(arguments):
         def item(task):
             found = driver.find_elements(By.CSS_SELECTOR, f"#attention .item[data-id='{task}']")
             return found[0] if found else None
-        auth = wait("the auth_required task in Needs attention", lambda: item(arguments.auth))
-        check("401" in auth.text and "credentials" in auth.text, f"auth_required reason: {auth.text!r}")
-        retrying = wait("the retrying task in Needs attention", lambda: item(arguments.retrying))
-        check("503" in retrying.text and "next try" in retrying.text, f"retrying reason: {retrying.text!r}")
-        failed = wait("the failed task in Needs attention", lambda: item(arguments.failed))
-        check("403" in failed.text and "refused" in failed.text, f"failed reason: {failed.text!r}")
-        result["reasons"] = {"auth_required": auth.text, "retrying": retrying.text, "failed": failed.text}
+
+        def item_text(task):
+            """The entry's text, read where it was found (the list re-renders as tasks change)."""
+            found = item(task)
+            return found.text if found else None
+        auth_text = wait("the auth_required task in Needs attention", lambda: item_text(arguments.auth))
+        check("401" in auth_text and "credentials" in auth_text, f"auth_required reason: {auth_text!r}")
+        retrying_text = wait("the retrying task in Needs attention", lambda: item_text(arguments.retrying))
+        check("503" in retrying_text and "next try" in retrying_text, f"retrying reason: {retrying_text!r}")
+        failed_text = wait("the failed task in Needs attention", lambda: item_text(arguments.failed))
+        check("403" in failed_text and "refused" in failed_text, f"failed reason: {failed_text!r}")
+        result["reasons"] = {"auth_required": auth_text, "retrying": retrying_text, "failed": failed_text}
 
         # Webhooks with their failing deliveries, the policy with its budgets left.
         hooks = wait("a failing delivery under Webhooks", lambda: "failing" in driver.find_element(By.ID, "webhooks").text and
@@ -139,6 +150,7 @@ def interact(arguments):
         result["webhooks"] = hooks
 
         # New headers for the auth_required task, from the page.
+        auth = item(arguments.auth)
         auth.find_element(By.CSS_SELECTOR, "button[data-act='headers']").click()
         area = wait("the headers form", lambda: auth.find_elements(By.CSS_SELECTOR, "form.headers textarea"))[0]
         area.send_keys("Authorization: Bearer " + arguments.new_token)
@@ -155,8 +167,9 @@ def interact(arguments):
         wait("the cancelled row to leave Running",
              lambda: not driver.find_elements(By.CSS_SELECTOR, f"#running .row[data-id='{arguments.running}']"))
         recent = wait("the cancelled task in Recent",
-                      lambda: driver.find_elements(By.CSS_SELECTOR, f"#recent .item[data-id='{arguments.running}']"))
-        check("cancelled" in recent[0].text, f"recent entry: {recent[0].text!r}")
+                      lambda: [entry.text for entry in
+                               driver.find_elements(By.CSS_SELECTOR, f"#recent .item[data-id='{arguments.running}']")])
+        check("cancelled" in recent[0], f"recent entry: {recent[0]!r}")
 
         # The screenshot for the README: uploads moving, what needs attention, what just ended
         # (once the last notice has faded).
