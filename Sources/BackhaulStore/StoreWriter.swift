@@ -65,11 +65,13 @@ final class StoreWriter: @unchecked Sendable {
 
     /// Finishes the jobs already handed over, and any still held, then stops.
     func stop() {
-        let held = held.withLock { held in
-            defer { held = (nil, []) }
-            return held.jobs
+        // Handed over under the hold's lock: a job the holding thread submits meanwhile waits
+        // for the lock and then goes after these (it would otherwise overtake them). The queue
+        // accepts them (not stopping yet), so no `done` runs under the lock.
+        held.withLock { hold in
+            if !hold.jobs.isEmpty { submit(hold.jobs) }
+            hold = (nil, [])
         }
-        if !held.isEmpty { submit(held) }
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
         settlements.withLockNotifyingAll { $0.stopping = true }

@@ -86,4 +86,35 @@ struct WriteHoldTests {
         #expect(ended.wait(until: { $0 != nil }, timeout: 5) { $0 } == true)
         #expect(try Store(path: path).task(id: "c")?.state == .running)
     }
+
+    /// Only the holding thread's release hands its writes over: another thread's release (a
+    /// thread that does not hold) must not commit them behind the holder's back.
+    @Test("a release from a thread that does not hold hands over nothing")
+    func releaseByAnotherThread() throws {
+        let task = try #require(try store.task(id: "h1"))
+        let claimed = Locked(false)
+        store.holdWrites()
+        defer { store.releaseWrites() }
+        store.startAttempt(task) { result in
+            if case .success(.some) = result { claimed.withLockNotifyingAll { $0 = true } }
+        }
+        let released = Locked(false)
+        Thread.detachNewThread { [store] in
+            store.releaseWrites()
+            released.withLockNotifyingAll { $0 = true }
+        }
+        #expect(released.wait(until: { $0 }, timeout: 10) { $0 })
+        // A write of another thread (the holder's own would take the held ones along) that
+        // commits after that release: the claim would be in its batch or an earlier one had the
+        // release handed it over.
+        let probed = Locked(false)
+        Thread.detachNewThread { [store] in
+            _ = try? store.createTasks(sessionID: "s", [makeTask("after")])
+            probed.withLockNotifyingAll { $0 = true }
+        }
+        #expect(probed.wait(until: { $0 }, timeout: 10) { $0 })
+        #expect(!claimed.withLock { $0 }, "still held")
+        store.releaseWrites()
+        #expect(claimed.wait(until: { $0 }, timeout: 10) { $0 })
+    }
 }

@@ -150,11 +150,12 @@ def interact(arguments):
         result["webhooks"] = hooks
 
         # New headers for the auth_required task, from the page.
-        auth = item(arguments.auth)
-        auth.find_element(By.CSS_SELECTOR, "button[data-act='headers']").click()
-        area = wait("the headers form", lambda: auth.find_elements(By.CSS_SELECTOR, "form.headers textarea"))[0]
+        # The entry is looked up anew at each step: the list replaces an entry whose task changed.
+        item(arguments.auth).find_element(By.CSS_SELECTOR, "button[data-act='headers']").click()
+        area = wait("the headers form",
+                    lambda: (item(arguments.auth) or driver).find_elements(By.CSS_SELECTOR, "#attention form.headers textarea"))[0]
         area.send_keys("Authorization: Bearer " + arguments.new_token)
-        auth.find_element(By.CSS_SELECTOR, "form.headers button[type='submit']").click()
+        item(arguments.auth).find_element(By.CSS_SELECTOR, "form.headers button[type='submit']").click()
         wait("the renewed task to leave Needs attention", lambda: item(arguments.auth) is None)
         result["toast_after_headers"] = driver.find_element(By.ID, "toast").text
 
