@@ -94,7 +94,6 @@ struct WriteHoldTests {
         let task = try #require(try store.task(id: "h1"))
         let claimed = Locked(false)
         store.holdWrites()
-        defer { store.releaseWrites() }
         store.startAttempt(task) { result in
             if case .success(.some) = result { claimed.withLockNotifyingAll { $0 = true } }
         }

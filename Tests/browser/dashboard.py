@@ -152,8 +152,8 @@ def interact(arguments):
         # New headers for the auth_required task, from the page.
         # The entry is looked up anew at each step: the list replaces an entry whose task changed.
         item(arguments.auth).find_element(By.CSS_SELECTOR, "button[data-act='headers']").click()
-        area = wait("the headers form",
-                    lambda: (item(arguments.auth) or driver).find_elements(By.CSS_SELECTOR, "#attention form.headers textarea"))[0]
+        area = wait("the headers form", lambda: driver.find_elements(
+            By.CSS_SELECTOR, f"#attention .item[data-id='{arguments.auth}'] form.headers textarea"))[0]
         area.send_keys("Authorization: Bearer " + arguments.new_token)
         item(arguments.auth).find_element(By.CSS_SELECTOR, "form.headers button[type='submit']").click()
         wait("the renewed task to leave Needs attention", lambda: item(arguments.auth) is None)
