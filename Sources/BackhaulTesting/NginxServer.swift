@@ -1,10 +1,15 @@
 import Foundation
 import Glibc
 
-/// nginx on 127.0.0.1 as a WebDAV PUT sink (and static file server), in its own prefix.
+/// nginx on 127.0.0.1 as a WebDAV PUT sink (and static file server), in its own prefix. With a
+/// certificate it also listens for https on `tlsPort`, speaking HTTP/2 to clients that offer it
+/// (ALPN) unless `http2` is false, and logs each request there as `connection protocol method uri status` in
+/// `tlsAccessLog`.
 public final class NginxServer {
     public let root: String
     public let port: UInt16
+    public let tlsPort: UInt16?
+    public let tlsAccessLog: String
     private let prefix: String
     private let process = Process()
 
@@ -12,13 +17,36 @@ public final class NginxServer {
         ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public init(directory: String) throws {
+    public init(directory: String, tls certificate: SelfSignedCertificate? = nil, http2: Bool = true) throws {
         guard let binary = Self.binary else { throw NginxError(message: "nginx is not installed: run `make test-deps`") }
         prefix = directory
         root = directory + "/root"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: directory + "/tmp", withIntermediateDirectories: true)
         port = try freePort()
+        tlsPort = try certificate.map { _ in try freePort() }
+        tlsAccessLog = directory + "/tls-access.log"
+        let location = """
+            location / {
+                        root \(root);
+                        dav_methods PUT DELETE;
+                        create_full_put_path on;
+                        client_max_body_size 0;
+                    }
+            """
+        var tlsServer = ""
+        if let certificate, let tlsPort {
+            tlsServer = """
+                log_format connections '$connection $server_protocol $request_method $uri $status';
+                    server {
+                        listen 127.0.0.1:\(tlsPort) ssl\(http2 ? " http2" : "");
+                        ssl_certificate \(certificate.certificate);
+                        ssl_certificate_key \(certificate.key);
+                        access_log \(tlsAccessLog) connections;
+                        \(location)
+                    }
+                """
+        }
         let user = getuid() == 0 ? "user root;" : ""
         let configuration = """
             \(user)
@@ -36,13 +64,9 @@ public final class NginxServer {
                 scgi_temp_path \(directory)/tmp;
                 server {
                     listen 127.0.0.1:\(port);
-                    location / {
-                        root \(root);
-                        dav_methods PUT DELETE;
-                        create_full_put_path on;
-                        client_max_body_size 0;
-                    }
+                    \(location)
                 }
+                \(tlsServer)
             }
             """
         try configuration.write(toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
@@ -54,7 +78,11 @@ public final class NginxServer {
         process.standardError = FileHandle.nullDevice
         try process.run()
         let port = self.port
-        let listening = eventually(timeout: 10) { (try? connectable(port: port)) == true || !process.isRunning }
+        let tlsPort = self.tlsPort
+        let listening = eventually(timeout: 10) {
+            ((try? connectable(port: port)) == true && tlsPort.map { (try? connectable(port: $0)) == true } ?? true)
+                || !process.isRunning
+        }
         guard listening, process.isRunning else {
             throw NginxError(
                 message: "nginx did not start: \((try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? "")")
@@ -71,6 +99,9 @@ public final class NginxServer {
     }
 
     public func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
+
+    /// The https URL of `path` (nginx was given a certificate).
+    public func tlsURL(_ path: String) -> String { "https://127.0.0.1:\(tlsPort ?? 0)\(path)" }
 
     public struct NginxError: Error, CustomStringConvertible {
         public var message: String

@@ -49,7 +49,11 @@ public struct RequestOptions: Sendable {
     /// AWS Signature V4 (`CURLOPT_AWS_SIGV4`), computed by curl over the headers it sends.
     public var awsSigV4: AWSSigning?
     /// Allow HTTP/2 over TLS (ALPN) and multiplexing on a shared connection; plain http stays
-    /// HTTP/1.1 (no prior knowledge).
+    /// HTTP/1.1 (no prior knowledge). An https transfer that finds its host's connection still in
+    /// its handshake waits for it (`CURLOPT_PIPEWAIT`) instead of opening one of its own: a burst
+    /// of small uploads to an HTTP/2 server goes as streams of one connection, with one handshake.
+    /// A server that answers HTTP/1.1 costs the burst that one handshake's wait, then each
+    /// transfer has a connection of its own as before.
     public var allowHTTP2 = true
 
     public struct AWSSigning: Sendable, Equatable {
@@ -79,7 +83,11 @@ extension EasyHandle {
         try set(CURLOPT_NOSIGNAL, 1)
         try set(CURLOPT_PROTOCOLS_STR, "http,https")
         try set(CURLOPT_FOLLOWLOCATION, request.followRedirects ? 1 : 0)
-        if !request.allowHTTP2 { try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)) }
+        if !request.allowHTTP2 {
+            try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        } else if request.url.hasPrefix("https://") {
+            try set(CURLOPT_PIPEWAIT, 1)
+        }
         if request.tcpKeepAlive { try set(CURLOPT_TCP_KEEPALIVE, 1) }
         if let agent = request.userAgent { try set(CURLOPT_USERAGENT, agent) }
         if let seconds = request.timeoutSeconds { try set(CURLOPT_TIMEOUT, seconds) }

@@ -33,3 +33,58 @@ extension EndToEndTests {
         }
     }
 }
+
+extension EndToEndTests {
+    @Test("small https uploads started together to an HTTP/2 server share one multiplexed connection")
+    func nginxHTTP2Multiplexing() throws {
+        let lines = try httpsBurst(http2: true)
+        #expect(lines.allSatisfy { $0[1] == "HTTP/2.0" }, "\(lines)")
+        #expect(Set(lines.map { $0[0] }).count == 1, "connections: \(lines.map { $0[0] })")
+    }
+
+    @Test("the same burst to an https server that speaks only HTTP/1.1 waits for one handshake, then spreads over connections")
+    func nginxHTTPSBurstHTTP1() throws {
+        let lines = try httpsBurst(http2: false)
+        #expect(lines.allSatisfy { $0[1] == "HTTP/1.1" }, "\(lines)")
+        #expect(Set(lines.map { $0[0] }).count > 1, "connections: \(lines.map { $0[0] })")
+    }
+
+    /// 24 small uploads in one batch (they start in the same turn, before any connection has said
+    /// whether it speaks HTTP/2) to nginx over https; each arrives byte-exact. Returns nginx's
+    /// log of them: connection, protocol, method, path, status.
+    private func httpsBurst(http2: Bool) throws -> [[Substring]] {
+        let scratch = TemporaryDirectory("backhaul-https")
+        let certificate = try SelfSignedCertificate(directory: scratch.path)
+        let nginx = try NginxServer(directory: scratch.file("nginx"), tls: certificate, http2: http2)
+        let fixture = try Fixture(daemonArguments: ["--ca-bundle", certificate.certificate])
+        try fixture.session("s1", ["max_connections_per_host": 16])
+        let names = (0..<24).map { "small-\($0).bin" }
+        let tasks: [JSON] = names.enumerated().map { index, name in
+            [
+                "file": .string(fixture.makeFile(name, size: 20_000 + index * 1_000)),
+                "request": ["url": .string(nginx.tlsURL("/burst/\(name)")), "method": "PUT"],
+            ]
+        }
+        let (status, body) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", ["tasks": .array(tasks)])
+        try #require(status == 201, "\(body.serialized().prefix(300))")
+        let ids = try #require(body["tasks"]?.arrayValue?.compactMap { $0["id"]?.stringValue })
+        try #require(ids.count == names.count)
+        for (name, id) in zip(names, ids) {
+            let task = try fixture.daemon.waitForTask(id, timeout: 60)
+            fixture.expectLog(task["state"]?.stringValue == "completed", "\(name): \(task.serialized())")
+            #expect(
+                Bytes(fixture.contents(nginx.root + "/burst/" + name)) == Bytes(fixture.contents(fixture.data + "/" + name)),
+                "\(name)")
+        }
+        // nginx logs a request once it has answered it.
+        var lines: [[Substring]] = []
+        _ = eventually(timeout: 10) {
+            lines = ((try? String(contentsOfFile: nginx.tlsAccessLog, encoding: .utf8)) ?? "")
+                .split(separator: "\n").map { $0.split(separator: " ") }
+            return lines.count >= names.count
+        }
+        try #require(lines.count == names.count && lines.allSatisfy { $0.count == 5 }, "\(lines)")
+        #expect(lines.allSatisfy { $0[2] == "PUT" && $0[4] == "201" }, "\(lines)")
+        return lines
+    }
+}

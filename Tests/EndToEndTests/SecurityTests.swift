@@ -168,18 +168,8 @@ extension EndToEndTests {
     @Test("https certificates are verified: a self-signed server fails -1200, and is trusted once given as --ca-bundle")
     func certificateVerification() throws {
         let scratch = TemporaryDirectory("backhaul-e2e")
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        openssl.arguments = [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", scratch.file("key.pem"), "-out", scratch.file("cert.pem"),
-        ]
-        openssl.standardError = FileHandle.nullDevice
-        try openssl.run()
-        openssl.waitUntilExit()
-        try #require(openssl.terminationStatus == 0)
-        let sink = try PythonPeer(
-            script: "tls_sink.py", arguments: ["--cert", scratch.file("cert.pem"), "--key", scratch.file("key.pem")])
+        let certificate = try SelfSignedCertificate(directory: scratch.path)
+        let sink = try PythonPeer(script: "tls_sink.py", arguments: ["--cert", certificate.certificate, "--key", certificate.key])
         let url = JSON.string("https://127.0.0.1:\(sink.port)/upload")
 
         let untrusting = try Fixture()
@@ -190,7 +180,7 @@ extension EndToEndTests {
         #expect(
             refused["state"]?.stringValue == "failed" && refused["error"]?["code"]?.intValue == -1200, "\(refused.serialized())")
 
-        let trusting = try Fixture(daemonArguments: ["--ca-bundle", scratch.file("cert.pem")])
+        let trusting = try Fixture(daemonArguments: ["--ca-bundle", certificate.certificate])
         try trusting.session()
         let other = trusting.makeFile("a.bin", size: 10_000)
         let sent = try trusting.daemon.waitForTask(
