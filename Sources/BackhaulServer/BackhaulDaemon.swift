@@ -48,7 +48,13 @@ public final class BackhaulDaemon: Sendable {
         store = try Store(path: directory + "/backhaul.db")
         settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
         let errorLogger = logger
-        worker = try CurlWorker { message in errorLogger.error("the curl worker failed", metadata: ["error": "\(message)"]) }
+        var dispatcherOptions = DispatcherOptions()
+        // The pool keeps four idle connections for every transfer and delivery that can run at
+        // once (libcurl's own ratio, on the most that can run rather than on those running at the
+        // moment); libcurl closes a connection left unused for two minutes.
+        worker = try CurlWorker(keptConnections: 4 * (configuration.maxConcurrentTransfers + dispatcherOptions.maxInFlight)) {
+            message in errorLogger.error("the curl worker failed", metadata: ["error": "\(message)"])
+        }
         var engineOptions = EngineOptions()
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
         engineOptions.caBundle = configuration.caBundle
@@ -57,7 +63,6 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
-        var dispatcherOptions = DispatcherOptions()
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
         dispatcherOptions.denyPrivateDestinations = configuration.destinations.denyPrivate

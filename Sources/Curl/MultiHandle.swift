@@ -6,10 +6,15 @@ public final class MultiHandle {
     private let raw: UnsafeMutableRawPointer
     private var handles: [UnsafeMutableRawPointer: EasyHandle] = [:]
 
-    public init(maxTotalConnections: Int = 0, maxHostConnections: Int = 0) throws(CurlMultiCode) {
+    /// `keptConnections`: how many connections the pool keeps open when they are idle
+    /// (`CURLMOPT_MAXCONNECTS`; 0: libcurl's default, four for every transfer added at the moment).
+    public init(maxTotalConnections: Int = 0, maxHostConnections: Int = 0, keptConnections: Int = 0) throws(CurlMultiCode) {
         CurlGlobal.initialize()
         guard let multi = curl_multi_init() else { throw CurlMultiCode(rawValue: CURLM_OUT_OF_MEMORY.rawValue) }
         raw = multi
+        if keptConnections > 0 {
+            try check(bh_curl_multi_setopt_long(raw, CURLMOPT_MAXCONNECTS, keptConnections))
+        }
         if maxTotalConnections > 0 {
             try check(bh_curl_multi_setopt_long(raw, CURLMOPT_MAX_TOTAL_CONNECTIONS, maxTotalConnections))
         }

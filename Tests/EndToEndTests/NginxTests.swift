@@ -49,19 +49,26 @@ extension EndToEndTests {
         #expect(Set(lines.map { $0[0] }).count > 1, "connections: \(lines.map { $0[0] })")
     }
 
-    /// 24 small uploads in one batch (they start in the same turn, before any connection has said
+    @Test("300 small https uploads reuse their connections: no more handshakes than transfers at once")
+    func nginxHTTPSConnectionReuse() throws {
+        let lines = try httpsBurst(http2: false, count: 300, perHost: 8)
+        let connections = Set(lines.map { $0[0] })
+        #expect(connections.count <= 8, "\(connections.count) connections for \(lines.count) requests")
+    }
+
+    /// `count` small uploads in one batch (they start in the same turn, before any connection has said
     /// whether it speaks HTTP/2) to nginx over https; each arrives byte-exact. Returns nginx's
     /// log of them: connection, protocol, method, path, status.
-    private func httpsBurst(http2: Bool) throws -> [[Substring]] {
+    private func httpsBurst(http2: Bool, count: Int = 24, perHost: Int = 16) throws -> [[Substring]] {
         let scratch = TemporaryDirectory("backhaul-https")
         let certificate = try SelfSignedCertificate(directory: scratch.path)
         let nginx = try NginxServer(directory: scratch.file("nginx"), tls: certificate, http2: http2)
         let fixture = try Fixture(daemonArguments: ["--ca-bundle", certificate.certificate])
-        try fixture.session("s1", ["max_connections_per_host": 16])
-        let names = (0..<24).map { "small-\($0).bin" }
+        try fixture.session("s1", ["max_connections_per_host": .int(Int64(perHost))])
+        let names = (0..<count).map { "small-\($0).bin" }
         let tasks: [JSON] = names.enumerated().map { index, name in
             [
-                "file": .string(fixture.makeFile(name, size: 20_000 + index * 1_000)),
+                "file": .string(fixture.makeFile(name, size: 20_000 + index % 24 * 1_000)),
                 "request": ["url": .string(nginx.tlsURL("/burst/\(name)")), "method": "PUT"],
             ]
         }
