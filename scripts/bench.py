@@ -11,6 +11,8 @@ Sections (`--only`, comma-separated; all by default):
             interleaved; backhauld's CPU per task
   rclone    the same files to `rclone serve webdav` (rclone's WebDAV backend cannot talk to
             nginx's partial WebDAV): backhauld, curl, curl -Z and `rclone copy --transfers 8`
+  https     the same files over https to nginx speaking HTTP/1.1 and HTTP/2: backhauld vs curl -Z,
+            and the connections (TLS handshakes) each opened, counted in nginx's log
   api       wrk (2 threads, 16 connections) on GET /v1/tasks/{id} and on single-task POSTs,
             every POST's status counted by a Lua script
   scale     1,000,000 tasks in batches of 1,000 into a disabled session: the first 100,000 vs
@@ -467,11 +469,11 @@ def run_curl(args, work, source, name, flags, base_url, label):
     return time.time() - started
 
 
-def run_backhauld_many(args, work, data, source, base_url, label):
+def run_backhauld_many(args, work, data, source, base_url, label, extra=()):
     """backhauld, one batch of `args.files` tasks, from the enqueue POST to the last completion seen
     by polling (its durable state included); its CPU (utime, stime; in all and by named thread), minor
     page faults and peak RSS over the run."""
-    daemon, port = start_daemon(args.binary, f"{work}/state-{label}", data)
+    daemon, port = start_daemon(args.binary, f"{work}/state-{label}", data, extra)
     try:
         api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
         tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"{base_url}/{index}.bin"}} for index in range(args.files)]
@@ -583,6 +585,91 @@ def many_files_rclone(args, work, data):
     for case in result.values():
         case["ratio_backhauld_to_this"] = result["backhauld"]["wall_s"] / case["wall_s"]
     return result
+
+
+def start_nginx_tls(directory):
+    """nginx over https with a throwaway self-signed certificate: one server that speaks HTTP/2
+    (ALPN) and one that speaks only HTTP/1.1, each logging every request's connection number, so
+    the connections a sender opened are counted. Returns (process, {"h2": port, "h1": port},
+    certificate, log)."""
+    os.makedirs(f"{directory}/root", exist_ok=True)
+    os.makedirs(f"{directory}/tmp", exist_ok=True)
+    certificate, key = f"{directory}/cert.pem", f"{directory}/key.pem"
+    run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certificate],
+        timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ports = {"h2": free_port(), "h1": free_port()}
+    location = f"location / {{ root {directory}/root; dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}"
+    tls = f"ssl_certificate {certificate}; ssl_certificate_key {key};"
+    user = "user root;" if os.getuid() == 0 else ""
+    with open(f"{directory}/nginx.conf", "w") as conf:
+        conf.write(f"""{user}
+worker_processes 1;
+daemon off;
+error_log {directory}/error.log;
+pid {directory}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{
+  log_format connections '$connection $uri';
+  access_log {directory}/access.log connections;
+  client_body_temp_path {directory}/tmp;
+  server {{ listen 127.0.0.1:{ports["h2"]} ssl http2; {tls} {location} }}
+  server {{ listen 127.0.0.1:{ports["h1"]} ssl; {tls} {location} }}
+}}
+""")
+    process = spawn(["nginx", "-c", f"{directory}/nginx.conf", "-p", f"{directory}/"])
+    for port in ports.values():
+        wait_port(port)
+    return process, ports, certificate, f"{directory}/access.log"
+
+
+def connections_used(log, label):
+    """How many connections nginx saw carry the requests under /`label`/."""
+    with open(log) as lines:
+        return len({line.split()[0] for line in lines if line.split()[1:2] and line.split()[1].startswith(f"/{label}/")})
+
+
+def many_files_https(args, work, data):
+    """The same files over https to nginx, HTTP/1.1 and HTTP/2: backhauld vs `curl -Z --parallel-max
+    16` (which multiplexes over HTTP/2), rounds interleaved; the connections each opened, from
+    nginx's log (each one a TLS handshake)."""
+    source = make_small_files(args, data)
+    directory = tempfile.mkdtemp(prefix="backhaul-tls-", dir="/dev/shm")
+    nginx, ports, certificate, log = start_nginx_tls(directory)
+    results = {}
+    try:
+        for run_index in range(args.runs):
+            for protocol, port in ports.items():
+                base = f"https://127.0.0.1:{port}"
+                label = f"curlz-{protocol}-{run_index}"
+                flags = ["-Z", "--parallel-max", "16", "--no-progress-meter", "--cacert", certificate]
+                flags += ["--http1.1"] if protocol == "h1" else []
+                wall = run_curl(args, work, source, "curl -Z", flags, f"{base}/{label}", label)
+                results.setdefault(f"curl -Z, {protocol}", []).append((wall, None, connections_used(log, label)))
+                check_received(f"{directory}/root/{label}", args.files)
+                shutil.rmtree(f"{directory}/root/{label}")
+                label = f"bh-{protocol}-{run_index}"
+                wall, usage, _ = run_backhauld_many(args, work, data, source, f"{base}/{label}", label,
+                                                    ["--ca-bundle", certificate])
+                cpu = (usage["user"] + usage["system"]) * 1000 / args.files
+                results.setdefault(f"backhauld, {protocol}", []).append((wall, cpu, connections_used(log, label)))
+                check_received(f"{directory}/root/{label}", args.files)
+                shutil.rmtree(f"{directory}/root/{label}")
+    finally:
+        stop(nginx)
+        shutil.rmtree(directory, ignore_errors=True)
+    cases = {}
+    for name, rounds in results.items():
+        walls = [wall for wall, _, _ in rounds]
+        cpus = [cpu for _, cpu, _ in rounds if cpu is not None]
+        cases[name] = {"wall_s": statistics.median(walls), "walls": walls, "files_per_s": args.files / statistics.median(walls),
+                       "connections": [connections for _, _, connections in rounds]}
+        if cpus:
+            cases[name]["cpu_ms_per_task"] = statistics.median(cpus)
+    for protocol in ports:
+        cases[f"backhauld, {protocol}"]["ratio_to_curl_z"] = (
+            cases[f"backhauld, {protocol}"]["wall_s"] / cases[f"curl -Z, {protocol}"]["wall_s"])
+    return cases
 
 
 # ---------------------------------------------------------------------------------------------
@@ -953,6 +1040,17 @@ def print_many(args, cases, sink):
                 f"{name} {t['user']:.3f} + {t['system']:.3f}" for name, t in bh["threads_ms_per_task"].items()))
 
 
+def print_https(args, cases):
+    print(f"\n{args.files} files of 256 KiB over https (a self-signed certificate) to nginx WebDAV on tmpfs, "
+          f"median of {args.runs} interleaved rounds")
+    print(f"{'case':<22}{'wall s':>9}{'files/s':>10}{'÷ curl -Z':>11}{'CPU ms a task':>15}   connections (each a handshake), runs")
+    for name, case in cases.items():
+        ratio = f"{case['ratio_to_curl_z']:.3f}" if "ratio_to_curl_z" in case else ""
+        cpu = f"{case['cpu_ms_per_task']:.3f}" if "cpu_ms_per_task" in case else ""
+        print(f"{name:<22}{case['wall_s']:>9.2f}{case['files_per_s']:>10.0f}{ratio:>11}{cpu:>15}   "
+              f"{' '.join(str(c) for c in case['connections'])}; {' '.join(f'{w:.2f}' for w in case['walls'])}")
+
+
 def print_api(args, results):
     print(f"\nAPI under load (wrk, 2 threads, 16 connections, {args.load_seconds} s)")
     for name in ("get_task", "post_task"):
@@ -1005,7 +1103,7 @@ def main():
     parser.add_argument("--load-seconds", type=int, default=10)
     parser.add_argument("--profile-tasks", type=int, default=300)
     parser.add_argument("--keep-profiles", default=None, help="copy the callgrind outputs into this directory")
-    parser.add_argument("--only", default="big,download,webhooks,many,rclone,api,scale,profile",
+    parser.add_argument("--only", default="big,download,webhooks,many,rclone,https,api,scale,profile",
                         help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
@@ -1017,7 +1115,7 @@ def main():
     if args.scale_window % 1000 or args.scale_window > args.scale_tasks:
         parser.error("--scale-window is a multiple of 1,000 and at most --scale-tasks")
     sections = set(args.only.split(","))
-    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "api", "scale", "profile"}
+    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "https", "api", "scale", "profile"}
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     if not os.access(args.binary, os.X_OK):
@@ -1049,6 +1147,8 @@ def main():
             results["many_files_nginx"] = many_files_nginx(args, work, data, sink_dir, nginx_port)
         if "rclone" in sections:
             results["many_files_rclone"] = many_files_rclone(args, work, data)
+        if "https" in sections:
+            results["many_files_https"] = many_files_https(args, work, data)
         if "api" in sections:
             results.update(api_load(args, work, data))
         if "scale" in sections:
@@ -1073,6 +1173,8 @@ def main():
         print_many(args, results["many_files_nginx"], "nginx WebDAV (dav_methods PUT) on tmpfs")
     if "many_files_rclone" in results:
         print_many(args, results["many_files_rclone"], "rclone serve webdav on tmpfs (where rclone copy works)")
+    if "many_files_https" in results:
+        print_https(args, results["many_files_https"])
     if "post_task" in results:
         print_api(args, results)
     if "scale" in results:
