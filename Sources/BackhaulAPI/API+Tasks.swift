@@ -34,7 +34,8 @@ extension API {
         guard isBatch else {
             // Rendered here as created waiting, when it will be, as a batch's tasks are: the writer
             // writes this text as the event, and when it did, it is the answer too.
-            let record = try makeTask(items[0].0, path: items[0].1, session: session, now: now)
+            var directories = ResolvedDirectories()
+            let record = try makeTask(items[0].0, path: items[0].1, session: session, now: now, directories: &directories)
             let waitingJSON =
                 session.enabled ? nil : [record.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText()]
             let batch = TaskBatch([record], waitingJSON: waitingJSON)
@@ -68,10 +69,11 @@ extension API {
         let renderWaiting = !session.enabled
         var part: [TaskRecord] = []
         var waitingJSON: [String] = []
+        var directories = ResolvedDirectories()
         part.reserveCapacity(API.batchPart)
         do {
             for (offset, (item, path)) in items.enumerated() {
-                let task = try makeTask(item, path: path, session: session, now: now)
+                let task = try makeTask(item, path: path, session: session, now: now, directories: &directories)
                 part.append(task)
                 if renderWaiting {
                     waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText())
@@ -112,7 +114,10 @@ extension API {
         return API.json(status, answer)
     }
 
-    func makeTask(_ value: JSON, path: String, session: SessionRecord, now: Timestamp) throws(Problem) -> TaskRecord {
+    /// `directories`: those the request's files were found in so far.
+    func makeTask(
+        _ value: JSON, path: String, session: SessionRecord, now: Timestamp, directories: inout ResolvedDirectories
+    ) throws(Problem) -> TaskRecord {
         let draft: TaskDraft
         let configuration: TransferConfiguration
         do {
@@ -132,7 +137,7 @@ extension API {
                 options.allowedRoots.inspectDestination(spec.destination, overwrite: spec.overwrite).map {
                     FileInfo(path: $0, size: 0, modifiedAtNanoseconds: 0)
                 }
-            } ?? options.allowedRoots.inspect(draft.filePath)
+            } ?? options.allowedRoots.inspect(draft.filePath, directories: &directories)
         switch inspected {
         case .success(let info): file = info
         case .failure(let error):

@@ -129,6 +129,45 @@ struct APITests {
         }
     }
 
+    /// The file cases of `badTasks` whose directory is also a good file's.
+    static let badFilesBesideAGoodOne = badTasks.indices.filter {
+        badTasks[$0].1["file"]?.stringValue?.hasPrefix("ROOT/") == true
+    }
+
+    @Test(
+        "a bad file in a batch, after a good one from the same directory, gets the code it gets alone",
+        arguments: badFilesBesideAGoodOne)
+    func badFileInBatch(_ index: Int) throws {
+        let (name, overrides, status, code) = Self.badTasks[index]
+        symlink("/etc/hostname", api.root + "/link")
+        mkfifo(api.root + "/fifo", 0o600)
+        let file = try #require(overrides["file"]?.stringValue).replacingOccurrences(of: "ROOT", with: api.root)
+        let (got, body, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": [api.task(), api.task(["file": .string(file)])]])
+        #expect(got == status, "\(name): \(body.serialized())")
+        #expect(body["code"]?.stringValue == code, "\(name)")
+        #expect(body["field"]?.stringValue == "tasks[1].file", "\(name)")
+    }
+
+    @Test("a batch's files through a linked directory are kept by their resolved path; a link out of the roots is refused")
+    func batchThroughLinkedDirectory() throws {
+        symlink(api.root + "/dir", api.root + "/dirlink")
+        symlink("/etc", api.root + "/outlink")
+        for name in ["a.bin", "b.bin"] { FileManager.default.createFile(atPath: api.root + "/dir/" + name, contents: Data([1, 2])) }
+        let resolvedRoot = try #require(AllowedRoots.realPath(api.root))
+        let (created, batch, _) = api.call(
+            "POST", "/v1/sessions/s/tasks",
+            ["tasks": [api.task(["file": .string(api.root + "/dirlink/a.bin")]), api.task(["file": .string(api.root + "/dirlink/b.bin")])]])
+        #expect(created == 201, "\(batch.serialized())")
+        #expect(
+            batch["tasks"]?.arrayValue?.compactMap { $0["file"]?["path"]?.stringValue }
+                == [resolvedRoot + "/dir/a.bin", resolvedRoot + "/dir/b.bin"], "\(batch.serialized())")
+        let (refused, problem, _) = api.call(
+            "POST", "/v1/sessions/s/tasks",
+            ["tasks": [api.task(["file": .string(api.root + "/dirlink/a.bin")]), api.task(["file": .string(api.root + "/outlink/hostname")])]])
+        #expect(refused == 403 && problem["code"]?.stringValue == "file_outside_allowed_roots", "\(problem.serialized())")
+        #expect(problem["field"]?.stringValue == "tasks[1].file")
+    }
+
     @Test("a batch is validated all-or-nothing and names the failing index")
     func batchValidation() {
         let (status, body, _) = api.call("POST", "/v1/sessions/s/tasks", ["tasks": [api.task(), api.task(["priority": 7])]])
