@@ -119,6 +119,9 @@ let package = Package(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
+            name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "Threads"],
+            swiftSettings: swiftSettings),
+        .testTarget(
             name: "BackhaulAPITests",
             dependencies: [
                 "BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSON",

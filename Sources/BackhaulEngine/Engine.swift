@@ -50,7 +50,7 @@ public final class Engine: TransferStatus {
     let clock: any Clock
     let shared = Locked(Shared())
     /// What the store and the writer's answers hand over to the loop, taken on its thread.
-    let inbox = EngineInbox()
+    let inbox: EngineInbox
     private nonisolated(unsafe) var loop: EngineLoop?
 
     public init(
@@ -60,6 +60,8 @@ public final class Engine: TransferStatus {
         self.store = store
         self.settings = settings
         self.worker = worker
+        let waker = worker.wakeHandle
+        inbox = EngineInbox { waker.wake() }
         self.logger = logger
         self.options = options
         self.clock = clock
@@ -67,10 +69,7 @@ public final class Engine: TransferStatus {
         shared.withLock { $0.detected = detected }
         // Every commit that changed something reaches the loop (on the store's settler thread:
         // only a hand-over and a wake here).
-        store.observe { [inbox, worker] changes in
-            inbox.post(changes)
-            worker.wake()
-        }
+        store.observe { [inbox] changes in inbox.post(changes) }
     }
 
     /// Puts interrupted tasks back in the queue, and joins the curl worker (which must then be
@@ -116,7 +115,6 @@ public final class Engine: TransferStatus {
     public func detectedNetwork(refresh: Bool) -> NetworkState {
         if refresh, refreshDetectedNetwork() {
             inbox.requestPolicyReview()
-            worker.wake()
         }
         return shared.withLock { $0.detected }
     }
@@ -144,13 +142,30 @@ final class EngineInbox: Sendable {
     }
 
     private let state = Locked<(items: [Item], policyReview: Bool)>(([], false))
+    private let wake: @Sendable () -> Void
 
-    func post(_ changes: StoreChanges) { state.withLock { $0.items.append(.changes(changes)) } }
+    /// `wake`: makes the loop take a turn (the curl worker's wake-up).
+    init(wake: @escaping @Sendable () -> Void) { self.wake = wake }
+
+    func post(_ changes: StoreChanges) { hand { $0.items.append(.changes(changes)) } }
 
     /// Runs `work` on the loop's thread at its next turn.
-    func post(_ work: @escaping @Sendable (EngineLoop) -> Void) { state.withLock { $0.items.append(.work(work)) } }
+    func post(_ work: @escaping @Sendable (EngineLoop) -> Void) { hand { $0.items.append(.work(work)) } }
 
-    func requestPolicyReview() { state.withLock { $0.policyReview = true } }
+    func requestPolicyReview() { hand { $0.policyReview = true } }
+
+    /// Adds to the inbox, and wakes the loop when the inbox was empty: a post into a non-empty
+    /// inbox joins what the wake of the post that filled it has the loop take (the loop takes
+    /// the whole inbox at each turn, and a wake that comes while it is awake makes it turn again).
+    /// A commit's settlement posts its changes and every answer of the batch: one wake, not one each.
+    private func hand(_ add: (inout (items: [Item], policyReview: Bool)) -> Void) {
+        let wasEmpty = state.withLock { state -> Bool in
+            let empty = state.items.isEmpty && !state.policyReview
+            add(&state)
+            return empty
+        }
+        if wasEmpty { wake() }
+    }
 
     func take() -> (items: [Item], policyReview: Bool) {
         state.withLock { state in

@@ -52,9 +52,8 @@ extension EngineLoop {
     func claim(_ task: TaskRecord, entry: Scheduler.Entry, configuration: TransferConfiguration) {
         claiming.insert(task.sequence)
         scheduler.started(entry.key)
-        store.startAttempt(task) { [inbox = engine.inbox, worker = engine.worker] result in
+        store.startAttempt(task) { [inbox = engine.inbox] result in
             inbox.post { loop in loop.claimed(entry, configuration, result) }
-            worker.wake()
         }
     }
 

@@ -240,10 +240,7 @@ final class EngineLoop: CurlClient {
         lastTimerCheck = monotonic
         timersInFlight = true
         cleanupsDue = true
-        store.fireTimers(now: now) { [inbox = engine.inbox, worker = engine.worker] result in
-            inbox.post { loop in loop.timersFired(result) }
-            worker.wake()
-        }
+        store.fireTimers(now: now) { [inbox = engine.inbox] result in inbox.post { loop in loop.timersFired(result) } }
     }
 
     func timersFired(_ result: Result<(expired: Int, next: Timestamp?), StoreError>) {
