@@ -152,18 +152,30 @@ struct APITests {
     func batchThroughLinkedDirectory() throws {
         symlink(api.root + "/dir", api.root + "/dirlink")
         symlink("/etc", api.root + "/outlink")
-        for name in ["a.bin", "b.bin"] { FileManager.default.createFile(atPath: api.root + "/dir/" + name, contents: Data([1, 2])) }
+        for name in ["a.bin", "b.bin"] {
+            FileManager.default.createFile(atPath: api.root + "/dir/" + name, contents: Data([1, 2]))
+        }
         let resolvedRoot = try #require(AllowedRoots.realPath(api.root))
         let (created, batch, _) = api.call(
             "POST", "/v1/sessions/s/tasks",
-            ["tasks": [api.task(["file": .string(api.root + "/dirlink/a.bin")]), api.task(["file": .string(api.root + "/dirlink/b.bin")])]])
+            [
+                "tasks": [
+                    api.task(["file": .string(api.root + "/dirlink/a.bin")]),
+                    api.task(["file": .string(api.root + "/dirlink/b.bin")]),
+                ]
+            ])
         #expect(created == 201, "\(batch.serialized())")
         #expect(
             batch["tasks"]?.arrayValue?.compactMap { $0["file"]?["path"]?.stringValue }
                 == [resolvedRoot + "/dir/a.bin", resolvedRoot + "/dir/b.bin"], "\(batch.serialized())")
         let (refused, problem, _) = api.call(
             "POST", "/v1/sessions/s/tasks",
-            ["tasks": [api.task(["file": .string(api.root + "/dirlink/a.bin")]), api.task(["file": .string(api.root + "/outlink/hostname")])]])
+            [
+                "tasks": [
+                    api.task(["file": .string(api.root + "/dirlink/a.bin")]),
+                    api.task(["file": .string(api.root + "/outlink/hostname")]),
+                ]
+            ])
         #expect(refused == 403 && problem["code"]?.stringValue == "file_outside_allowed_roots", "\(problem.serialized())")
         #expect(problem["field"]?.stringValue == "tasks[1].file")
     }

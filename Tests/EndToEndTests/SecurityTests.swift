@@ -169,7 +169,8 @@ extension EndToEndTests {
     func certificateVerification() throws {
         let scratch = TemporaryDirectory("backhaul-e2e")
         let certificate = try SelfSignedCertificate(directory: scratch.path)
-        let sink = try PythonPeer(script: "tls_sink.py", arguments: ["--cert", certificate.certificate, "--key", certificate.key])
+        let sink = try PythonPeer(
+            script: "tls_sink.py", arguments: ["--cert", certificate.certificate, "--key", certificate.key])
         let url = JSON.string("https://127.0.0.1:\(sink.port)/upload")
 
         let untrusting = try Fixture()
