@@ -60,8 +60,7 @@ public final class Engine: TransferStatus {
         self.store = store
         self.settings = settings
         self.worker = worker
-        let waker = worker.wakeHandle
-        inbox = EngineInbox { waker.wake() }
+        inbox = EngineInbox { [worker] in worker.wake() }
         self.logger = logger
         self.options = options
         self.clock = clock
@@ -147,21 +146,21 @@ final class EngineInbox: Sendable {
     /// `wake`: makes the loop take a turn (the curl worker's wake-up).
     init(wake: @escaping @Sendable () -> Void) { self.wake = wake }
 
-    func post(_ changes: StoreChanges) { hand { $0.items.append(.changes(changes)) } }
+    func post(_ changes: StoreChanges) { add { $0.items.append(.changes(changes)) } }
 
     /// Runs `work` on the loop's thread at its next turn.
-    func post(_ work: @escaping @Sendable (EngineLoop) -> Void) { hand { $0.items.append(.work(work)) } }
+    func post(_ work: @escaping @Sendable (EngineLoop) -> Void) { add { $0.items.append(.work(work)) } }
 
-    func requestPolicyReview() { hand { $0.policyReview = true } }
+    func requestPolicyReview() { add { $0.policyReview = true } }
 
     /// Adds to the inbox, and wakes the loop when the inbox was empty: a post into a non-empty
     /// inbox joins what the wake of the post that filled it has the loop take (the loop takes
     /// the whole inbox at each turn, and a wake that comes while it is awake makes it turn again).
     /// A commit's settlement posts its changes and every answer of the batch: one wake, not one each.
-    private func hand(_ add: (inout (items: [Item], policyReview: Bool)) -> Void) {
+    private func add(_ change: (inout (items: [Item], policyReview: Bool)) -> Void) {
         let wasEmpty = state.withLock { state -> Bool in
             let empty = state.items.isEmpty && !state.policyReview
-            add(&state)
+            change(&state)
             return empty
         }
         if wasEmpty { wake() }

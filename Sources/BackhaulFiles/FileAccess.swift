@@ -88,6 +88,7 @@ public struct AllowedRoots: Sendable, Equatable {
             // Say "outside" for any path outside the roots, existing or not: no existence leak.
             return .failure(contains(resolvedPath: AllowedRoots.resolveExistingPrefix(path)) ? failure : .outsideAllowedRoots)
         }
+        // Outside before anything else about the file, as `check` would say it too.
         guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
         var info = stat()
         guard stat(resolved, &info) == 0 else { return .failure(.notFound) }
@@ -102,20 +103,16 @@ public struct AllowedRoots: Sendable, Equatable {
     /// directory three deep. A directory is resolved as it was when the request's first file in it
     /// was checked.
     public func inspect(_ path: String, directories: inout ResolvedDirectories) -> Result<FileInfo, FileAccessError> {
-        let bytes = path.utf8
-        guard bytes.first == UInt8(ascii: "/"), let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else { return inspect(path) }
-        let name = path[bytes.index(after: slash)...]
-        guard !name.isEmpty, name != ".", name != "..", slash != bytes.startIndex else { return inspect(path) }
-        let directory = path[..<slash]
+        guard let (directory, name) = AllowedRoots.split(path) else { return inspect(path) }
         let resolvedDirectory: String
         if let known = directories.resolved[directory] {
             resolvedDirectory = known
         } else {
-            guard let resolved = AllowedRoots.realPath(String(directory)) else { return inspect(path) }
+            guard let resolved = AllowedRoots.realPath(directory) else { return inspect(path) }
             directories.resolved[directory] = resolved
             resolvedDirectory = resolved
         }
-        let candidate = (resolvedDirectory == "/" ? "" : resolvedDirectory) + "/" + name
+        let candidate = AllowedRoots.join(resolvedDirectory, name)
         var info = stat()
         guard lstat(candidate, &info) == 0, info.st_mode & S_IFMT != S_IFLNK else { return inspect(path) }
         return check(candidate, info)
@@ -136,9 +133,23 @@ public struct AllowedRoots: Sendable, Equatable {
 
 /// Directories already resolved for one request's files (`AllowedRoots.inspect(_:directories:)`).
 public struct ResolvedDirectories {
-    fileprivate var resolved: [Substring: String] = [:]
+    fileprivate var resolved: [String: String] = [:]
 
     public init() {}
+}
+
+extension AllowedRoots {
+    /// An absolute path's directory (`/` for a name at the root) and its last component; nil
+    /// when there is no name to take (not absolute, a trailing `/`, `.` or `..`).
+    static func split(_ path: String) -> (directory: String, name: Substring)? {
+        guard path.hasPrefix("/"), let slash = path.lastIndex(of: "/") else { return nil }
+        let name = path[path.index(after: slash)...]
+        guard !name.isEmpty, name != ".", name != ".." else { return nil }
+        return (slash == path.startIndex ? "/" : String(path[..<slash]), name)
+    }
+
+    /// `name` in the resolved `directory`.
+    static func join(_ directory: String, _ name: Substring) -> String { (directory == "/" ? "" : directory) + "/" + name }
 }
 
 extension AllowedRoots {
@@ -146,15 +157,13 @@ extension AllowedRoots {
     /// written, and nothing is there unless `overwrite`. Returns the path with the directory
     /// resolved (the task keeps that path, so a symlink swapped in later is not followed).
     public func inspectDestination(_ path: String, overwrite: Bool) -> Result<String, FileAccessError> {
-        guard path.hasPrefix("/"), let slash = path.lastIndex(of: "/") else { return .failure(.notAbsolute) }
-        let name = String(path[path.index(after: slash)...])
-        guard !name.isEmpty, name != ".", name != ".." else { return .failure(.isDirectory) }
-        let directory = slash == path.startIndex ? "/" : String(path[..<slash])
+        guard path.hasPrefix("/") else { return .failure(.notAbsolute) }
+        guard let (directory, name) = AllowedRoots.split(path) else { return .failure(.isDirectory) }
         guard let resolvedDirectory = AllowedRoots.realPath(directory) else {
             return .failure(
                 contains(resolvedPath: AllowedRoots.resolveExistingPrefix(directory)) ? .directoryNotFound : .outsideAllowedRoots)
         }
-        let resolved = (resolvedDirectory == "/" ? "" : resolvedDirectory) + "/" + name
+        let resolved = AllowedRoots.join(resolvedDirectory, name)
         guard contains(resolvedPath: resolved) else { return .failure(.outsideAllowedRoots) }
         var info = stat()
         guard stat(resolvedDirectory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return .failure(.directoryNotFound) }

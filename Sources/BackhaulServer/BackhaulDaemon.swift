@@ -49,9 +49,9 @@ public final class BackhaulDaemon: Sendable {
         settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
         let errorLogger = logger
         var dispatcherOptions = DispatcherOptions()
-        // The pool keeps four idle connections for every transfer and delivery that can run at
-        // once (libcurl's own ratio, on the most that can run rather than on those running at the
-        // moment); libcurl closes a connection left unused for two minutes.
+        // The connection cache holds four connections for every transfer and delivery that can
+        // run at once (libcurl's own ratio, on the most that can run rather than on those running
+        // at the moment); libcurl closes a connection left unused for two minutes.
         worker = try CurlWorker(keptConnections: 4 * (configuration.maxConcurrentTransfers + dispatcherOptions.maxInFlight)) {
             message in errorLogger.error("the curl worker failed", metadata: ["error": "\(message)"])
         }

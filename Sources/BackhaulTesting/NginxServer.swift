@@ -36,6 +36,7 @@ public final class NginxServer {
             """
         var tlsServer = ""
         if let certificate, let tlsPort {
+            // `listen … http2` (nginx 1.22; from 1.25.1 it is `http2 on`, and this form warns).
             tlsServer = """
                 log_format connections '$connection $server_protocol $request_method $uri $status';
                     server {
@@ -101,7 +102,10 @@ public final class NginxServer {
     public func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
 
     /// The https URL of `path` (nginx was given a certificate).
-    public func tlsURL(_ path: String) -> String { "https://127.0.0.1:\(tlsPort ?? 0)\(path)" }
+    public func tlsURL(_ path: String) -> String {
+        guard let tlsPort else { preconditionFailure("nginx listens for https only when given a certificate") }
+        return "https://127.0.0.1:\(tlsPort)\(path)"
+    }
 
     public struct NginxError: Error, CustomStringConvertible {
         public var message: String

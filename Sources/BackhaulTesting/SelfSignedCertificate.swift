@@ -20,7 +20,13 @@ public struct SelfSignedCertificate {
         try openssl.run()
         openssl.waitUntilExit()
         guard openssl.terminationStatus == 0 else {
-            throw NginxServer.NginxError(message: "openssl could not make a certificate in \(directory)")
+            throw CertificateError(directory: directory)
         }
     }
+}
+
+/// openssl could not make the certificate.
+public struct CertificateError: Error, CustomStringConvertible {
+    public var directory: String
+    public var description: String { "openssl could not make a certificate in \(directory)" }
 }

@@ -54,9 +54,9 @@ public final class CurlWorker: Sendable {
         let client: any CurlClient
     }
 
-    /// `keptConnections`: idle connections the pool keeps for reuse (0: libcurl's default, which
-    /// scales with the transfers running at the moment, so it closes connections whenever
-    /// transfers end faster than new ones start, and each costs a new handshake).
+    /// `keptConnections`: the size of the connection cache (`MultiHandle`). 0: libcurl's default,
+    /// which scales with the transfers running at the moment, so it closes connections whenever
+    /// transfers end faster than new ones start, and each costs a new handshake.
     public init(keptConnections: Int = 0, onError: @escaping @Sendable (String) -> Void = { _ in }) throws(CurlMultiCode) {
         let multi = try MultiHandle(keptConnections: keptConnections)
         driver = CurlDriver(multi: multi)

@@ -6,8 +6,9 @@ public final class MultiHandle {
     private let raw: UnsafeMutableRawPointer
     private var handles: [UnsafeMutableRawPointer: EasyHandle] = [:]
 
-    /// `keptConnections`: how many connections the pool keeps open when they are idle
-    /// (`CURLMOPT_MAXCONNECTS`; 0: libcurl's default, four for every transfer added at the moment).
+    /// `keptConnections`: the size of the connection cache (`CURLMOPT_MAXCONNECTS`): past it, a
+    /// connection a transfer is done with closes the oldest idle one. 0: libcurl's default, four
+    /// for every transfer added at the moment.
     public init(maxTotalConnections: Int = 0, maxHostConnections: Int = 0, keptConnections: Int = 0) throws(CurlMultiCode) {
         CurlGlobal.initialize()
         guard let multi = curl_multi_init() else { throw CurlMultiCode(rawValue: CURLM_OUT_OF_MEMORY.rawValue) }

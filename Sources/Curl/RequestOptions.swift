@@ -85,7 +85,8 @@ extension EasyHandle {
         try set(CURLOPT_FOLLOWLOCATION, request.followRedirects ? 1 : 0)
         if !request.allowHTTP2 {
             try set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
-        } else if request.url.hasPrefix("https://") {
+        } else if request.url.utf8.prefix(8).elementsEqual("https://".utf8, by: { $0 | 0x20 == $1 }) {
+            // The scheme in any case (`|0x20` lower-cases letters and leaves ':' and '/' as they are).
             try set(CURLOPT_PIPEWAIT, 1)
         }
         if request.tcpKeepAlive { try set(CURLOPT_TCP_KEEPALIVE, 1) }

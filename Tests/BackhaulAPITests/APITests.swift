@@ -129,7 +129,7 @@ struct APITests {
         }
     }
 
-    /// The file cases of `badTasks` whose directory is also a good file's.
+    /// The file cases of `badTasks` given under the root, where the good file of the batch is.
     static let badFilesBesideAGoodOne = badTasks.indices.filter {
         badTasks[$0].1["file"]?.stringValue?.hasPrefix("ROOT/") == true
     }

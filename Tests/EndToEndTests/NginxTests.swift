@@ -42,7 +42,7 @@ extension EndToEndTests {
         #expect(Set(lines.map { $0[0] }).count == 1, "connections: \(lines.map { $0[0] })")
     }
 
-    @Test("the same burst to an https server that speaks only HTTP/1.1 waits for one handshake, then spreads over connections")
+    @Test("the same burst to an https server that speaks only HTTP/1.1 is not held to one connection")
     func nginxHTTPSBurstHTTP1() throws {
         let lines = try httpsBurst(http2: false)
         #expect(lines.allSatisfy { $0[1] == "HTTP/1.1" }, "\(lines)")
@@ -56,8 +56,8 @@ extension EndToEndTests {
         #expect(connections.count <= 8, "\(connections.count) connections for \(lines.count) requests")
     }
 
-    /// `count` small uploads in one batch (they start in the same turn, before any connection has said
-    /// whether it speaks HTTP/2) to nginx over https; each arrives byte-exact. Returns nginx's
+    /// `count` small uploads in one batch (the first `perHost` start together, before any
+    /// connection has said whether it speaks HTTP/2) to nginx over https; each arrives byte-exact. Returns nginx's
     /// log of them: connection, protocol, method, path, status.
     private func httpsBurst(http2: Bool, count: Int = 24, perHost: Int = 16) throws -> [[Substring]] {
         let scratch = TemporaryDirectory("backhaul-https")
