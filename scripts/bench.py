@@ -92,10 +92,14 @@ def run(command, timeout, **kwargs):
     return subprocess.run(command, check=True, timeout=timeout, **kwargs)
 
 
-def start_nginx(directory):
-    """nginx as a WebDAV PUT sink (`dav_methods PUT`, `create_full_put_path on`, as
-    BackhaulTesting's NginxServer), its root on tmpfs, and a 204 webhook receiver at /hooks."""
-    port = free_port()
+def dav_location(directory):
+    """nginx's WebDAV PUT sink under `directory`/root (as BackhaulTesting's NginxServer)."""
+    return f"location / {{ root {directory}/root; dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}"
+
+
+def run_nginx(directory, http, ports):
+    """nginx with one worker in its own prefix `directory` (its root and body files there), the
+    `http` block's contents as given; returns the process once every one of `ports` listens."""
     os.makedirs(f"{directory}/root", exist_ok=True)
     os.makedirs(f"{directory}/tmp", exist_ok=True)
     user = "user root;" if os.getuid() == 0 else ""
@@ -107,17 +111,26 @@ error_log {directory}/error.log;
 pid {directory}/nginx.pid;
 events {{ worker_connections 1024; }}
 http {{
-  access_log off;
   client_body_temp_path {directory}/tmp;
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{ root {directory}/root; dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}
-    location /hooks {{ return 204; }}
-  }}
+{http}
 }}
 """)
     process = spawn(["nginx", "-c", f"{directory}/nginx.conf", "-p", f"{directory}/"])
-    wait_port(port)
+    for port in ports:
+        wait_port(port)
+    return process
+
+
+def start_nginx(directory):
+    """nginx as a WebDAV PUT sink (`dav_methods PUT`, `create_full_put_path on`), its root on
+    tmpfs, and a 204 webhook receiver at /hooks."""
+    port = free_port()
+    process = run_nginx(directory, f"""  access_log off;
+  server {{
+    listen 127.0.0.1:{port};
+    {dav_location(directory)}
+    location /hooks {{ return 204; }}
+  }}""", [port])
     return process, port
 
 
@@ -592,34 +605,16 @@ def start_nginx_tls(directory):
     (ALPN) and one that speaks only HTTP/1.1, each logging every request's connection number, so
     the connections a sender opened are counted. Returns (process, {"h2": port, "h1": port},
     certificate, log)."""
-    os.makedirs(f"{directory}/root", exist_ok=True)
-    os.makedirs(f"{directory}/tmp", exist_ok=True)
     certificate, key = f"{directory}/cert.pem", f"{directory}/key.pem"
     run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", certificate],
         timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ports = {"h2": free_port(), "h1": free_port()}
-    location = f"location / {{ root {directory}/root; dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}"
-    tls = f"ssl_certificate {certificate}; ssl_certificate_key {key};"
-    user = "user root;" if os.getuid() == 0 else ""
-    with open(f"{directory}/nginx.conf", "w") as conf:
-        conf.write(f"""{user}
-worker_processes 1;
-daemon off;
-error_log {directory}/error.log;
-pid {directory}/nginx.pid;
-events {{ worker_connections 1024; }}
-http {{
-  log_format connections '$connection $uri';
+    tls = f"ssl_certificate {certificate}; ssl_certificate_key {key}; {dav_location(directory)}"
+    process = run_nginx(directory, f"""  log_format connections '$connection $uri';
   access_log {directory}/access.log connections;
-  client_body_temp_path {directory}/tmp;
-  server {{ listen 127.0.0.1:{ports["h2"]} ssl http2; {tls} {location} }}
-  server {{ listen 127.0.0.1:{ports["h1"]} ssl; {tls} {location} }}
-}}
-""")
-    process = spawn(["nginx", "-c", f"{directory}/nginx.conf", "-p", f"{directory}/"])
-    for port in ports.values():
-        wait_port(port)
+  server {{ listen 127.0.0.1:{ports["h2"]} ssl http2; {tls} }}
+  server {{ listen 127.0.0.1:{ports["h1"]} ssl; {tls} }}""", ports.values())
     return process, ports, certificate, f"{directory}/access.log"
 
 
