@@ -66,8 +66,8 @@ public final class Engine: TransferStatus {
         self.clock = clock
         let detected = NetworkDetection.detect(routeFile: options.routeFile, classifier: settings.classifier)
         shared.withLock { $0.detected = detected }
-        // Every commit that changed something reaches the loop (on the store's settler thread:
-        // only a hand-over and a wake here).
+        // Every commit that changed something reaches the loop (on the store's writer or settler
+        // thread: only a hand-over and a wake here).
         store.observe { [inbox] changes in inbox.post(changes) }
     }
 

@@ -105,7 +105,7 @@ public final class Store: Sendable {
     deinit { close() }
 
     /// Calls `observer` after each commit that changed something, once it is on disk, in commit
-    /// order (on the writer's settler thread).
+    /// order (on the store's writer or settler thread: `observer` must not wait for a write).
     public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         writer.observe(observer)
     }
@@ -122,7 +122,7 @@ public final class Store: Sendable {
     }
 
     /// Hands `body` to the writer without waiting (relaxed durability); `done` runs after the
-    /// commit, in commit order (on the writer's settler thread), with the result.
+    /// commit, in commit order (on the store's writer or settler thread), with the result.
     func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
         let box = ResultBox<T>()
         writer.submit(
@@ -186,8 +186,8 @@ private final class FrameCount: @unchecked Sendable {
     var value = 0
 }
 
-/// A submitted job's value, set on the writer's thread before its `done` runs (on the settler's,
-/// after the hand-over under a lock).
+/// A submitted job's value, set on the writer's thread before its `done` runs (there, or on the
+/// settler's after the hand-over under a lock).
 private final class ResultBox<T>: @unchecked Sendable {
     var value: T?
 }

@@ -14,7 +14,10 @@ import Threads
 /// every batch committed by then (the WAL is written in commit order, so that covers them all);
 /// then it removes the files the commit made final, hands the change log to the observers, and
 /// gives each job its result. The writer meanwhile runs the next batch instead of waiting for the
-/// disk. Nothing is answered, observed or acted on before it is on disk.
+/// disk. Nothing is answered, observed or acted on before it is on disk. A batch with nothing to
+/// sync, committed while the settler has nothing in hand, is settled by the writer itself: the
+/// order is the same, and the engine's commits (most of them) cost no hand-over between threads.
+/// Observers and `done` therefore run on either thread, and must not wait for the store's writer.
 final class StoreWriter: @unchecked Sendable {
     // @unchecked: `connection` and `log` are used on the writer thread only, `walFile` on the
     // settler's; the queues and the observers are behind their locks.
@@ -44,7 +47,9 @@ final class StoreWriter: @unchecked Sendable {
         let results: [StoreError?]
     }
 
-    private let settlements = Locked<(pending: [Settlement], stopping: Bool)>(([], false))
+    /// Settlements waiting for the settler; `busy` while it acts on some (the writer then
+    /// hands its own over rather than overtake them).
+    private let settlements = Locked<(pending: [Settlement], busy: Bool, stopping: Bool)>(([], false, false))
     private let settler = WorkerThread(name: "bh-settler")
     /// The WAL file, as this process syncs it (the settler's thread only).
     private let walPath: String
@@ -218,30 +223,54 @@ final class StoreWriter: @unchecked Sendable {
                 jobs: batch, results: results))
     }
 
+    /// Settles a batch that needs no sync here when nothing is before it, else queues it for the
+    /// settler.
     private func handOver(_ settlement: Settlement) {
-        settlements.withLockNotifyingAll { $0.pending.append(settlement) }
+        let inline = settlements.withLockNotifyingAllIfNeeded { state -> (Bool, notify: Bool) in
+            if !settlement.durable, state.pending.isEmpty, !state.busy {
+                state.busy = true
+                return (true, false)
+            }
+            state.pending.append(settlement)
+            return (false, true)
+        }
+        guard inline else { return }
+        act(on: settlement)
+        settlements.withLock { $0.busy = false }
     }
 
     /// The settler's loop: everything committed so far, made durable when any of it must be,
     /// then acted on in commit order.
     private func settle() {
         while true {
-            let (ready, stopping) = settlements.wait(until: { !$0.pending.isEmpty || $0.stopping }, timeout: 3600) { state in
+            // The writer settles inline only while nothing is pending and the settler is not
+            // busy: waiting for `busy` to clear keeps the two from overlapping.
+            let (ready, stopping) = settlements.wait(
+                until: { !$0.pending.isEmpty && !$0.busy || $0.stopping }, timeout: 3600
+            ) { state in
                 defer { state.pending.removeAll(keepingCapacity: true) }
+                state.busy = !state.pending.isEmpty
                 return (state.pending, state.stopping)
             }
             if ready.contains(where: \.durable) { syncWAL() }
-            for settlement in ready {
-                // What the commit made final is acted on only now that it is on disk.
-                for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
-                for path in settlement.completedFiles { unlink(path) }
-                if !settlement.changes.isEmpty {
-                    for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
-                }
-                for (job, result) in zip(settlement.jobs, settlement.results) { job.done(result) }
+            for settlement in ready { act(on: settlement) }
+            let stop = settlements.withLock { state -> Bool in
+                state.busy = false
+                return stopping && state.pending.isEmpty
             }
-            if stopping, settlements.withLock({ $0.pending.isEmpty }) { return }
+            if stop { return }
         }
+    }
+
+    /// A committed batch's remaining work, once it is on disk: the files it made final are
+    /// removed, the observers see its changes, each job gets its result.
+    private func act(on settlement: Settlement) {
+        for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
+        for path in settlement.completedFiles { unlink(path) }
+        if !settlement.changes.isEmpty {
+            for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
+        }
+        for (job, result) in zip(settlement.jobs, settlement.results) { job.done(result) }
     }
 
     /// `fdatasync` of the WAL file: every frame written before the call is on disk after it. The

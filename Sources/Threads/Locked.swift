@@ -58,6 +58,16 @@ public final class Locked<Value>: @unchecked Sendable {
         return body(&value)
     }
 
+    /// Changes the value and wakes every waiter when `body` says so (a waiter woken for nothing
+    /// costs it a context switch).
+    public func withLockNotifyingAllIfNeeded<T>(_ body: (inout Value) -> (T, notify: Bool)) -> T {
+        pthread_mutex_lock(mutex)
+        let (result, notify) = body(&value)
+        if notify { pthread_cond_broadcast(condition) }
+        pthread_mutex_unlock(mutex)
+        return result
+    }
+
     /// Waits until `ready` holds or `timeout` seconds pass; then runs `body` under the lock.
     public func wait<T>(until ready: (Value) -> Bool, timeout: Double, _ body: (inout Value) -> T) -> T {
         pthread_mutex_lock(mutex)

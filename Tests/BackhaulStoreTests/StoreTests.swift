@@ -679,6 +679,40 @@ struct TaskRowsOnlyTests {
 
 @Suite("Durable writes")
 struct DurableWriteTests {
+    /// The engine's commits need no sync: the writer acts on them itself when nothing is before
+    /// them, without a hand-over to the settler thread; behind a durable write they wait for it.
+    @Test("a relaxed write is settled by the writer when nothing is before it; behind durable writes in commit order")
+    func relaxedSettledByWriter() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        let settledOn = Locked<String?>(nil)
+        store.submit({ db in try db.run("INSERT INTO settings (key, value) VALUES ('alone', '1')") }) { _ in
+            let name = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
+            settledOn.withLockNotifyingAll { $0 = name.trimmingCharacters(in: .whitespacesAndNewlines) }
+        }
+        #expect(settledOn.wait(until: { $0 != nil }, timeout: 10) { $0 } == "bh-writer")
+
+        let order = Locked<[Int]>([])
+        let durable = (0..<4).map { thread in
+            let worker = WorkerThread(name: "test-worker")
+            worker.start {
+                for index in 0..<25 {
+                    try? store.write { db in
+                        try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["d\(thread)-\(index)"])
+                    }
+                }
+            }
+            return worker
+        }
+        for index in 0..<400 {
+            store.submit({ db in try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["r\(index)"]) }) { _ in
+                order.withLockNotifyingAll { $0.append(index) }
+            }
+        }
+        for thread in durable { thread.join() }
+        #expect(order.wait(until: { $0.count == 400 }, timeout: 10) { $0 } == Array(0..<400))
+    }
+
     /// Commits do not wait for the disk: the writer's settler syncs the WAL before a durable write
     /// is answered (one `fdatasync` for all that committed by then), and relaxed writes cost none.
     @Test("a durable write returns only after a sync of the WAL that followed its commit; relaxed writes cause no sync")
