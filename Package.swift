@@ -114,7 +114,7 @@ let package = Package(
         .testTarget(
             name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSON"],
             swiftSettings: swiftSettings),
-        .testTarget(name: "SQLiteTests", dependencies: ["SQLite"], swiftSettings: swiftSettings),
+        .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite", "Threads"],
             swiftSettings: swiftSettings),

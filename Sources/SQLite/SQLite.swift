@@ -74,12 +74,14 @@ public final class Connection {
     private var walHook: WALHook?
 
     /// Opens (creating if needed) the database at `path`; ":memory:" for a private in-memory one.
-    /// `readOnly` opens an existing database for reading only.
+    /// `readOnly` opens an existing database for reading only. Files are SQLite's default VFS's,
+    /// the WAL written a frame a write (`FrameWriteVFS`).
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
         Connection.configureLibrary
+        FrameWriteVFS.registered
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &db, flags, nil)
+        let code = sqlite3_open_v2(path, &db, flags, FrameWriteVFS.name)
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             if let db { sqlite3_close_v2(db) }

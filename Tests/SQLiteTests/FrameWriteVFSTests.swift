@@ -1,0 +1,90 @@
+import CSQLite
+import Foundation
+import Testing
+
+@testable import SQLite
+
+/// The WAL that `FrameWriteVFS` writes (a frame's header and page in one write) is the WAL SQLite
+/// would have written: a copy of the files taken while the database is open, as a crash leaves
+/// them, is recovered whole by the default VFS, and checked by SQLite itself.
+@Suite("WAL frames written whole")
+struct FrameWriteVFSTests {
+    let directory: String
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "frame-vfs-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    /// A database in WAL mode that never checkpoints by itself: every commit stays in the log.
+    func open(_ name: String) throws -> Connection {
+        let db = try Connection(path: "\(directory)/\(name)")
+        try db.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0")
+        try db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        return db
+    }
+
+    /// Copies the database and its WAL (not the WAL index) as they are on disk now, and opens the
+    /// copy with SQLite's default VFS, which recovers the log from the file alone: a frame whose
+    /// header did not reach the file ends the log there, and the commits after it are lost.
+    func recoveredCopy(of name: String) throws -> (rows: Int64, sum: Int64, check: String) {
+        let copy = "\(directory)/copy-\(name)"
+        try FileManager.default.copyItem(atPath: "\(directory)/\(name)", toPath: copy)
+        try FileManager.default.copyItem(atPath: "\(directory)/\(name)-wal", toPath: copy + "-wal")
+        var db: OpaquePointer?
+        guard sqlite3_open_v2(copy, &db, SQLITE_OPEN_READWRITE, nil) == SQLITE_OK, let db else {
+            throw SQLiteError(code: SQLITE_CANTOPEN, message: "cannot open the copy")
+        }
+        defer { sqlite3_close_v2(db) }
+        func first(_ sql: String) -> String {
+            var statement: OpaquePointer?
+            sqlite3_prepare_v2(db, sql, -1, &statement, nil)
+            defer { sqlite3_finalize(statement) }
+            guard sqlite3_step(statement) == SQLITE_ROW, let text = sqlite3_column_text(statement, 0) else { return "" }
+            return String(cString: text)
+        }
+        return (
+            Int64(first("SELECT COUNT(*) FROM t")) ?? -1, Int64(first("SELECT COALESCE(SUM(length(v) + k), 0) FROM t")) ?? -1,
+            first("PRAGMA integrity_check")
+        )
+    }
+
+    @Test("small commits: each frame goes whole in one write, and a crash's copy recovers every commit")
+    func smallCommits() throws {
+        let db = try open("small.db")
+        let before = FrameWriteVFS.framesJoined.load(ordering: .relaxed)
+        for index in 0..<200 {
+            try db.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(index), String(repeating: "x", count: 300 + index)])
+        }
+        // At least a frame a commit went whole (other tests in this process may add theirs).
+        #expect(FrameWriteVFS.framesJoined.load(ordering: .relaxed) - before >= 200)
+        let expected = (0..<200).reduce(Int64(0)) { $0 + Int64(300 + $1) + Int64($1) }
+        let recovered = try recoveredCopy(of: "small.db")
+        #expect(recovered.rows == 200)
+        #expect(recovered.sum == expected)
+        #expect(recovered.check == "ok")
+    }
+
+    /// A transaction larger than the page cache writes pages to the log before its commit; pages
+    /// it changes again are written over in place, and at the commit SQLite writes those frames'
+    /// headers again, alone (new checksums). Those writes must reach the file as they are.
+    @Test("a transaction that spills its cache and rewrites frames in place recovers whole")
+    func spilledTransaction() throws {
+        let db = try open("spill.db")
+        try db.execute("PRAGMA cache_size = 8")
+        try db.execute("BEGIN")
+        for index in 0..<2000 {
+            try db.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(index), String(repeating: "y", count: 200)])
+        }
+        try db.run("UPDATE t SET v = v || 'z'")
+        try db.execute("COMMIT")
+        // Right after the commit, before the writer touches the log again: what a crash would
+        // leave, and what another connection reads.
+        let recovered = try recoveredCopy(of: "spill.db")
+        #expect(recovered.rows == 2000)
+        #expect(recovered.sum == (0..<2000).reduce(Int64(0)) { $0 + 201 + Int64($1) })
+        #expect(recovered.check == "ok")
+        let reader = try Connection(path: "\(directory)/spill.db", readOnly: true)
+        #expect(try reader.queryFirst("SELECT COUNT(*) FROM t WHERE v LIKE '%z'") { $0.int(0) } == 2000)
+    }
+}
