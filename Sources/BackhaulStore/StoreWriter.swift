@@ -14,10 +14,12 @@ import Threads
 /// every batch committed by then (the WAL is written in commit order, so that covers them all);
 /// then it removes the files the commit made final, hands the change log to the observers, and
 /// gives each job its result. The writer meanwhile runs the next batch instead of waiting for the
-/// disk. Nothing is answered, observed or acted on before it is on disk. A batch with nothing to
-/// sync, committed while the settler has nothing in hand, is settled by the writer itself: the
-/// order is the same, and the engine's commits (most of them) cost no hand-over between threads.
-/// Observers and `done` therefore run on either thread, and must not wait for the store's writer.
+/// disk. No durable write is answered, and no file is removed, before the commit is on disk; a
+/// relaxed commit's answers and changes go without waiting for the disk (it is safe against a crash
+/// of the process, not of the machine). A batch with nothing to sync, committed while the settler
+/// has nothing in hand, is settled by the writer itself: the order is the same, and the engine's
+/// commits (most of them) cost no hand-over between threads. Observers and `done` therefore run on
+/// either thread, and must not wait for the store's writer.
 final class StoreWriter: @unchecked Sendable {
     // @unchecked: `connection` and `log` are used on the writer thread only, `walFile` on the
     // settler's; the queues and the observers are behind their locks.
@@ -45,6 +47,11 @@ final class StoreWriter: @unchecked Sendable {
         let completedFiles: [String]
         let jobs: [Job]
         let results: [StoreError?]
+
+        /// A durable job's answer, or a file to remove (a completed upload's source, an ended
+        /// download's part file: gone for good, while a commit not yet on disk may be undone by a
+        /// power loss), waits for the WAL's sync.
+        var needsSync: Bool { durable || !completedFiles.isEmpty || !endedDownloads.isEmpty }
     }
 
     /// Settlements waiting for the settler; `busy` while it acts on some (the writer then
@@ -224,10 +231,10 @@ final class StoreWriter: @unchecked Sendable {
     }
 
     /// Settles a batch that needs no sync here when nothing is before it, else queues it for the
-    /// settler.
+    /// settler. Called on the writer's thread only (the one producer of settlements).
     private func handOver(_ settlement: Settlement) {
         let inline = settlements.withLockNotifyingAllIfNeeded { state -> (Bool, notify: Bool) in
-            if !settlement.durable, state.pending.isEmpty, !state.busy {
+            if !settlement.needsSync, state.pending.isEmpty, !state.busy {
                 state.busy = true
                 return (true, false)
             }
@@ -247,18 +254,19 @@ final class StoreWriter: @unchecked Sendable {
             // busy: waiting for `busy` to clear keeps the two from overlapping.
             let (ready, stopping) = settlements.wait(
                 until: { !$0.pending.isEmpty && !$0.busy || $0.stopping }, timeout: 3600
-            ) { state in
+            ) { state -> ([Settlement], Bool) in
+                // `busy` here is the writer's own (a wake by the timeout): leave it and take nothing.
+                guard !state.busy, !state.pending.isEmpty else { return ([], state.stopping) }
                 defer { state.pending.removeAll(keepingCapacity: true) }
-                state.busy = !state.pending.isEmpty
+                state.busy = true
                 return (state.pending, state.stopping)
             }
-            if ready.contains(where: \.durable) { syncWAL() }
-            for settlement in ready { act(on: settlement) }
-            let stop = settlements.withLock { state -> Bool in
-                state.busy = false
-                return stopping && state.pending.isEmpty
+            if !ready.isEmpty {
+                if ready.contains(where: \.needsSync) { syncWAL() }
+                for settlement in ready { act(on: settlement) }
+                settlements.withLock { $0.busy = false }
             }
-            if stop { return }
+            if stopping, settlements.withLock({ $0.pending.isEmpty && !$0.busy }) { return }
         }
     }
 

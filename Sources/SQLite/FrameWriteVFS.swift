@@ -12,12 +12,16 @@ import Synchronization
 /// A held header never outlives the call that follows it: the page write it belongs to comes next
 /// (`walWriteOneFrame` writes the two back to back), and any other call on the file (a read, a
 /// sync, a truncation, its size, a lock, a file control, its close), or a write anywhere else,
-/// first writes it. Only a header at the end of what was written since the log's own header
-/// (offset 0) is held: SQLite's rewrite of the checksums of frames already in the log (a
-/// transaction that spilled its cache) writes headers alone, at offsets before that end, and
-/// those go straight through, so no header is ever left unwritten when SQLite publishes the frame
-/// in the WAL index. Every other file (the database, its journal) is the default VFS's own,
-/// unwrapped.
+/// first writes it. Only a 24-byte write that starts a frame (on the log's frame grid, which its
+/// page size sets) at the end of what was written since the log's own header (offset 0) is held,
+/// because SQLite publishes a commit's frames in the WAL index, through the database file's shared
+/// memory and not through this file, right after its last write here, which must not be held:
+/// - SQLite's rewrite of the checksums of frames already in the log (a transaction that spilled
+///   its cache) writes headers alone, before that end: straight through;
+/// - a page that SQLite splits around a sync point (`synchronous=FULL` padding the last frames of
+///   a commit to a sector) may end in a 24-byte tail at that end, but never on the frame grid:
+///   straight through.
+/// Every other file (the database, its journal) is the default VFS's own, unwrapped.
 enum FrameWriteVFS {
     static let name = "backhaul-unix"
 
@@ -83,8 +87,15 @@ enum FrameWriteVFS {
         /// Header and page joined for their one write (grown to the largest frame).
         var joined: UnsafeMutableRawPointer?
         var joinedCapacity = 0
+        /// The log's frame size (24 + its page size; 0: not known yet), read from the log's header
+        /// when this file writes it, else from the first page written right after a header.
+        var frameSize: Int64 = 0
+        /// Where the last 24-byte write that went straight through ended (-1: the last write was
+        /// not one), so that the page after it tells the frame size.
+        var headerEnd: Int64 = -1
 
         static let headerSize = 24
+        static let logHeaderSize: Int64 = 32
 
         func free() {
             header.deallocate()
@@ -115,6 +126,7 @@ enum FrameWriteVFS {
         let pending = state(file)
         let real = realFile(file)
         let headerSize = PendingFrame.headerSize
+        let logHeaderSize = PendingFrame.logHeaderSize
         if pending.pointee.headerOffset >= 0 {
             if offset == pending.pointee.headerOffset + Int64(headerSize) {
                 // The page of the held header: the frame in one write.
@@ -129,6 +141,8 @@ enum FrameWriteVFS {
                 let joined = pending.pointee.joined!
                 joined.copyMemory(from: pending.pointee.header, byteCount: headerSize)
                 (joined + headerSize).copyMemory(from: buffer, byteCount: Int(amount))
+                // Should this write fail, the header goes with the page: SQLite gets the page's
+                // error and abandons the commit, as it would had the header's own write failed.
                 let code = methods(real).xWrite(real, joined, Int32(total), start)
                 if code == SQLITE_OK {
                     pending.pointee.end = max(pending.pointee.end, offset + Int64(amount))
@@ -139,13 +153,25 @@ enum FrameWriteVFS {
             let code = flush(file)
             guard code == SQLITE_OK else { return code }
         }
-        if amount == Int32(headerSize), pending.pointee.end > 0, offset == pending.pointee.end {
+        let frameSize = pending.pointee.frameSize
+        if amount == Int32(headerSize), offset == pending.pointee.end, frameSize > 0,
+            (offset - logHeaderSize) % frameSize == 0
+        {
             pending.pointee.header.copyMemory(from: buffer, byteCount: headerSize)
             pending.pointee.headerOffset = offset
             return SQLITE_OK
         }
         let code = methods(real).xWrite(real, buffer, amount, offset)
         guard code == SQLITE_OK else { return code }
+        if offset == 0, amount >= Int32(logHeaderSize) {
+            // The log's header: its page size at bytes 8–11, big-endian (1 stands for 65,536).
+            let bytes = buffer.assumingMemoryBound(to: UInt8.self)
+            let pageSize = (8..<12).reduce(Int64(0)) { $0 << 8 | Int64(bytes[$1]) }
+            pending.pointee.frameSize = (pageSize == 1 ? 65_536 : pageSize) + Int64(headerSize)
+        } else if offset == pending.pointee.headerEnd, amount >= 512, amount <= 65_536, amount & (amount - 1) == 0 {
+            pending.pointee.frameSize = Int64(amount) + Int64(headerSize)
+        }
+        pending.pointee.headerEnd = amount == Int32(headerSize) ? offset + Int64(headerSize) : -1
         // The log's header (offset 0) starts it over; anything else extends what is known written.
         pending.pointee.end = offset == 0 ? Int64(amount) : max(pending.pointee.end, offset + Int64(amount))
         return SQLITE_OK
@@ -155,6 +181,7 @@ enum FrameWriteVFS {
     /// first and then is the real file's.
     nonisolated(unsafe) private static let walMethods: UnsafeMutablePointer<sqlite3_io_methods> = {
         var methods = sqlite3_io_methods()
+        // The unix VFS's files are version 3 (shared memory, memory-mapped reads) on Linux.
         methods.iVersion = 3
         methods.xClose = { file in
             let code = FrameWriteVFS.flush(file)

@@ -679,6 +679,28 @@ struct TaskRowsOnlyTests {
 
 @Suite("Durable writes")
 struct DurableWriteTests {
+    /// A completed task's source file (`delete_file_on_success`) is removed only once the commit
+    /// that completed it is on disk: its end is a relaxed write, which a power loss could undo, and
+    /// the file cannot come back.
+    @Test("a relaxed write that completes a delete-on-success task syncs the WAL before the file goes")
+    func fileRemovedAfterSync() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        let path = "/tmp/backhaul-delete-\(getpid())-\(UUID().uuidString)"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data("x".utf8)))
+        defer { unlink(path) }
+        var task = makeTask("del")
+        task.file = FileInfo(path: path, size: 1, modifiedAtNanoseconds: 1)
+        task.deleteFileOnSuccess = true
+        _ = try store.createTasks(sessionID: "s", [task])
+        _ = try store.startAttempt(id: "del")
+        let syncs = store.writer.walSyncs.withLock { $0 }
+        #expect(try store.finishAttempt(id: "del", attempt: 1, bytesTransferred: 1, result: .completed(nil))?.state == .completed)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(store.writer.walSyncs.withLock { $0 } > syncs)
+    }
+
     /// The engine's commits need no sync: the writer acts on them itself when nothing is before
     /// them, without a hand-over to the settler thread; behind a durable write they wait for it.
     @Test("a relaxed write is settled by the writer when nothing is before it; behind durable writes in commit order")

@@ -27,7 +27,7 @@ struct FrameWriteVFSTests {
     /// Copies the database and its WAL (not the WAL index) as they are on disk now, and opens the
     /// copy with SQLite's default VFS, which recovers the log from the file alone: a frame whose
     /// header did not reach the file ends the log there, and the commits after it are lost.
-    func recoveredCopy(of name: String) throws -> (rows: Int64, sum: Int64, check: String) {
+    func recoveredCopy(of name: String, table: String = "t") throws -> (rows: Int64, sum: Int64, check: String) {
         let copy = "\(directory)/copy-\(name)"
         try FileManager.default.copyItem(atPath: "\(directory)/\(name)", toPath: copy)
         try FileManager.default.copyItem(atPath: "\(directory)/\(name)-wal", toPath: copy + "-wal")
@@ -44,7 +44,8 @@ struct FrameWriteVFSTests {
             return String(cString: text)
         }
         return (
-            Int64(first("SELECT COUNT(*) FROM t")) ?? -1, Int64(first("SELECT COALESCE(SUM(length(v) + k), 0) FROM t")) ?? -1,
+            Int64(first("SELECT COUNT(*) FROM \(table)")) ?? -1,
+            Int64(first("SELECT COALESCE(SUM(length(v) + k), 0) FROM \(table)")) ?? -1,
             first("PRAGMA integrity_check")
         )
     }
@@ -86,5 +87,36 @@ struct FrameWriteVFSTests {
         #expect(recovered.check == "ok")
         let reader = try Connection(path: "\(directory)/spill.db", readOnly: true)
         #expect(try reader.queryFirst("SELECT COUNT(*) FROM t WHERE v LIKE '%z'") { $0.int(0) } == 2000)
+    }
+
+    /// With `synchronous=FULL` on a device without power-safe overwrite (`psow=0`), SQLite pads a
+    /// commit's last frames to a sector and may split a page around the sync point, ending it with
+    /// a 24-byte tail at the log's end. That tail is not a frame header (it is off the frame grid)
+    /// and must reach the file before SQLite publishes the commit: after every commit the log is a
+    /// whole number of frames, as the default VFS leaves it.
+    @Test("a page split around a sync point (FULL, padding) leaves no 24-byte tail held")
+    func paddedCommits() throws {
+        _ = try Connection(path: ":memory:")  // registers the VFS
+        let path = "\(directory)/padded.db"
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI
+        #expect(sqlite3_open_v2("file:\(path)?psow=0", &db, flags, FrameWriteVFS.name) == SQLITE_OK)
+        defer { sqlite3_close_v2(db) }
+        let setup = """
+            PRAGMA page_size = 1024; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0;
+            CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)
+            """
+        #expect(sqlite3_exec(db, setup, nil, nil, nil) == SQLITE_OK)
+        let frame = 1024 + 24
+        var torn: [Int] = []
+        for index in 0..<400 {
+            #expect(sqlite3_exec(db, "INSERT INTO t VALUES (\(index), printf('%.*c', 100, 'x'))", nil, nil, nil) == SQLITE_OK)
+            let size = (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? NSNumber)?.intValue ?? 0
+            if (size - 32) % frame != 0 { torn.append(index) }
+        }
+        #expect(torn.isEmpty, "commits that left part of a frame unwritten: \(torn.prefix(5))")
+        let recovered = try recoveredCopy(of: "padded.db", table: "t")
+        #expect(recovered.rows == 400)
+        #expect(recovered.check == "ok")
     }
 }
