@@ -12,15 +12,15 @@ import Synchronization
 /// A held header never outlives the call that follows it: the page write it belongs to comes next
 /// (`walWriteOneFrame` writes the two back to back), and any other call on the file (a read, a
 /// sync, a truncation, its size, a lock, a file control, its close), or a write anywhere else,
-/// first writes it. Only a 24-byte write that starts a frame (on the log's frame grid, which its
-/// page size sets) at the end of what was written since the log's own header (offset 0) is held,
-/// because SQLite publishes a commit's frames in the WAL index, through the database file's shared
-/// memory and not through this file, right after its last write here, which must not be held:
+/// first writes it. What must never be held is a commit's last write here: right after it SQLite
+/// publishes the frames in the WAL index, through the database file's shared memory, not through
+/// this file. So only a 24-byte write that starts a new frame is held: at the end of what was
+/// written since the log's own header (offset 0), on the log's frame grid (24 bytes + its page
+/// size). Two other writes of 24 bytes go straight through:
 /// - SQLite's rewrite of the checksums of frames already in the log (a transaction that spilled
-///   its cache) writes headers alone, before that end: straight through;
-/// - a page that SQLite splits around a sync point (`synchronous=FULL` padding the last frames of
-///   a commit to a sector) may end in a 24-byte tail at that end, but never on the frame grid:
-///   straight through.
+///   its cache) writes headers alone, before that end;
+/// - a page that SQLite splits around a sync point (`synchronous=FULL` padding a commit's last
+///   frames to a sector) may end in a 24-byte tail at that end, but off the frame grid.
 /// Every other file (the database, its journal) is the default VFS's own, unwrapped.
 enum FrameWriteVFS {
     static let name = "backhaul-unix"
