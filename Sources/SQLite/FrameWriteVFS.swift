@@ -1,6 +1,5 @@
 import CSQLite
 import Glibc
-import Synchronization
 
 /// The VFS every `Connection` opens with: the system's default ("unix") in all but one thing,
 /// how the WAL is written. SQLite writes each WAL frame with two `pwrite`s, the frame's 24-byte
@@ -40,8 +39,15 @@ enum FrameWriteVFS {
         precondition(code == SQLITE_OK, "cannot register the WAL-writing VFS (\(code))")
     }()
 
-    /// How many frames went to the WAL in one write (header and page together), in this process.
-    static let framesJoined = Atomic<Int>(0)
+    /// How many frames `connection`'s WAL file wrote in one write each (header and page together)
+    /// since it opened; 0 when it has no WAL open (tests).
+    static func framesJoined(by connection: Connection) -> Int {
+        var file: UnsafeMutablePointer<sqlite3_file>?
+        guard sqlite3_file_control(connection.handle, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK,
+            let file, file.pointee.pMethods == UnsafePointer(walMethods)
+        else { return 0 }
+        return state(file).pointee.framesJoined
+    }
 
     // A wrapped WAL file's memory: its `sqlite3_file` (the methods below), the state, then the
     // default VFS's file object.
@@ -93,6 +99,8 @@ enum FrameWriteVFS {
         /// Where the last 24-byte write that went straight through ended (-1: the last write was
         /// not one), so that the page after it tells the frame size.
         var headerEnd: Int64 = -1
+        /// Frames written with one write each.
+        var framesJoined = 0
 
         static let headerSize = 24
         static let logHeaderSize: Int64 = 32
@@ -146,7 +154,7 @@ enum FrameWriteVFS {
                 let code = methods(real).xWrite(real, joined, Int32(total), start)
                 if code == SQLITE_OK {
                     pending.pointee.end = max(pending.pointee.end, offset + Int64(amount))
-                    framesJoined.add(1, ordering: .relaxed)
+                    pending.pointee.framesJoined += 1
                 }
                 return code
             }
