@@ -29,7 +29,12 @@ extension EngineLoop {
     /// go back to the queue. Then the next clock edge is noted.
     func reevaluatePolicy(_ driver: CurlDriver) {
         policyReviewNeeded = false
-        network = engine.network
+        let detected = engine.network
+        if detected.type != network.type {
+            // What the running transfers sent so far went over the network they started on.
+            for transfer in active.values { countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesSent)) }
+        }
+        network = detected
         policy = engine.settings.policy
         budgetExceeded = false
         let context = policyContext()
