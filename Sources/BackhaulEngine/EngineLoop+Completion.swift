@@ -124,7 +124,7 @@ extension EngineLoop {
 
     /// A transfer's attempt as its history shows it (the outcome is filled in when it is written).
     func history(of transfer: Transfer) -> AttemptRecord {
-        let moved = max(transfer.bytesTransferred, transfer.bytesSent)
+        let moved = transfer.bytesMoved
         let status = transfer.response.status
         return AttemptRecord(
             startedAt: transfer.startedAt, endedAt: clock.now(), bytesTransferred: transfer.part == nil ? moved : 0,
@@ -143,7 +143,7 @@ extension EngineLoop {
         // Bytes a short transfer sent between two progress rounds still count. What its handle sent
         // is read now, once: the handle may serve the next transfer from here on.
         transfer.releaseHandle()
-        countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesSent))
+        countSent(transfer, bytes: transfer.bytesMoved)
         if transfer.configuration.discretionary { flushBudget(force: true) }
         curl.remove(transfer.easy)
         if transfer.easy.isReusable, spareHandles.count < Self.spareHandleLimit { spareHandles.append(transfer.easy) }

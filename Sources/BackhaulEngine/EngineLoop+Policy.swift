@@ -32,7 +32,7 @@ extension EngineLoop {
         let detected = engine.network
         if detected.type != network.type {
             // What the running transfers sent so far went over the network they started on.
-            for transfer in active.values { countSent(transfer, bytes: max(transfer.bytesTransferred, transfer.bytesSent)) }
+            for transfer in active.values { countSent(transfer, bytes: transfer.bytesMoved) }
         }
         network = detected
         policy = engine.settings.policy

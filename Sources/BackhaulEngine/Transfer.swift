@@ -121,6 +121,9 @@ final class Transfer {
     /// engine takes it back, then as they were then.
     var bytesSent: Int64 { sentAtRelease ?? bytesBeforeRequest + easy.bytesUploaded }
 
+    /// The most either count says moved (the handle's count runs ahead of the progress rounds).
+    var bytesMoved: Int64 { max(bytesTransferred, bytesSent) }
+
     /// Marks the handle as the engine's again: what it sent is kept, and nothing reads it after.
     func releaseHandle() { sentAtRelease = bytesSent }
 

@@ -104,8 +104,9 @@ public final class Store: Sendable {
 
     deinit { close() }
 
-    /// Calls `observer` after each commit that changed something, once it is on disk, in commit
-    /// order (on the store's writer or settler thread: `observer` must not wait for a write).
+    /// Calls `observer` after each commit that changed something, in commit order, once it is on
+    /// disk when the commit had to wait for that (`StoreWriter`); on the store's writer or settler
+    /// thread, so `observer` must not wait for a write.
     public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         writer.observe(observer)
     }

@@ -1,8 +1,8 @@
 import BackhaulCore
 
-/// What one commit changed that others act on, handed to the store's observers once the commit
-/// is on disk (on the store's writer or settler thread, `StoreWriter`): the engine keeps its queue from it and stops
-/// transfers whose task moved on; the webhook dispatcher and the event stream wake on new events.
+/// What one commit changed that others act on, handed to the store's observers after the commit
+/// (`Store.observe`): the engine keeps its queue from it and stops transfers whose task moved on;
+/// the webhook dispatcher and the event stream wake on new events.
 ///
 /// Task changes are reported by `TaskRows`, the only code that writes tasks (`TaskFeed`), so no
 /// code path can change a task without them; a write that is rolled back takes its changes back.

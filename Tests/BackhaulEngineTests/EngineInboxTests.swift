@@ -49,9 +49,9 @@ struct EngineInboxTests {
         var taken = 0
         var turns = 0
         while taken < posters * perPoster {
-            let woken = pending.wait(until: { $0 > 0 }, timeout: 10) { wakes -> Bool in
-                defer { wakes = 0 }
-                return wakes > 0
+            let woken = pending.wait(until: { $0 > 0 }, timeout: 10) { unseen -> Bool in
+                defer { unseen = 0 }
+                return unseen > 0
             }
             try #require(woken, "the loop slept with \(posters * perPoster - taken) posts not taken")
             taken += inbox.take().items.count
