@@ -270,8 +270,8 @@ final class StoreWriter: @unchecked Sendable {
         }
     }
 
-    /// A committed batch's remaining work, once it is on disk: the files it made final are
-    /// removed, the observers see its changes, each job gets its result.
+    /// A committed batch's remaining work, after its sync when it needs one: the files it made
+    /// final are removed, the observers see its changes, each job gets its result.
     private func act(on settlement: Settlement) {
         for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
         for path in settlement.completedFiles { unlink(path) }
