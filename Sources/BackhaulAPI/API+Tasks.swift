@@ -35,7 +35,9 @@ extension API {
             // Rendered here as created waiting, when it will be, as a batch's tasks are: the writer
             // writes this text as the event, and when it did, it is the answer too.
             var directories = ResolvedDirectories()
-            let record = try makeTask(items[0].0, path: items[0].1, session: session, now: now, directories: &directories)
+            var ids = RandomID.Series(prefix: "tsk_", at: now)
+            let record = try makeTask(
+                items[0].0, path: items[0].1, session: session, now: now, ids: &ids, directories: &directories)
             let waitingJSON =
                 session.enabled ? nil : [record.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText()]
             let batch = TaskBatch([record], waitingJSON: waitingJSON)
@@ -70,10 +72,11 @@ extension API {
         var part: [TaskRecord] = []
         var waitingJSON: [String] = []
         var directories = ResolvedDirectories()
+        var ids = RandomID.Series(prefix: "tsk_", at: now)
         part.reserveCapacity(API.batchPart)
         do {
             for (offset, (item, path)) in items.enumerated() {
-                let task = try makeTask(item, path: path, session: session, now: now, directories: &directories)
+                let task = try makeTask(item, path: path, session: session, now: now, ids: &ids, directories: &directories)
                 part.append(task)
                 if renderWaiting {
                     waitingJSON.append(task.admitted(sessionEnabled: false, quotaRefusal: nil, now: now).jsonText())
@@ -114,9 +117,11 @@ extension API {
         return API.json(status, answer)
     }
 
-    /// `directories`: those the request's files were found in so far.
+    /// `ids`: the request's series of task ids (a batch's sort in its order); `directories`: those
+    /// the request's files were found in so far.
     func makeTask(
-        _ value: JSON, path: String, session: SessionRecord, now: Timestamp, directories: inout ResolvedDirectories
+        _ value: JSON, path: String, session: SessionRecord, now: Timestamp, ids: inout RandomID.Series,
+        directories: inout ResolvedDirectories
     ) throws(Problem) -> TaskRecord {
         let draft: TaskDraft
         let configuration: TransferConfiguration
@@ -148,7 +153,7 @@ extension API {
         }
         download?.destination = file.path
         var task = TaskRecord(
-            id: RandomID.make(prefix: "tsk_", at: now), sessionID: session.id, file: file, request: draft.request,
+            id: ids.next(), sessionID: session.id, file: file, request: draft.request,
             upload: draft.upload,
             createdAt: now, deadlineAt: now + configuration.timeoutIntervalForResource)
         task.kind = draft.kind

@@ -314,6 +314,22 @@ struct ConfigurationTests {
         #expect(made == made.sorted() && Set(made).count == times.count)
     }
 
+    /// A batch's tasks all carry the time of its request: their ids sort in the order they were
+    /// made, so the indexes over them grow at their end (random ids of one millisecond went in all
+    /// over a batch's part of the index).
+    @Test("a series of ids made at one time sorts in the order made; the random tail differs")
+    func randomIDSeries() {
+        var series = RandomID.Series(prefix: "tsk_", at: 1_795_312_800.0004)
+        let ids = (0..<2_000).map { _ in series.next() }
+        #expect(ids == ids.sorted())
+        #expect(Set(ids).count == ids.count)
+        #expect(ids.allSatisfy { $0.utf8.count == 28 && $0.hasPrefix(ids[0].prefix(13)) }, "one millisecond")
+        #expect(Set(ids.map { $0.suffix(3) }).count > 100, "three random characters at the end")
+        // Two series of the same millisecond start apart.
+        var other = RandomID.Series(prefix: "tsk_", at: 1_795_312_800.0004)
+        #expect(other.next().dropLast(3) != ids[0].dropLast(3))
+    }
+
     @Test(
         "header names and hosts lower-cased: ASCII byte by byte, other text by Unicode's rules",
         arguments: [
