@@ -94,7 +94,7 @@ public final class Engine: TransferStatus {
     public func shutdown(grace: Double) {
         shared.withLock { $0.stopDeadline = monotonicSeconds() + grace }
         worker.wake()
-        _ = shared.wait(until: { $0.stopped }, timeout: grace + 30) { _ in () }
+        shared.wait(until: { $0.stopped }, timeout: grace + 30) { _ in }
     }
 
     // MARK: TransferStatus

@@ -167,7 +167,8 @@ public func runBackhauld(arguments: [String]) -> Int32 {
         pointer += 1
     }
     var cwd = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-    let workingDirectory = getcwd(&cwd, cwd.count) != nil ? String(cString: cwd) : "/"
+    let workingDirectory =
+        getcwd(&cwd, cwd.count) != nil ? cwd.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : "/"
     let configuration: DaemonConfiguration
     switch Result(catching: { () throws(DaemonConfiguration.Invalid) in
         try DaemonConfiguration.resolve(arguments: arguments, environment: environment, workingDirectory: workingDirectory)

@@ -72,7 +72,7 @@ public final class WebhookDispatcher: Sendable {
     public func shutdown() {
         shared.withLock { $0.stopping = true }
         worker.wake()
-        _ = shared.wait(until: { $0.stopped }, timeout: 30) { _ in () }
+        shared.wait(until: { $0.stopped }, timeout: 30) { _ in }
     }
 
     fileprivate final class DispatchLoop: CurlClient {
