@@ -278,14 +278,32 @@ def wait_done(port, ids, timeout=900):
 
 
 def wait_session_done(port, session, count, timeout=600, interval=0.01):
-    """Polls the session's counts until `count` tasks ended; their counts."""
+    """Polls the session's counts until `count` tasks ended; their counts. The polls share one
+    kept-alive connection, as an HTTP client library's would: a connection each 10 ms cost the
+    daemon an accept and a thread started and ended each time, 0.006 ms of CPU a small task
+    (threads other than the curl one and the writer: 0.024 → 0.018 ms a task over 2,000)."""
     deadline = time.time() + timeout
-    while time.time() < deadline:
-        _, body = api(port, "GET", f"/v1/sessions/{session}")
-        counts = body["task_counts"]
-        if counts["completed"] + counts["failed"] + counts.get("cancelled", 0) >= count:
-            break
-        time.sleep(interval)
+    connection = None
+    try:
+        while time.time() < deadline:
+            try:
+                connection = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                connection.request("GET", f"/v1/sessions/{session}")
+                body = json.loads(connection.getresponse().read())
+            except (OSError, http.client.HTTPException):
+                # The daemon closed the kept connection (its idle timeout): a new one.
+                if connection:
+                    connection.close()
+                connection = None
+                time.sleep(interval)
+                continue
+            counts = body["task_counts"]
+            if counts["completed"] + counts["failed"] + counts.get("cancelled", 0) >= count:
+                break
+            time.sleep(interval)
+    finally:
+        if connection:
+            connection.close()
     if counts["completed"] != count:
         _, failed = api(port, "GET", f"/v1/sessions/{session}/tasks?state=failed&limit=1")
         raise RuntimeError(f"session {session}: {counts}; first failure: {failed.get('tasks', [{}])[:1]}")
