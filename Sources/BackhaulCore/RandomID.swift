@@ -17,8 +17,8 @@ public enum RandomID {
     /// its request's time. The first is as `make` makes it; in each next one the 12 characters
     /// after the time are one more (a 60-bit count), the last 3 drawn again. With random ids, the
     /// tasks of a batch went into the indexes over task ids (the unique one, events by task) in
-    /// random order: each task's final event a page of `events_by_task` of its own, 0.7 to 0.9 WAL
-    /// frames a task over 2,000 small uploads; in order, 0.3.
+    /// random order: each task's final event a page of `events_by_task` of its own, 0.9 to 1.0 WAL
+    /// frames a task over 2,000 small uploads; in order, 0.3 to 0.6.
     public struct Series {
         private let prefix: String
         private let milliseconds: UInt64
