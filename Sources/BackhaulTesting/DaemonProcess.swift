@@ -21,7 +21,7 @@ public final class TemporaryDirectory: Sendable {
     public func makeFile(_ name: String, size: Int) -> String {
         let path = file(name)
         var generator = SeededGenerator(seed: UInt64(truncatingIfNeeded: name.hashValue) | 1)
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         let handle = FileHandle(forWritingAtPath: path)!
         var remaining = size
         while remaining > 0 {
@@ -128,7 +128,7 @@ public final class DaemonProcess {
     /// Starts the daemon on a free port and waits until it listens.
     public func start() throws {
         let startLine = (try? String(contentsOfFile: logFile, encoding: .utf8))?.split(separator: "\n").count ?? 0
-        if !FileManager.default.fileExists(atPath: logFile) { FileManager.default.createFile(atPath: logFile, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logFile) { _ = FileManager.default.createFile(atPath: logFile, contents: nil) }
         let logHandle = FileHandle(forWritingAtPath: logFile)!
         logHandle.seekToEndOfFile()
         let process = Process()

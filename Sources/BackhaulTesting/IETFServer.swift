@@ -32,7 +32,7 @@ public final class IETFServer {
         self.directory = directory + "/ietf"
         logFile = directory + "/ietf-requests.jsonl"
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         var arguments = [
             "--port", String(self.port), "--dir", self.directory, "--log", logFile,
             "--versions", versions.map(String.init).joined(separator: ","),

@@ -76,7 +76,7 @@ public final class TusServer {
         files = directory + "/tus-files"
         logFile = directory + "/tus-requests.jsonl"
         try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(
             script: "tus_server.py",
             arguments: [
@@ -110,7 +110,7 @@ public final class S3Server {
         logFile = directory + "/s3-requests.jsonl"
         let credentialsFile = directory + "/s3-credentials.json"
         self.credentialsFile = credentialsFile
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(
             script: "s3_server.py",
             arguments: [
@@ -271,7 +271,7 @@ public final class DownloadServer {
         root = directory + "/served"
         logFile = directory + "/download-requests.jsonl"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         var arguments = [
             "--root", root, "--log", logFile, "--drop-after", String(faults.dropAfter),
             "--drop-times", String(faults.dropTimes), "--rate", String(faults.bytesPerSecond),

@@ -149,7 +149,7 @@ public final class RecordingSink: Sendable {
             return index
         }
         let file = "\(directory)/\(index).body"
-        FileManager.default.createFile(atPath: file, contents: nil)
+        _ = FileManager.default.createFile(atPath: file, contents: nil)
         return (index, behaviour, FileHandle(forWritingAtPath: file))
     }
 
@@ -212,7 +212,9 @@ public final class RecordingSink: Sendable {
             if case .resumable = self.behaviour, let header = head.headers["content-range"] {
                 range = Self.parseContentRange(header)
                 let path = sink.assembledPath(head.path)
-                if !FileManager.default.fileExists(atPath: path) { FileManager.default.createFile(atPath: path, contents: nil) }
+                if !FileManager.default.fileExists(atPath: path) {
+                    _ = FileManager.default.createFile(atPath: path, contents: nil)
+                }
                 if let range, range.first >= 0 {
                     assembled = FileHandle(forWritingAtPath: path)
                     assembled?.seek(toFileOffset: UInt64(range.first))

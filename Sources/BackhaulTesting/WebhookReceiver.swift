@@ -14,7 +14,7 @@ public final class WebhookReceiver {
         start: Bool = true
     ) throws {
         logFile = directory + "/webhooks-\(UUID().uuidString).jsonl"
-        FileManager.default.createFile(atPath: logFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
         peer = try PythonPeer(
             script: "webhook_receiver.py",
             arguments: ["--log", logFile, "--fail-first", String(failFirst), "--status", String(status)]

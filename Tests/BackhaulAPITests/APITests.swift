@@ -17,7 +17,7 @@ final class APIHarness {
     init(tokens: AccessTokens? = nil) throws {
         root = NSTemporaryDirectory() + "backhaul-api-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: root + "/dir", withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(repeating: 7, count: 100))
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(repeating: 7, count: 100))
         store = try Store(path: ":memory:")
         var options = APIOptions(allowedRoots: AllowedRoots([root]))
         options.tokens = tokens
@@ -153,7 +153,7 @@ struct APITests {
         symlink(api.root + "/dir", api.root + "/dirlink")
         symlink("/etc", api.root + "/outlink")
         for name in ["a.bin", "b.bin"] {
-            FileManager.default.createFile(atPath: api.root + "/dir/" + name, contents: Data([1, 2]))
+            _ = FileManager.default.createFile(atPath: api.root + "/dir/" + name, contents: Data([1, 2]))
         }
         let resolvedRoot = try #require(AllowedRoots.realPath(api.root))
         let (created, batch, _) = api.call(

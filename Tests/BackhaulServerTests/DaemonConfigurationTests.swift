@@ -18,7 +18,7 @@ final class Scratch: Sendable {
 
     func write(_ name: String, _ text: String) -> String {
         let file = path + "/" + name
-        FileManager.default.createFile(atPath: file, contents: Data(text.utf8))
+        _ = FileManager.default.createFile(atPath: file, contents: Data(text.utf8))
         return file
     }
 

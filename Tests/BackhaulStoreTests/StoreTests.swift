@@ -540,7 +540,7 @@ struct StoreUpkeepTests {
     func scratchCopy(_ name: String) throws -> String {
         let path = "/tmp/backhaul-\(name)-\(getpid())-\(Int.random(in: 0..<1_000_000)).db"
         let data = try #require(FileManager.default.contents(atPath: Self.fixture))
-        FileManager.default.createFile(atPath: path, contents: data)
+        _ = FileManager.default.createFile(atPath: path, contents: data)
         return path
     }
 

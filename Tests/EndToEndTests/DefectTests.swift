@@ -177,7 +177,7 @@ extension EndToEndTests {
         let fixture = try Fixture()
         let nginx = try NginxServer(directory: fixture.scratch.file("nginx"))
         let source = fixture.scratch.file("nginx/root/big.bin")
-        FileManager.default.createFile(atPath: source, contents: nil)
+        _ = FileManager.default.createFile(atPath: source, contents: nil)
         #expect(truncate(source, 384 << 20) == 0)
         let digest = sha256sum(source)
         // What the daemon's own hashing costs here: the same library (OpenSSL) over the same bytes.

@@ -188,7 +188,7 @@ extension EndToEndTests {
         let fixture = try Fixture()
         try fixture.session()
         let file = fixture.data + "/huge.bin"
-        FileManager.default.createFile(atPath: file, contents: nil)
+        _ = FileManager.default.createFile(atPath: file, contents: nil)
         #expect(truncate(file, 60 << 30) == 0)  // sparse: no disk used
         let id = try fixture.enqueue(
             file,
