@@ -81,6 +81,8 @@ extension API {
                 "backhaul_oldest_finished_task_seconds", "gauge", "How long ago the oldest finished task still kept finished.")
             text.sample("backhaul_oldest_finished_task_seconds", [:], oldest.rounded())
         }
+        text.family("backhaul_store_commits_total", "counter", "Transactions the store's writer committed.")
+        text.sample("backhaul_store_commits_total", [:], Double(maintenance.commits))
         text.family("backhaul_wal_frames", "gauge", "Frames in the SQLite write-ahead log after the last commit.")
         text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
         text.family(

@@ -21,6 +21,12 @@ public struct EngineOptions: Sendable {
     public var networkCheckInterval: Double = 1
     /// Refuse to send to a peer whose address is not public, checked once connected.
     public var denyPrivateDestinations = false
+    /// While at least `pacedTransfers` transfers run, the engine's writes (attempts ended and
+    /// started) go to the store at most once every `writePacing` seconds, together: one commit
+    /// for several slots' turns (see `EngineLoop.releaseWritesWhenDue`). With fewer running, a
+    /// slot waiting for its next claim would leave the link idle: they go at once.
+    public var writePacing: Double = 0.002
+    public var pacedTransfers = 4
 
     public init() {}
 }

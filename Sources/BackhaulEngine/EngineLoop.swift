@@ -67,6 +67,8 @@ final class EngineLoop: CurlClient {
     var orphansPossible = false
     /// Something may start now: a slot came free, work was queued, a claim came back.
     var scheduleNeeded = true
+    /// When the engine's held writes last went to the store (monotonic seconds).
+    var writesReleasedAt = 0.0
     var lastPublish = 0.0
     /// The shutdown is complete (the loop has stopped for good).
     private(set) var isDone = false
@@ -95,11 +97,12 @@ final class EngineLoop: CurlClient {
     /// The store's writes of a turn go to the writer together when it ends, with the ends of the
     /// transfers curl finished just before (`finished` holds them, `afterPerform` keeps them held
     /// when the next turn comes at once): one transaction for a slot's end and its next claim,
-    /// not one each, and a third fewer commits over many small uploads.
+    /// not one each, and a third fewer commits over many small uploads. While many transfers run,
+    /// they wait for the turns of the next `writePacing` too (`releaseWritesWhenDue`).
     func turn(_ driver: CurlDriver) {
         curl = driver
         store.holdWrites()
-        defer { store.releaseWrites() }
+        defer { releaseWritesWhenDue() }
         let (items, review) = engine.inbox.take()
         if review { policyReviewNeeded = true }
         for item in items {
@@ -144,7 +147,21 @@ final class EngineLoop: CurlClient {
 
     func afterPerform(_ driver: CurlDriver) {
         publishProgress(force: false)
-        if sleepLimit != 0 { store.releaseWrites() }
+        if sleepLimit != 0 { releaseWritesWhenDue() }
+    }
+
+    /// Hands the writes held so far to the store, unless `options.pacedTransfers` or more
+    /// transfers are running and the last went less than `options.writePacing` ago: then they wait
+    /// for the next turns' (the worker sleeps no longer than that). Each commit costs the writer
+    /// its pages of the WAL (about six for the tables and indexes every commit touches), its
+    /// transaction, and the engine a wake-up for the answers; over 2,000 small uploads the
+    /// commits went from 240-850 to about 200.
+    func releaseWritesWhenDue() {
+        let monotonic = monotonicSeconds()
+        if stopDeadline == nil, active.count >= options.pacedTransfers, monotonic - writesReleasedAt < options.writePacing {
+            return
+        }
+        if store.releaseWrites() { writesReleasedAt = monotonic }
     }
 
     var sleepLimit: Double? {
@@ -154,6 +171,7 @@ final class EngineLoop: CurlClient {
             return 0
         }
         var limit = options.tick
+        if store.holdsWrites { limit = min(limit, max(0, writesReleasedAt + options.writePacing - monotonicSeconds())) }
         if let nextTimer { limit = min(limit, max(0, nextTimer - clock.now())) }
         if stopDeadline != nil { limit = min(limit, 0.1) }
         return limit

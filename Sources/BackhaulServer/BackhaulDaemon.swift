@@ -59,6 +59,7 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
         engineOptions.caBundle = configuration.caBundle
         engineOptions.progressInterval = configuration.progressInterval
+        engineOptions.writePacing = configuration.writePacing
         engineOptions.routeFile = configuration.routeFile
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate

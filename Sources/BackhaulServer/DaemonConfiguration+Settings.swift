@@ -9,7 +9,8 @@ extension DaemonConfiguration {
     enum Settings {
         static let all: [any AnySetting] = [
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
-            webhookRetrySchedule, progressInterval, routeFile, tokens, uploadHosts, webhookHosts, denyPrivateDestinations,
+            webhookRetrySchedule, progressInterval, writePacing, routeFile, tokens, uploadHosts, webhookHosts,
+            denyPrivateDestinations,
             maxOpenTasks, finishedTaskRetention, ui, network, policy,
         ]
 
@@ -83,6 +84,12 @@ extension DaemonConfiguration {
             environment: EnvironmentSpelling("BACKHAUL_PROGRESS_INTERVAL"), file: FileSpelling("progress_interval"), default: 5,
             help: "task.progress events per running task at most this often", value: .seconds(0.1, maximum: 3600),
             property: \.progressInterval)
+
+        static let writePacing: Setting<Double> = Setting(
+            "write_pacing", flag: FlagSpelling("--write-pacing", "SECONDS"),
+            environment: EnvironmentSpelling("BACKHAUL_WRITE_PACING"), file: FileSpelling("write_pacing"), default: 0.002,
+            help: "while 4 or more transfers run, their starts and ends are written together at most this often (0: each turn)",
+            value: .seconds(0, maximum: 1), property: \.writePacing)
 
         static let routeFile: Setting<String> = Setting(
             "route_file", flag: FlagSpelling("--route-file", "FILE"), environment: EnvironmentSpelling("BACKHAUL_ROUTE_FILE"),

@@ -27,6 +27,8 @@ public struct DaemonConfiguration: Sendable {
     public var webhookRetrySchedule = Settings.webhookRetrySchedule.defaultValue
     /// Seconds between `task.progress` events of one running task.
     public var progressInterval = Settings.progressInterval.defaultValue
+    /// Seconds between the engine's hand-overs of its writes while many transfers run.
+    public var writePacing = Settings.writePacing.defaultValue
     /// Network detection: the routing table, how often it is read, how interfaces are classified.
     public var routeFile = Settings.routeFile.defaultValue
     public var networkCheckInterval = Settings.network.defaultValue.checkInterval

@@ -20,6 +20,8 @@ public struct WALPolicy: Sendable {
 
 /// What the store's housekeeping did, for `/metrics`.
 public struct MaintenanceFigures: Sendable, Equatable {
+    /// Transactions the writer committed.
+    public var commits = 0
     public var walFrames = 0
     public var passiveCheckpoints = 0
     public var truncateCheckpoints = 0
@@ -34,9 +36,12 @@ public struct MaintenanceFigures: Sendable, Equatable {
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
 
-    /// After a commit (on the writer's thread): checkpoint as `WALPolicy` says.
+    /// After a commit (on the writer's thread): counted, and a checkpoint as `WALPolicy` says.
     static func keepWALBounded(_ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, frames: Int) {
-        figures.withLock { $0.walFrames = frames }
+        figures.withLock { figures in
+            figures.commits += 1
+            figures.walFrames = frames
+        }
         guard frames >= policy.passiveFrames else { return }
         let mode: Connection.CheckpointMode = frames >= policy.truncateFrames ? .truncate : .passive
         let result = try? db.checkpoint(mode)

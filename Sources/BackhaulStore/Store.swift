@@ -138,7 +138,12 @@ public final class Store: Sendable {
     /// writer together (the engine's turn: see `StoreWriter.hold`).
     public func holdWrites() { writer.hold() }
 
-    public func releaseWrites() { writer.release() }
+    /// Whether any writes were held (and went).
+    @discardableResult
+    public func releaseWrites() -> Bool { writer.release() }
+
+    /// Whether the calling thread holds writes it has not released yet.
+    public var holdsWrites: Bool { writer.holdsJobs }
 
     /// Runs `body` on a read connection: it sees the last commit and waits for no writer.
     func read<T>(_ body: (Connection) throws -> T) throws(StoreError) -> T {

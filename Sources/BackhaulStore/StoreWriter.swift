@@ -130,14 +130,24 @@ final class StoreWriter: @unchecked Sendable {
         }
     }
 
-    /// Hands the held jobs over; a thread that does not hold has none.
-    func release() {
+    /// Hands the held jobs over; a thread that does not hold has none. Whether there were any.
+    @discardableResult
+    func release() -> Bool {
         let jobs = held.withLock { held -> [Job] in
             guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return [] }
             defer { held = (nil, []) }
             return held.jobs
         }
         if !jobs.isEmpty { submit(jobs) }
+        return !jobs.isEmpty
+    }
+
+    /// Whether the calling thread holds jobs it has not handed over yet.
+    var holdsJobs: Bool {
+        held.withLock { held in
+            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return false }
+            return !held.jobs.isEmpty
+        }
     }
 
     /// Runs `body` in the next batch and waits for its commit: the caller's answer is durable (or

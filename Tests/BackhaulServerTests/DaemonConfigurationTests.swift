@@ -102,6 +102,9 @@ struct DaemonConfigurationTests {
             setting: "progress_interval", file: 1, environment: "0.5", flags: ["60"], read: { .double($0.progressInterval) },
             expected: [5, 1, 0.5, 60]),
         Sample(
+            setting: "write_pacing", file: 0, environment: "0.01", flags: ["0.5"], read: { .double($0.writePacing) },
+            expected: [0.002, 0, 0.01, 0.5]),
+        Sample(
             setting: "route_file", file: "/f1", environment: "/f2", flags: ["/f3"], read: { .string($0.routeFile) },
             expected: ["/proc/net/route", "/f1", "/f2", "/f3"]),
         Sample(
@@ -316,7 +319,8 @@ struct DaemonConfigurationTests {
             info.keys == [
                 "listen", "state_dir", "allowed_roots", "log_level", "max_transfers", "max_body_bytes", "shutdown_grace",
                 "ca_bundle",
-                "webhook_retry_schedule", "progress_interval", "route_file", "authentication", "upload_hosts", "webhook_hosts",
+                "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "authentication", "upload_hosts",
+                "webhook_hosts",
                 "deny_private_destinations", "max_open_tasks", "finished_task_retention", "ui", "network_check_interval",
             ])
         #expect(info["finished_task_retention"] == .double(604_800) && info["max_transfers"] == .int(16))
