@@ -22,11 +22,12 @@ public struct EngineOptions: Sendable {
     /// Refuse to send to a peer whose address is not public, checked once connected.
     public var denyPrivateDestinations = false
     /// While at least `pacedTransfers` transfers run, the engine's writes (attempts ended and
-    /// started) go to the store at most once every `writePacing` seconds, together: one commit
-    /// for several slots' turns (see `EngineLoop.releaseWritesWhenDue`). With fewer running, a
-    /// slot waiting for its next claim would leave the link idle: they go at once.
+    /// started) wait for those of the next turns, together one commit, until `pacedClaims` slots
+    /// wait for their next task's claim or `writePacing` seconds passed since the last went (see
+    /// `EngineLoop.releaseWritesWhenDue`). With fewer running, they go at once.
     public var writePacing: Double = 0.002
     public var pacedTransfers = 4
+    public var pacedClaims = 3
 
     public init() {}
 }

@@ -88,7 +88,7 @@ extension DaemonConfiguration {
         static let writePacing: Setting<Double> = Setting(
             "write_pacing", flag: FlagSpelling("--write-pacing", "SECONDS"),
             environment: EnvironmentSpelling("BACKHAUL_WRITE_PACING"), file: FileSpelling("write_pacing"), default: 0.002,
-            help: "while 4 or more transfers run, their starts and ends are written together at most this often (0: each turn)",
+            help: "while 4 or more transfers run, their starts and ends wait this long at most to share a commit (0: none)",
             value: .seconds(0, maximum: 1), property: \.writePacing)
 
         static let routeFile: Setting<String> = Setting(

@@ -4,25 +4,26 @@ import Foundation
 import JSON
 import Testing
 
-/// Issue 16: while many transfers run, the engine hands its writes (attempts ended, the next ones
-/// started) to the store at most once every `write_pacing`, so that several turns share a commit.
-/// 160 uploads of 8-40 KiB through 16 slots to a sink that reads 400 KB/s a connection: the
-/// transfers end at scattered times, most of the time with 4 or more still running. With a pacing
-/// of 0.1 s the commits stay within one per 0.1 s of the run, plus the few made with fewer than 4
-/// running (the start, the tail) and the API's (18 in 1.1 s in three runs); with none (what the
-/// engine did before), a turn that saw a transfer end committed on its own (149-158 in 0.7 s).
+/// Issue 16: while many transfers run, the engine's writes (attempts ended, the next ones started)
+/// wait for the next turns', together one commit, until 3 slots wait for their claims or
+/// `write_pacing` passed. 160 uploads of 8-40 KiB through 16 slots to a sink that reads 400 KB/s a
+/// connection: the transfers end at scattered times, most of the time with 4 or more still
+/// running. With a pacing of 0.1 s the commits stay within one per 3 tasks and one per 0.1 s of
+/// the run, plus the few made with fewer than 4 running (the start, the tail) and the API's (55-56
+/// commits in 0.77-0.79 s, three runs); with none (what the engine did before), a turn that saw a
+/// transfer end committed on its own (150-158 in 0.71-0.74 s).
 extension EndToEndTests {
-    @Test("write pacing: while 4 or more transfers run, their ends and starts share a commit at most every write_pacing")
+    @Test("write pacing: while 4 or more transfers run, their ends and starts share commits (3 claims or write_pacing)")
     func writePacing() throws {
         let paced = try pacedRun(pacing: 0.1)
         #expect(paced.completed == 160)
         #expect(
-            Double(paced.commits) <= paced.seconds / 0.1 + 20,
+            Double(paced.commits) <= 160 / 3 + paced.seconds / 0.1 + 20,
             "\(paced.commits) commits in \(paced.seconds) s with a pacing of 0.1 s")
         let unpaced = try pacedRun(pacing: 0)
         #expect(unpaced.completed == 160)
         #expect(
-            Double(unpaced.commits) > unpaced.seconds / 0.1 + 20,
+            Double(unpaced.commits) > 160 / 3 + unpaced.seconds / 0.1 + 20,
             "without pacing: \(unpaced.commits) commits in \(unpaced.seconds) s")
     }
 
