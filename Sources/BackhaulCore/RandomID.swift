@@ -9,8 +9,8 @@ public enum RandomID {
     /// the file (which made each enqueue slower as the queue grew).
     /// Written as bytes: it runs twice per task (its id, its final event's id).
     public static func make(prefix: String, at time: Timestamp) -> String {
-        var series = Series(prefix: prefix, at: time)
-        return series.next()
+        let (count, tail) = pool.withLock { ($0.next() >> 4, $0.next()) }
+        return format(prefix: prefix, milliseconds: milliseconds(time), count: count, tail: tail)
     }
 
     /// Ids made at one time that sort in the order they are made: a batch's tasks, which all carry
@@ -22,49 +22,62 @@ public enum RandomID {
     public struct Series {
         private let prefix: String
         private let milliseconds: UInt64
-        private var count: UInt64
+        /// The last id's count (nil: none made yet).
+        private var count: UInt64?
 
         public init(prefix: String, at time: Timestamp) {
             self.prefix = prefix
-            milliseconds = UInt64(max(0, time * 1000))
-            count = pool.withLock { $0.next() } >> 4
+            milliseconds = RandomID.milliseconds(time)
         }
 
         public mutating func next() -> String {
-            let more = pool.withLock { $0.next() }
-            defer { count = (count &+ 1) & ((1 << 60) - 1) }
-            let prefixBytes = prefix.utf8
-            return String(unsafeUninitializedCapacity: prefixBytes.count + 24) { output in
-                var index = 0
-                for byte in prefixBytes {
-                    output[index] = byte
-                    index += 1
-                }
-                // 45 bits of milliseconds (until the year 3084), then the 60-bit count, 5 bits a
-                // character, most significant first.
-                for shift in stride(from: 40, through: 0, by: -5) {
-                    output[index] = alphabet[Int((milliseconds >> UInt64(shift)) & 31)]
-                    index += 1
-                }
-                for shift in stride(from: 55, through: 0, by: -5) {
-                    output[index] = alphabet[Int((count >> UInt64(shift)) & 31)]
-                    index += 1
-                }
-                // Three random ones from a draw of their own.
-                var more = more
-                for _ in 0..<3 {
-                    output[index] = alphabet[Int(more & 31)]
-                    more >>= 5
-                    index += 1
-                }
-                return index
+            let current: UInt64
+            let tail: UInt64
+            if let count {
+                current = (count &+ 1) & ((1 << 60) - 1)
+                tail = pool.withLock { $0.next() }
+            } else {
+                (current, tail) = pool.withLock { ($0.next() >> 4, $0.next()) }
             }
+            count = current
+            return RandomID.format(prefix: prefix, milliseconds: milliseconds, count: current, tail: tail)
         }
     }
 
-    /// The kernel's random words, drawn 256 at a time: an id takes two, and a getrandom(2) call
-    /// for each (what `SystemRandomNumberGenerator` makes) cost the writer two system calls for
-    /// every event it wrote and the API two for every task.
+    private static func milliseconds(_ time: Timestamp) -> UInt64 { UInt64(max(0, time * 1000)) }
+
+    /// The id's text: the prefix, then 45 bits of milliseconds (until the year 3084) and the 60-bit
+    /// count, 5 bits a character, most significant first, then 3 characters of `tail`.
+    private static func format(prefix: String, milliseconds: UInt64, count: UInt64, tail: UInt64) -> String {
+        let prefixBytes = prefix.utf8
+        return String(unsafeUninitializedCapacity: prefixBytes.count + 24) { output in
+            var index = 0
+            for byte in prefixBytes {
+                output[index] = byte
+                index += 1
+            }
+            for shift in stride(from: 40, through: 0, by: -5) {
+                output[index] = alphabet[Int((milliseconds >> UInt64(shift)) & 31)]
+                index += 1
+            }
+            for shift in stride(from: 55, through: 0, by: -5) {
+                output[index] = alphabet[Int((count >> UInt64(shift)) & 31)]
+                index += 1
+            }
+            var tail = tail
+            for _ in 0..<3 {
+                output[index] = alphabet[Int(tail & 31)]
+                tail >>= 5
+                index += 1
+            }
+            return index
+        }
+    }
+
+    /// The kernel's random words, drawn 256 at a time: an id takes two (one in a series after its
+    /// first), taken under one lock, and a getrandom(2) call for each (what
+    /// `SystemRandomNumberGenerator` makes) cost the writer two system calls for every event it
+    /// wrote and the API two for every task.
     private static let pool = Mutex(RandomWords())
 
     private struct RandomWords: ~Copyable {
