@@ -82,7 +82,7 @@ final class StoreWriter: @unchecked Sendable {
         // accepts them (not stopping yet), so no `done` runs under the lock.
         held.withLock { hold in
             if !hold.jobs.isEmpty { submit(hold.jobs) }
-            hold = (nil, [])
+            hold = Hold()
         }
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
@@ -100,7 +100,7 @@ final class StoreWriter: @unchecked Sendable {
     /// (`waited`): then the jobs held go over with it, in order, or the thread would wait for itself.
     func submit(_ job: Job, waited: Bool = false) {
         let handed = held.withLock { held -> [Job] in
-            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return [job] }
+            guard held.isCaller else { return [job] }
             held.jobs.append(job)
             guard waited else { return [] }
             defer { held.jobs = [] }
@@ -120,12 +120,20 @@ final class StoreWriter: @unchecked Sendable {
 
     /// The calling thread's jobs wait until it calls `release`, and then go over together, into
     /// one batch: the engine hands over a turn's ends and claims at once, not each as it comes.
-    private let held = Locked<(thread: pthread_t?, jobs: [Job])>((nil, []))
+    private let held = Locked(Hold())
+
+    private struct Hold {
+        var thread: pthread_t?
+        var jobs: [Job] = []
+
+        /// Whether the calling thread is the one holding.
+        var isCaller: Bool { thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+    }
 
     /// One thread holds at a time (the engine's).
     func hold() {
         held.withLock { held in
-            precondition(held.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? true, "one thread holds writes")
+            precondition(held.thread == nil || held.isCaller, "one thread holds writes")
             held.thread = pthread_self()
         }
     }
@@ -134,8 +142,8 @@ final class StoreWriter: @unchecked Sendable {
     @discardableResult
     func release() -> Bool {
         let jobs = held.withLock { held -> [Job] in
-            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return [] }
-            defer { held = (nil, []) }
+            guard held.isCaller else { return [] }
+            defer { held = Hold() }
             return held.jobs
         }
         if !jobs.isEmpty { submit(jobs) }
@@ -144,10 +152,7 @@ final class StoreWriter: @unchecked Sendable {
 
     /// Whether the calling thread holds jobs it has not handed over yet.
     var holdsJobs: Bool {
-        held.withLock { held in
-            guard let thread = held.thread, pthread_equal(thread, pthread_self()) != 0 else { return false }
-            return !held.jobs.isEmpty
-        }
+        held.withLock { $0.isCaller && !$0.jobs.isEmpty }
     }
 
     /// Runs `body` in the next batch and waits for its commit: the caller's answer is durable (or
