@@ -20,15 +20,12 @@ public struct JSONLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    public func log(
-        level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-        file: String, function: String, line: UInt
-    ) {
+    public func log(event: LogEvent) {
         var object: JSONObject = [
-            "ts": .string(RFC3339.format(SystemClock().now())), "level": .string(level.rawValue),
-            "msg": .string(message.description), "logger": .string(label),
+            "ts": .string(RFC3339.format(SystemClock().now())), "level": .string(event.level.rawValue),
+            "msg": .string(event.message.description), "logger": .string(label),
         ]
-        for (key, value) in metadata.merging(explicit ?? [:], uniquingKeysWith: { $1 }) {
+        for (key, value) in metadata.merging(event.metadata ?? [:], uniquingKeysWith: { $1 }) {
             object[key] = .string(value.description)
         }
         writeStandardError(JSON.object(object).serialized() + "\n")

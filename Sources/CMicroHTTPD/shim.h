@@ -38,12 +38,6 @@ static inline uint16_t bh_mhd_bound_port(struct MHD_Daemon *daemon) {
     return info == NULL ? 0 : info->port;
 }
 
-/// The peer address of a connection (MHD_get_connection_info is variadic).
-static inline const struct sockaddr *bh_mhd_client_address(struct MHD_Connection *connection) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    return info == NULL ? NULL : info->client_addr;
-}
-
 typedef enum MHD_Result (*bh_mhd_key_value_iterator)(void *cls, enum MHD_ValueKind kind, const char *key,
                                                      const char *value);
 typedef ssize_t (*bh_mhd_content_reader)(void *cls, uint64_t pos, char *buf, size_t max);

@@ -135,25 +135,6 @@ private func collect(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase
     return collector.values
 }
 
-private func remoteAddress(_ connection: OpaquePointer) -> String {
-    guard let address = bh_mhd_client_address(connection) else { return "" }
-    var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
-    switch Int32(address.pointee.sa_family) {
-    case AF_INET:
-        address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { inet in
-            var addr = inet.pointee.sin_addr
-            _ = inet_ntop(AF_INET, &addr, &buffer, socklen_t(buffer.count))
-        }
-    case AF_INET6:
-        address.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { inet in
-            var addr = inet.pointee.sin6_addr
-            _ = inet_ntop(AF_INET6, &addr, &buffer, socklen_t(buffer.count))
-        }
-    default: return ""
-    }
-    return String(cString: buffer)
-}
-
 /// The access handler trampoline: called for the head, for each body piece, and once at the end.
 private let accessHandler: bh_mhd_access_handler = { cls, connection, url, method, _, uploadData, uploadSize, conCls in
     guard let cls, let connection, let conCls, let uploadSize else { return MHD_Result.NO }
@@ -163,8 +144,7 @@ private let accessHandler: bh_mhd_access_handler = { cls, connection, url, metho
             method: method.map { String(cString: $0) } ?? "GET",
             path: url.map { String(cString: $0) } ?? "/",
             query: collect(connection, kind: .GET_ARGUMENT_KIND, lowercaseKeys: false),
-            headers: collect(connection, kind: .HEADER_KIND, lowercaseKeys: true),
-            remoteAddress: remoteAddress(connection))
+            headers: collect(connection, kind: .HEADER_KIND, lowercaseKeys: true))
         let state = RequestState(consumer: box.handler.begin(head))
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         return MHD_Result.YES

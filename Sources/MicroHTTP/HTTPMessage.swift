@@ -7,17 +7,12 @@ public struct HTTPRequestHead: Sendable {
     public var query: [String: String]
     /// Header names lower-cased; repeated headers joined with ", ".
     public var headers: [String: String]
-    public var remoteAddress: String
 
-    public init(
-        method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-        remoteAddress: String = "127.0.0.1"
-    ) {
+    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:]) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
-        self.remoteAddress = remoteAddress
     }
 
     public var contentLength: Int64? { headers["content-length"].flatMap { Int64($0) } }
