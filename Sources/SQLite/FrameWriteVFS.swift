@@ -3,17 +3,24 @@ import Glibc
 
 /// The VFS every `Connection` opens with: the system's default ("unix") in all but one thing,
 /// how the WAL is written. SQLite writes each WAL frame with two `pwrite`s, the frame's 24-byte
-/// header and then its page; here a header appended at the end of the log is held until the page
-/// that follows it, and the two go to the file in one `pwrite`. That halves the writer's system
-/// calls per frame, which on ext4 was half its cost (3.7 of 7.3 µs a frame; a task's commit writes
-/// about six frames).
+/// header and then its page, and a commit's frames one after another; here a commit's frames go
+/// to the file together, in one `pwrite` (or one per `maxRun` bytes of a larger transaction).
+/// On ext4 a `pwrite` of a frame had cost 3.7 µs, half of it the call itself, and a task's
+/// commits write several frames.
 ///
-/// A held header never outlives the call that follows it: the page write it belongs to comes next
-/// (`walWriteOneFrame` writes the two back to back), and any other call on the file (a read, a
-/// sync, a truncation, its size, a lock, a file control, its close), or a write anywhere else,
-/// first writes it. What must never be held is a commit's last write here: right after it SQLite
-/// publishes the frames in the WAL index, through the database file's shared memory, not through
-/// this file. So only a 24-byte write that starts a new frame is held: at the end of what was
+/// A header appended at the end of the log is held until the page that follows it
+/// (`walWriteOneFrame` writes the two back to back); the frame they make is held with the frames
+/// before it, until the commit's own frame, whose header carries the database's size in pages
+/// (bytes 4–7, zero in every other frame): it and every frame held go in one write, before the
+/// call that wrote it returns. That must never wait: right after a commit's last write, SQLite
+/// publishes its frames in the WAL index, through the database file's shared memory, not through
+/// this file, and other connections read them from the file. Frames before a commit are not
+/// published, and nothing of a commit's is read (its own connection reads its pages through
+/// this file) before everything held is written: any other call on the file (a read, a sync, a
+/// truncation, its size, a lock, a file control, its close), or a write anywhere but the end of
+/// what is held, first writes what is held, in order.
+///
+/// Only a 24-byte write that starts a new frame is held as a header: at the end of what was
 /// written since the log's own header (offset 0), on the log's frame grid (24 bytes + its page
 /// size). Two other writes of 24 bytes go straight through:
 /// - SQLite's rewrite of the checksums of frames already in the log (a transaction that spilled
@@ -39,14 +46,14 @@ enum FrameWriteVFS {
         precondition(code == SQLITE_OK, "cannot register the WAL-writing VFS (\(code))")
     }()
 
-    /// How many frames `connection`'s WAL file wrote in one write each (header and page together)
-    /// since it opened; 0 when it has no WAL open (tests).
-    static func framesJoined(by connection: Connection) -> Int {
+    /// The frames `connection`'s WAL file held and wrote whole since it opened (header and page
+    /// together), and the writes they took; zeros when it has no WAL open (tests).
+    static func frameWrites(by connection: Connection) -> (frames: Int, writes: Int) {
         var file: UnsafeMutablePointer<sqlite3_file>?
         guard sqlite3_file_control(connection.handle, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK,
             let file, file.pointee.pMethods == UnsafePointer(walMethods)
-        else { return 0 }
-        return state(file).pointee.framesJoined
+        else { return (0, 0) }
+        return (state(file).pointee.framesHeld, state(file).pointee.runsWritten)
     }
 
     // A wrapped WAL file's memory: its `sqlite3_file` (the methods below), the state, then the
@@ -85,29 +92,36 @@ enum FrameWriteVFS {
 
     /// What a wrapped WAL file holds between calls.
     struct PendingFrame {
-        /// Where what was written since the log's header ends (0: not known yet).
+        /// Where what was written or is held since the log's header ends (0: not known yet).
         var end: Int64 = 0
         /// A frame header waiting for its page, and where it goes (-1: none).
         var headerOffset: Int64 = -1
         let header: UnsafeMutableRawPointer
-        /// Header and page joined for their one write (grown to the largest frame).
-        var joined: UnsafeMutableRawPointer?
-        var joinedCapacity = 0
+        /// Whole frames held, back to back, for one write at `runOffset` (-1: none).
+        var run: UnsafeMutableRawPointer?
+        var runCapacity = 0
+        var runCount = 0
+        var runOffset: Int64 = -1
         /// The log's frame size (24 + its page size; 0: not known yet), read from the log's header
         /// when this file writes it, else from the first page written right after a header.
         var frameSize: Int64 = 0
         /// Where the last 24-byte write that went straight through ended (-1: the last write was
         /// not one), so that the page after it tells the frame size.
         var headerEnd: Int64 = -1
-        /// Frames written with one write each.
-        var framesJoined = 0
+        /// Frames held and written whole, and the writes that took.
+        var framesHeld = 0
+        var runsWritten = 0
 
         static let headerSize = 24
         static let logHeaderSize: Int64 = 32
+        /// The most one write holds: the unix VFS writes at most 0x1ffff bytes a call (it masks a
+        /// larger count, and then fails the write as a full disk). A larger transaction's frames go
+        /// out in parts of up to this size.
+        static let maxRun = 0x1ffff
 
         func free() {
             header.deallocate()
-            joined?.deallocate()
+            run?.deallocate()
         }
     }
 
@@ -116,15 +130,66 @@ enum FrameWriteVFS {
         real.pointee.pMethods!.pointee
     }
 
-    /// Writes a held header, if any; every call but a write does this first.
+    /// Writes what is held, frames then a header; every call but a write at the end does this first.
     private static func flush(_ file: UnsafeMutablePointer<sqlite3_file>?) -> Int32 {
         guard let file else { return SQLITE_MISUSE }
+        let code = writeRun(file)
         let pending = state(file)
-        guard pending.pointee.headerOffset >= 0 else { return SQLITE_OK }
+        guard code == SQLITE_OK, pending.pointee.headerOffset >= 0 else { return code }
         let real = realFile(file)
         let offset = pending.pointee.headerOffset
         pending.pointee.headerOffset = -1
         return methods(real).xWrite(real, pending.pointee.header, Int32(PendingFrame.headerSize), offset)
+    }
+
+    /// Writes the frames held, if any, in one write. Should it fail, they are dropped with it:
+    /// SQLite gets the error and abandons the transaction, as it would had their own writes failed.
+    private static func writeRun(_ file: UnsafeMutablePointer<sqlite3_file>) -> Int32 {
+        let pending = state(file)
+        guard pending.pointee.runOffset >= 0 else { return SQLITE_OK }
+        let real = realFile(file)
+        let (offset, count) = (pending.pointee.runOffset, pending.pointee.runCount)
+        pending.pointee.runOffset = -1
+        pending.pointee.runCount = 0
+        pending.pointee.runsWritten += 1
+        return methods(real).xWrite(real, pending.pointee.run!, Int32(count), offset)
+    }
+
+    /// Adds the held header and its page, the frame at `start`, to the frames held; writes them
+    /// all when it ends a commit (first those held, should it not fit beside them in `maxRun`).
+    private static func hold(
+        _ file: UnsafeMutablePointer<sqlite3_file>, page: UnsafeRawPointer, _ amount: Int32, frameAt start: Int64
+    ) -> Int32 {
+        let pending = state(file)
+        let headerSize = PendingFrame.headerSize
+        let frameBytes = headerSize + Int(amount)
+        if pending.pointee.runOffset >= 0,
+            pending.pointee.runOffset + Int64(pending.pointee.runCount) != start
+                || pending.pointee.runCount + frameBytes > PendingFrame.maxRun
+        {
+            let code = writeRun(file)
+            guard code == SQLITE_OK else { return code }
+        }
+        let total = pending.pointee.runCount + frameBytes
+        if pending.pointee.runCapacity < total {
+            let grown = UnsafeMutableRawPointer.allocate(byteCount: max(total, 2 * pending.pointee.runCapacity), alignment: 16)
+            if let run = pending.pointee.run {
+                grown.copyMemory(from: run, byteCount: pending.pointee.runCount)
+                run.deallocate()
+            }
+            pending.pointee.run = grown
+            pending.pointee.runCapacity = max(total, 2 * pending.pointee.runCapacity)
+        }
+        let frame = pending.pointee.run! + pending.pointee.runCount
+        frame.copyMemory(from: pending.pointee.header, byteCount: headerSize)
+        (frame + headerSize).copyMemory(from: page, byteCount: Int(amount))
+        if pending.pointee.runOffset < 0 { pending.pointee.runOffset = start }
+        pending.pointee.runCount = total
+        pending.pointee.end = max(pending.pointee.end, start + Int64(frameBytes))
+        pending.pointee.framesHeld += 1
+        // Bytes 4–7 of a frame's header: the database's size in pages after a commit, else zero.
+        let endsCommit = (4..<8).contains { pending.pointee.header.load(fromByteOffset: $0, as: UInt8.self) != 0 }
+        return endsCommit ? writeRun(file) : SQLITE_OK
     }
 
     private static func write(
@@ -135,40 +200,23 @@ enum FrameWriteVFS {
         let real = realFile(file)
         let headerSize = PendingFrame.headerSize
         let logHeaderSize = PendingFrame.logHeaderSize
-        if pending.pointee.headerOffset >= 0 {
-            if offset == pending.pointee.headerOffset + Int64(headerSize) {
-                // The page of the held header: the frame in one write.
-                let start = pending.pointee.headerOffset
-                pending.pointee.headerOffset = -1
-                let total = headerSize + Int(amount)
-                if pending.pointee.joinedCapacity < total {
-                    pending.pointee.joined?.deallocate()
-                    pending.pointee.joined = .allocate(byteCount: total, alignment: 16)
-                    pending.pointee.joinedCapacity = total
-                }
-                let joined = pending.pointee.joined!
-                joined.copyMemory(from: pending.pointee.header, byteCount: headerSize)
-                (joined + headerSize).copyMemory(from: buffer, byteCount: Int(amount))
-                // Should this write fail, the header goes with the page: SQLite gets the page's
-                // error and abandons the commit, as it would had the header's own write failed.
-                let code = methods(real).xWrite(real, joined, Int32(total), start)
-                if code == SQLITE_OK {
-                    pending.pointee.end = max(pending.pointee.end, offset + Int64(amount))
-                    pending.pointee.framesJoined += 1
-                }
-                return code
-            }
-            let code = flush(file)
-            guard code == SQLITE_OK else { return code }
+        if pending.pointee.headerOffset >= 0, offset == pending.pointee.headerOffset + Int64(headerSize) {
+            // The page of the held header: a whole frame, held with the ones before it.
+            let start = pending.pointee.headerOffset
+            pending.pointee.headerOffset = -1
+            return hold(file, page: buffer, amount, frameAt: start)
         }
         let frameSize = pending.pointee.frameSize
-        if amount == Int32(headerSize), offset == pending.pointee.end, frameSize > 0,
-            (offset - logHeaderSize) % frameSize == 0
-        {
+        let startsFrame =
+            amount == Int32(headerSize) && offset == pending.pointee.end && frameSize > 0
+            && (offset - logHeaderSize) % frameSize == 0
+        if startsFrame, pending.pointee.headerOffset < 0 {
             pending.pointee.header.copyMemory(from: buffer, byteCount: headerSize)
             pending.pointee.headerOffset = offset
             return SQLITE_OK
         }
+        let flushed = flush(file)
+        guard flushed == SQLITE_OK else { return flushed }
         let code = methods(real).xWrite(real, buffer, amount, offset)
         guard code == SQLITE_OK else { return code }
         if offset == 0, amount >= Int32(logHeaderSize) {

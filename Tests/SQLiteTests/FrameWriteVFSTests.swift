@@ -53,16 +53,45 @@ struct FrameWriteVFSTests {
     @Test("small commits: each frame goes whole in one write, and a crash's copy recovers every commit")
     func smallCommits() throws {
         let db = try open("small.db")
-        let before = FrameWriteVFS.framesJoined(by: db)
+        let before = FrameWriteVFS.frameWrites(by: db)
         for index in 0..<200 {
             try db.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(index), String(repeating: "x", count: 300 + index)])
         }
-        // At least a frame a commit went whole.
-        #expect(FrameWriteVFS.framesJoined(by: db) - before >= 200)
+        // At least a frame a commit went whole, and each commit in one write.
+        let after = FrameWriteVFS.frameWrites(by: db)
+        #expect(after.frames - before.frames >= 200)
+        #expect(after.writes - before.writes == 200)
         let expected = (0..<200).reduce(Int64(0)) { $0 + Int64(300 + $1) + Int64($1) }
         let recovered = try recoveredCopy(of: "small.db")
         #expect(recovered.rows == 200)
         #expect(recovered.sum == expected)
+        #expect(recovered.check == "ok")
+    }
+
+    /// A commit that changes many pages (rows across leaves, and an index) writes its frames in
+    /// one write where SQLite wrote two a frame; a larger one, in parts of at most `maxRun` bytes
+    /// (the most the unix VFS writes at once).
+    @Test("a commit's frames go to the file in one write (a large one in 128 KiB parts), and a crash's copy recovers each")
+    func commitInOneWrite() throws {
+        let db = try open("wide.db")
+        try db.execute("CREATE INDEX t_v ON t (v)")
+        func commit(_ rows: Int, from first: Int) throws -> (frames: Int, writes: Int) {
+            let before = FrameWriteVFS.frameWrites(by: db)
+            try db.execute("BEGIN")
+            for key in first..<first + rows {
+                try db.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(key), String(repeating: "w", count: 1500) + "\(key)"])
+            }
+            try db.execute("COMMIT")
+            let after = FrameWriteVFS.frameWrites(by: db)
+            return (after.frames - before.frames, after.writes - before.writes)
+        }
+        let small = try (0..<5).map { try commit(8, from: $0 * 100) }
+        #expect(small.allSatisfy { $0.frames >= 10 && $0.writes == 1 }, "frames and writes a commit: \(small)")
+        let large = try commit(150, from: 1000)
+        let parts = (large.frames * (24 + 4096) + FrameWriteVFS.PendingFrame.maxRun - 1) / FrameWriteVFS.PendingFrame.maxRun
+        #expect(large.frames >= 100 && (parts...parts + 1).contains(large.writes), "a large commit: \(large)")
+        let recovered = try recoveredCopy(of: "wide.db")
+        #expect(recovered.rows == 5 * 8 + 150)
         #expect(recovered.check == "ok")
     }
 
@@ -132,7 +161,7 @@ struct FrameWriteVFSTests {
         try second.execute("PRAGMA wal_autocheckpoint = 0")
         for index in 50..<100 { try second.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(index), "second"]) }
         // Its first frame told it the frame size; every one after it went whole.
-        #expect(FrameWriteVFS.framesJoined(by: second) >= 49)
+        #expect(FrameWriteVFS.frameWrites(by: second).frames >= 49)
         #expect(try recoveredCopy(of: "reopen.db").rows == 100)
 
         _ = try second.checkpoint(.truncate)
