@@ -182,10 +182,10 @@ struct StoreTests {
             WebhookRecord(id: "w", sessionID: "s", url: "http://h/", events: [.taskCancelled], secret: "k", createdAt: 0))
         try cancelled("added")
         #expect(try pending("w") == 1)
-        try store.updateWebhook(id: "w") { $0.enabled = false }
+        _ = try store.updateWebhook(id: "w") { $0.enabled = false }
         try cancelled("disabled")
         #expect(try pending("w") == 1)
-        try store.updateWebhook(id: "w") { $0.enabled = true }
+        _ = try store.updateWebhook(id: "w") { $0.enabled = true }
         try cancelled("enabled")
         #expect(try pending("w") == 2)
         try store.createWebhook(
@@ -200,7 +200,7 @@ struct StoreTests {
         let touched = Locked<[Int64]>([])
         store.observe { changes in touched.withLock { $0 += changes.touched } }
         let copies = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")]).map(\.0)
-        try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
+        _ = try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
         #expect(touched.withLock { $0 } == [copies[0].sequence])
         let started = try #require(try waitFor { done in store.startAttempt(copies[0], done: done) })
         #expect(started.request.headers.first?.1 == "Bearer renewed")
@@ -213,7 +213,7 @@ struct StoreTests {
     @Test("a claim whose batch is run again after another write in it failed still starts the task as it is now")
     func claimInARetriedBatch() throws {
         let copy = try store.createTasks(sessionID: "s", [makeTask("a")])[0].0
-        try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
+        _ = try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
         // The writer held by a first job, so that the claim and a failing write share the next batch:
         // it is rolled back and run again job by job, the claim with it.
         let gate = Locked(false)
@@ -284,7 +284,7 @@ struct StoreTests {
         }
         let wanted = try cancel("wanted")
         #expect(wanted.eventsAppended && wanted.deliveriesAdded)
-        try store.updateWebhook(id: "w") { $0.events = [.taskCompleted] }
+        _ = try store.updateWebhook(id: "w") { $0.events = [.taskCompleted] }
         let unwanted = try cancel("unwanted")
         #expect(unwanted.eventsAppended && !unwanted.deliveriesAdded)
     }
@@ -295,14 +295,14 @@ struct StoreTests {
         try db.execute("CREATE TABLE t (x)")
         struct Refused: Error {}
         try db.transaction {
-            try db.savepoint { try db.run("INSERT INTO t VALUES (1)") }
+            _ = try db.savepoint { try db.run("INSERT INTO t VALUES (1)") }
             #expect(throws: Refused.self) {
                 try db.savepoint {
                     try db.run("INSERT INTO t VALUES (2)")
                     throw Refused()
                 }
             }
-            try db.savepoint { try db.run("INSERT INTO t VALUES (3)") }
+            _ = try db.savepoint { try db.run("INSERT INTO t VALUES (3)") }
         }
         #expect(try db.query("SELECT x FROM t ORDER BY x", []) { $0.int(0) } == [1, 3])
         #expect(!db.inTransaction)
@@ -719,7 +719,7 @@ struct DurableWriteTests {
             let worker = WorkerThread(name: "test-worker")
             worker.start {
                 for index in 0..<25 {
-                    try? store.write { db in
+                    _ = try? store.write { db in
                         try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["d\(thread)-\(index)"])
                     }
                 }
@@ -753,7 +753,7 @@ struct DurableWriteTests {
             worker.start {
                 for index in 0..<25 {
                     let before = syncs()
-                    try? store.write { db in
+                    _ = try? store.write { db in
                         try db.run("INSERT INTO settings (key, value) VALUES (?, '1')", ["d\(thread)-\(index)"])
                     }
                     if syncs() <= before { late.withLock { $0 += 1 } }
