@@ -22,7 +22,7 @@ Sections (`--only`, comma-separated; all by default):
 `--quick` shrinks every size (and runs once) so the whole script is checked in a few minutes:
 its verdicts are not the targets'. Every wait has a deadline; everything listens on 127.0.0.1.
 """
-import argparse, atexit, http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,6 +90,33 @@ def wait_port(port, timeout=20):
 def run(command, timeout, **kwargs):
     """subprocess.run with a time limit and check=True."""
     return subprocess.run(command, check=True, timeout=timeout, **kwargs)
+
+
+def timed(command, timeout, **kwargs):
+    """Runs `command` to a successful end and returns its wall time, from before its start to its
+    exit, in seconds. The wait blocks in waitpid: subprocess.run's timed wait polls, sleeping up
+    to 50 ms between looks, which had added 0-50 ms to every curl wall of this script (they fell on
+    a 50 ms grid) until 2026-11-25. A timer kills the command past `timeout`."""
+    started = time.time()
+    process = spawn(command, **kwargs)
+    expired = threading.Event()
+
+    def expire():
+        expired.set()
+        process.kill()
+
+    watchdog = threading.Timer(timeout, expire)
+    watchdog.start()
+    try:
+        code = process.wait()
+    finally:
+        watchdog.cancel()
+    elapsed = time.time() - started
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(command, timeout)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, command)
+    return elapsed
 
 
 def dav_location(directory):
@@ -272,7 +299,7 @@ def wait_done(port, ids, timeout=900):
                 if task["state"] != "completed":
                     raise RuntimeError(f"task {task_id} {task['state']}: {task['error']}")
                 pending.discard(task_id)
-        time.sleep(0.02)
+        time.sleep(0.01)
     if pending:
         raise RuntimeError(f"{len(pending)} tasks did not finish")
 
@@ -325,9 +352,7 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
     for run_index in range(args.runs):
         target = f"http://127.0.0.1:{nginx_port}/curl/{run_index}.bin"
         subprocess.run(["sync"], timeout=120)
-        started = time.time()
-        run(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600)
-        walls.append(time.time() - started)
+        walls.append(timed(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600))
         os.remove(f"{sink_dir}/root/curl/{run_index}.bin")
     cases["curl -T"] = {"wall_s": statistics.median(walls), "walls": walls}
 
@@ -379,9 +404,7 @@ def big_download(args, work, data, source, sink_dir, nginx_port):
         walls = []
         for run_index in range(args.runs):
             target = f"{target_dir}/curl-{run_index}.bin"
-            started = time.time()
-            run(["curl", "-sS", "-o", target, url], timeout=600)
-            walls.append(time.time() - started)
+            walls.append(timed(["curl", "-sS", "-o", target, url], timeout=600))
             os.remove(target)
         cases["curl -o"] = {"wall_s": statistics.median(walls), "walls": walls}
         walls, cpus, rss = [], [], []
@@ -495,9 +518,7 @@ CURL_CASES = (("curl (one process)", []), ("curl -Z (16 parallel)", ["-Z", "--pa
 
 def run_curl(args, work, source, name, flags, base_url, label):
     config = curl_config(f"{work}/{label}.cfg", source, args.files, base_url)
-    started = time.time()
-    run(["curl", "-sSf", *flags, "-K", config], timeout=900, stdout=subprocess.DEVNULL)
-    return time.time() - started
+    return timed(["curl", "-sSf", *flags, "-K", config], timeout=900, stdout=subprocess.DEVNULL)
 
 
 def run_backhauld_many(args, work, data, source, base_url, label, extra=()):
@@ -606,10 +627,9 @@ def many_files_rclone(args, work, data):
                 label = f"{'curlz' if '-Z' in flags else 'curl'}{run_index}"
                 walls.setdefault(name, []).append(
                     run_curl(args, work, source, name, flags, f"http://127.0.0.1:{port}/{label}", f"rclone-sink-{label}"))
-            started = time.time()
-            run(["rclone", "copy", "--transfers", "8", source, f":webdav,url='http://127.0.0.1:{port}':rclone{run_index}"],
-                timeout=1800, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            walls.setdefault("rclone copy --transfers 8", []).append(time.time() - started)
+            walls.setdefault("rclone copy --transfers 8", []).append(
+                timed(["rclone", "copy", "--transfers", "8", source, f":webdav,url='http://127.0.0.1:{port}':rclone{run_index}"],
+                      timeout=1800, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             wall, _, _ = run_backhauld_many(args, work, data, source, f"http://127.0.0.1:{port}/bh{run_index}",
                                             f"rclone-sink-bh{run_index}")
             walls.setdefault("backhauld", []).append(wall)
