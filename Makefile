@@ -83,7 +83,7 @@ clean:
 ## Side by side on loopback (release build of backhauld alone): one big file vs curl, 2,000 small
 ## files to nginx WebDAV vs curl and curl -Z (and to rclone serve webdav vs rclone), the API under
 ## wrk, a million queued tasks, instructions per task under callgrind; prints every target of
-## issue 16 with met / not met and writes bench-results/latest.json. About 15 minutes;
+## issue 16 with met / not met and writes bench-results/latest.json. About 6 minutes here;
 ## BENCH_ARGS="--quick" checks the script in one, BENCH_ARGS="--only many,profile" runs sections.
 bench: bench-deps
 	$(SWIFT) build -c release --static-swift-stdlib --product backhauld
