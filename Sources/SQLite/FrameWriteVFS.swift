@@ -5,8 +5,8 @@ import Glibc
 /// how the WAL is written. SQLite writes each WAL frame with two `pwrite`s, the frame's 24-byte
 /// header and then its page, and a commit's frames one after another; here a commit's frames go
 /// to the file together, in one `pwrite` (or one per `maxRun` bytes of a larger transaction).
-/// On ext4 a `pwrite` of a frame had cost 3.7 µs, half of it the call itself, and a task's
-/// commits write several frames.
+/// On ext4 a frame's two writes had cost 7.3 µs, half of it the header's; a small upload's
+/// commits write several frames, and the writer's `pwrite` calls went from 5.1 to 0.9 a task.
 ///
 /// A header appended at the end of the log is held until the page that follows it
 /// (`walWriteOneFrame` writes the two back to back); the frame they make is held with the frames
