@@ -17,8 +17,16 @@ import Glibc
 /// this file, and other connections read them from the file. Frames before a commit are not
 /// published, and nothing of a commit's is read (its own connection reads its pages through
 /// this file) before everything held is written: any other call on the file (a read, a sync, a
-/// truncation, its size, a lock, a file control, its close), or a write anywhere but the end of
-/// what is held, first writes what is held, in order.
+/// truncation, its size, a lock, a file control), or a write anywhere but the end of what is
+/// held, first writes what is held, in order.
+///
+/// What is held when its transaction rolls back belongs to nothing (frames a transaction wrote
+/// before its commit because its cache spilled, then undone) and must never be written: SQLite
+/// does not call the log again before it lets the next writer in, and that one appends its
+/// frames at the same offsets. Each connection's rollback hook drops it (`dropHeld`, installed by
+/// `Connection`), and so does the file's close (a close rolls an open transaction back without
+/// the hook); whatever is held then belongs to no commit, since a commit's last frame writes
+/// everything before its call returns.
 ///
 /// Only a 24-byte write that starts a new frame is held as a header: at the end of what was
 /// written since the log's own header (offset 0), on the log's frame grid (24 bytes + its page
@@ -45,6 +53,16 @@ enum FrameWriteVFS {
         let code = sqlite3_vfs_register(vfs, 0)
         precondition(code == SQLITE_OK, "cannot register the WAL-writing VFS (\(code))")
     }()
+
+    /// Drops what `db`'s WAL file holds, without writing it: called from the connection's rollback
+    /// hook, when what is held belongs to a transaction that will never commit.
+    static func dropHeld(by db: OpaquePointer) {
+        var file: UnsafeMutablePointer<sqlite3_file>?
+        guard sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK,
+            let file, file.pointee.pMethods == UnsafePointer(walMethods)
+        else { return }
+        drop(file)
+    }
 
     /// The frames `connection`'s WAL file held and wrote whole since it opened (header and page
     /// together), and the writes they took; zeros when it has no WAL open (tests).
@@ -115,8 +133,8 @@ enum FrameWriteVFS {
         static let headerSize = 24
         static let logHeaderSize: Int64 = 32
         /// The most one write holds: the unix VFS writes at most 0x1ffff bytes a call (it masks a
-        /// larger count, and then fails the write as a full disk). A larger transaction's frames go
-        /// out in parts of up to this size.
+        /// larger count; a count of a multiple of 128 KiB then writes nothing, and fails as a full
+        /// disk). A larger transaction's frames go out in parts of up to this size.
         static let maxRun = 0x1ffff
 
         func free() {
@@ -135,11 +153,27 @@ enum FrameWriteVFS {
         guard let file else { return SQLITE_MISUSE }
         let code = writeRun(file)
         let pending = state(file)
-        guard code == SQLITE_OK, pending.pointee.headerOffset >= 0 else { return code }
+        guard code == SQLITE_OK else {
+            // The header's frame follows those that failed: it goes with them.
+            pending.pointee.headerOffset = -1
+            return code
+        }
+        guard pending.pointee.headerOffset >= 0 else { return code }
         let real = realFile(file)
         let offset = pending.pointee.headerOffset
         pending.pointee.headerOffset = -1
         return methods(real).xWrite(real, pending.pointee.header, Int32(PendingFrame.headerSize), offset)
+    }
+
+    /// Forgets what is held. What was written or held ended where the first of it would have
+    /// gone; the next transaction starts there or before (at the log's last commit).
+    private static func drop(_ file: UnsafeMutablePointer<sqlite3_file>) {
+        let pending = state(file)
+        let starts = [pending.pointee.runOffset, pending.pointee.headerOffset].filter { $0 >= 0 }
+        if let first = starts.min() { pending.pointee.end = first }
+        pending.pointee.runOffset = -1
+        pending.pointee.runCount = 0
+        pending.pointee.headerOffset = -1
     }
 
     /// Writes the frames held, if any, in one write. Should it fail, they are dropped with it:
@@ -233,15 +267,15 @@ enum FrameWriteVFS {
         return SQLITE_OK
     }
 
-    /// The methods of a wrapped WAL file: `xWrite` above; every other one writes a held header
-    /// first and then is the real file's.
+    /// The methods of a wrapped WAL file: `xWrite` above and `xClose`, which drops what is held;
+    /// every other one writes what is held first and then is the real file's.
     nonisolated(unsafe) private static let walMethods: UnsafeMutablePointer<sqlite3_io_methods> = {
         var methods = sqlite3_io_methods()
         // The unix VFS's files are version 3 (shared memory, memory-mapped reads) on Linux.
         methods.iVersion = 3
         methods.xClose = { file in
-            let code = FrameWriteVFS.flush(file)
             guard let file else { return SQLITE_MISUSE }
+            FrameWriteVFS.drop(file)
             let real = FrameWriteVFS.realFile(file)
             let closed = FrameWriteVFS.methods(real).xClose(real)
             let pending = FrameWriteVFS.state(file)
@@ -249,7 +283,7 @@ enum FrameWriteVFS {
             pending.deinitialize(count: 1)
             pending.deallocate()
             file.pointee.pMethods = nil
-            return code == SQLITE_OK ? closed : code
+            return closed
         }
         methods.xRead = { file, buffer, amount, offset in
             FrameWriteVFS.forward(file) { real, io in io.xRead(real, buffer, amount, offset) }
@@ -301,7 +335,7 @@ enum FrameWriteVFS {
         return stored
     }()
 
-    /// Writes a held header, then calls the real file's method.
+    /// Writes what is held, then calls the real file's method.
     private static func forward(
         _ file: UnsafeMutablePointer<sqlite3_file>?, _ call: (UnsafeMutablePointer<sqlite3_file>, sqlite3_io_methods) -> Int32
     ) -> Int32 {

@@ -90,6 +90,8 @@ public final class Connection {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 5_000)
+        // WAL frames held for a transaction that rolls back are dropped, never written (`FrameWriteVFS`).
+        sqlite3_rollback_hook(db, { db in FrameWriteVFS.dropHeld(by: OpaquePointer(db!)) }, UnsafeMutableRawPointer(db))
     }
 
     /// Process-wide settings, made once before the first connection opens (SQLite takes them only

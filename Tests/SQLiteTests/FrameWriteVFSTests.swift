@@ -118,6 +118,42 @@ struct FrameWriteVFSTests {
         #expect(try reader.queryFirst("SELECT COUNT(*) FROM t WHERE v LIKE '%z'") { $0.int(0) } == 2000)
     }
 
+    /// A transaction that spills its cache writes frames before its commit, and those are held.
+    /// When it rolls back instead, SQLite does not call the log again: what was held belongs to
+    /// nothing, and must never reach the file, where another writer's commits go next (at the
+    /// same offsets). Here a second connection commits after the rollback; the first then reads
+    /// (a call on its log), and both the live database and a crash's copy must hold the second's
+    /// rows and none of the rolled-back ones.
+    @Test("frames held by a transaction that rolls back never reach the log another writer appends to")
+    func rolledBackSpillStaysOut() throws {
+        let first = try open("rollback.db")
+        for key in 1000..<1010 { try first.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(key), "seed"]) }
+        _ = try first.checkpoint(.truncate)
+        try first.execute("PRAGMA cache_size = 8")
+        let before = FrameWriteVFS.frameWrites(by: first)
+        try first.execute("BEGIN")
+        for key in 0..<120 {
+            try first.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(key), String(repeating: "a", count: 300)])
+        }
+        #expect(FrameWriteVFS.frameWrites(by: first).frames > before.frames, "the transaction spilled no frames")
+        try first.execute("ROLLBACK")
+
+        let second = try Connection(path: "\(directory)/rollback.db")
+        try second.execute("PRAGMA wal_autocheckpoint = 0")
+        for key in 0..<40 {
+            try second.run("INSERT INTO t (k, v) VALUES (?, ?)", [Int64(key), String(repeating: "b", count: 300)])
+        }
+        #expect(try first.queryFirst("SELECT COUNT(*) FROM t") { $0.int(0) } == 50)
+
+        let reader = try Connection(path: "\(directory)/rollback.db", readOnly: true)
+        #expect(try reader.queryFirst("SELECT COUNT(*) FROM t WHERE v LIKE 'b%'") { $0.int(0) } == 40)
+        #expect(try reader.queryFirst("SELECT COUNT(*) FROM t WHERE v LIKE 'a%'") { $0.int(0) } == 0)
+        let recovered = try recoveredCopy(of: "rollback.db")
+        #expect(recovered.rows == 50)
+        #expect(recovered.check == "ok")
+        withExtendedLifetime(second) {}
+    }
+
     /// With `synchronous=FULL` on a device without power-safe overwrite (`psow=0`), SQLite pads a
     /// commit's last frames to a sector and may split a page around the sync point, ending it with
     /// a 24-byte tail at the log's end. That tail is not a frame header (it is off the frame grid)
