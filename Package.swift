@@ -15,7 +15,7 @@ let package = Package(
         .library(name: "BackhaulServer", targets: ["BackhaulServer"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-log", from: "1.11.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
