@@ -94,10 +94,10 @@ def run(command, timeout, **kwargs):
 
 def timed(command, timeout, **kwargs):
     """Runs `command` to a successful end and returns its wall time, from before its start to its
-    exit, in seconds. The wait blocks in waitpid: subprocess.run's timed wait polls, sleeping up
-    to 50 ms between looks, which had added 0-50 ms to every curl wall of this script (they fell on
-    a 50 ms grid) until 2026-11-25. A timer kills the command past `timeout`."""
-    started = time.time()
+    exit, in seconds (the monotonic clock). The wait blocks in waitpid: subprocess.run's timed wait
+    polls, sleeping up to 50 ms between looks, which adds 0-50 ms to a wall timed around it. A timer
+    kills the command past `timeout`."""
+    started = time.monotonic()
     process = spawn(command, **kwargs)
     expired = threading.Event()
 
@@ -111,7 +111,7 @@ def timed(command, timeout, **kwargs):
         code = process.wait()
     finally:
         watchdog.cancel()
-    elapsed = time.time() - started
+    elapsed = time.monotonic() - started
     if expired.is_set():
         raise subprocess.TimeoutExpired(command, timeout)
     if code != 0:
