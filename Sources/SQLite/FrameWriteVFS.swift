@@ -117,7 +117,6 @@ enum FrameWriteVFS {
         let header: UnsafeMutableRawPointer
         /// Whole frames held, back to back, for one write at `runOffset` (-1: none).
         var run: UnsafeMutableRawPointer?
-        var runCapacity = 0
         var runCount = 0
         var runOffset: Int64 = -1
         /// The log's frame size (24 + its page size; 0: not known yet), read from the log's header
@@ -204,17 +203,12 @@ enum FrameWriteVFS {
             let code = writeRun(file)
             guard code == SQLITE_OK else { return code }
         }
+        // What is held never passes `maxRun` (`write` holds no larger frame): one buffer of that
+        // size, made when this file first holds a frame.
+        let run = pending.pointee.run ?? .allocate(byteCount: PendingFrame.maxRun, alignment: 16)
+        pending.pointee.run = run
         let total = pending.pointee.runCount + frameBytes
-        if pending.pointee.runCapacity < total {
-            let grown = UnsafeMutableRawPointer.allocate(byteCount: max(total, 2 * pending.pointee.runCapacity), alignment: 16)
-            if let run = pending.pointee.run {
-                grown.copyMemory(from: run, byteCount: pending.pointee.runCount)
-                run.deallocate()
-            }
-            pending.pointee.run = grown
-            pending.pointee.runCapacity = max(total, 2 * pending.pointee.runCapacity)
-        }
-        let frame = pending.pointee.run! + pending.pointee.runCount
+        let frame = run + pending.pointee.runCount
         frame.copyMemory(from: pending.pointee.header, byteCount: headerSize)
         (frame + headerSize).copyMemory(from: page, byteCount: Int(amount))
         if pending.pointee.runOffset < 0 { pending.pointee.runOffset = start }
@@ -234,7 +228,9 @@ enum FrameWriteVFS {
         let real = realFile(file)
         let headerSize = PendingFrame.headerSize
         let logHeaderSize = PendingFrame.logHeaderSize
-        if pending.pointee.headerOffset >= 0, offset == pending.pointee.headerOffset + Int64(headerSize) {
+        if pending.pointee.headerOffset >= 0, offset == pending.pointee.headerOffset + Int64(headerSize),
+            headerSize + Int(amount) <= PendingFrame.maxRun
+        {
             // The page of the held header: a whole frame, held with the ones before it.
             let start = pending.pointee.headerOffset
             pending.pointee.headerOffset = -1
