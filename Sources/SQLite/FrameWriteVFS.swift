@@ -24,9 +24,20 @@ import Glibc
 /// before its commit because its cache spilled, then undone) and must never be written: SQLite
 /// does not call the log again before it lets the next writer in, and that one appends its
 /// frames at the same offsets. Each connection's rollback hook drops it (`dropHeld`, installed by
-/// `Connection`), and so does the file's close (a close rolls an open transaction back without
-/// the hook); whatever is held then belongs to no commit, since a commit's last frame writes
+/// `Connection`; SQLite 3.40 calls the hook for an explicit or automatic rollback and for a close
+/// with a transaction open). The hook runs after SQLite has released the write lock, which is
+/// safe because nothing calls this connection's log in between. The file's close drops what is
+/// still held too. Whatever is held then belongs to no commit, since a commit's last frame writes
 /// everything before its call returns.
+///
+/// Limits, none of which the daemon meets (one writer connection; its one VACUUM is a migration
+/// run at start, before any other connection opens):
+/// - A transaction that SQLite ends without rolling back the connection is not seen: a VACUUM or
+///   backup copy that fails. What it held goes to the file at the connection's next call on the
+///   log, which is harmless unless another connection wrote the database in between.
+/// - Only the "main" database's log is covered; the log of a database attached with ATTACH is
+///   not.
+/// - A second `sqlite3_rollback_hook` on the connection replaces this one.
 ///
 /// Only a 24-byte write that starts a new frame is held as a header: at the end of what was
 /// written since the log's own header (offset 0), on the log's frame grid (24 bytes + its page
