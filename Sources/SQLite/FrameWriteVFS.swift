@@ -30,8 +30,8 @@ import Glibc
 /// still held too. Whatever is held then belongs to no commit, since a commit's last frame writes
 /// everything before its call returns.
 ///
-/// Limits, none of which the daemon meets (one writer connection; its one VACUUM is a migration
-/// run at start, before any other connection opens):
+/// Limits, none of which the daemon meets (one writer connection; its VACUUMs, a migration's and
+/// the copy before migrating, run at start, before any other connection opens):
 /// - A transaction that SQLite ends without rolling back the connection is not seen: a VACUUM or
 ///   backup copy that fails. What it held goes to the file at the connection's next call on the
 ///   log, which is harmless unless another connection wrote the database in between.
