@@ -7,7 +7,7 @@
 # then past the end of a mapped page (swiftlang/swift-corelibs-foundation#5472; fixed on its main
 # branch on 2026-05-19, in no release as of Swift 6.3.1). The whole test process then dies of
 # SIGSEGV, with memcpy or memmove under Process.run() at the top of the crashed thread; here it did
-# so once in five full runs. When the run ends in exactly that, and no test had failed before it,
+# so once in six full runs. When the run ends in exactly that, and no test had failed before it,
 # the run starts over, at most twice, and says so. Any other failure fails at once.
 #
 #   scripts/run-tests.sh                 what make test calls (SWIFT, TEST_TIME_LIMIT from it)
