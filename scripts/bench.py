@@ -310,7 +310,7 @@ def wait_session_done(port, session, count, timeout=600, interval=0.01):
     daemon an accept and a thread started and ended each time, 0.006 ms of CPU a small task
     (threads other than the curl one and the writer: 0.024 → 0.018 ms a task over 2,000)."""
     deadline = time.time() + timeout
-    connection = None
+    connection, counts = None, None
     try:
         while time.time() < deadline:
             try:
@@ -331,6 +331,8 @@ def wait_session_done(port, session, count, timeout=600, interval=0.01):
     finally:
         if connection:
             connection.close()
+    if counts is None:
+        raise RuntimeError(f"session {session}: no answer to its polls within {timeout} s")
     if counts["completed"] != count:
         _, failed = api(port, "GET", f"/v1/sessions/{session}/tasks?state=failed&limit=1")
         raise RuntimeError(f"session {session}: {counts}; first failure: {failed.get('tasks', [{}])[:1]}")

@@ -28,18 +28,17 @@ classify() {
         return
     fi
     # The crashed thread's first frames (after its header line, up to an empty line or "...").
-    awk '/ crashed:$/ { inside = 1; next }
+    local crashed
+    crashed=$(awk '/ crashed:$/ { inside = 1; next }
          inside && /^[[:space:]]*$/ { if (frames) exit; next }
          inside && /^\.\.\./ { exit }
-         inside { frames++; print }' "$1" |
-        head -3 >"$1.crashed"
-    if grep -q -E 'Process\.run\(\)|findMaximumOpenFromProcSelfFD' "$1.crashed" &&
-        head -1 "$1.crashed" | grep -q -E 'memcpy|memmove|findMaximumOpenFromProcSelfFD|Process\.run\(\)'; then
+         inside { frames++; print }' "$1" | head -3)
+    if grep -q -E 'Process\.run\(\)|findMaximumOpenFromProcSelfFD' <<<"$crashed" &&
+        head -1 <<<"$crashed" | grep -q -E 'memcpy|memmove|findMaximumOpenFromProcSelfFD|Process\.run\(\)'; then
         echo foundation-crash
     else
         echo failure
     fi
-    rm -f "$1.crashed"
 }
 
 if [ "${1:-}" = --classify ]; then

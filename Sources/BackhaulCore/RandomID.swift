@@ -9,7 +9,7 @@ public enum RandomID {
     /// the file (which made each enqueue slower as the queue grew).
     /// Written as bytes: it runs twice per task (its id, its final event's id).
     public static func make(prefix: String, at time: Timestamp) -> String {
-        let (count, tail) = pool.withLock { ($0.next() >> 4, $0.next()) }
+        let (count, tail) = firstDraw()
         return format(prefix: prefix, milliseconds: milliseconds(time), count: count, tail: tail)
     }
 
@@ -37,7 +37,7 @@ public enum RandomID {
                 current = (count &+ 1) & ((1 << 60) - 1)
                 tail = pool.withLock { $0.next() }
             } else {
-                (current, tail) = pool.withLock { ($0.next() >> 4, $0.next()) }
+                (current, tail) = RandomID.firstDraw()
             }
             count = current
             return RandomID.format(prefix: prefix, milliseconds: milliseconds, count: current, tail: tail)
@@ -45,6 +45,9 @@ public enum RandomID {
     }
 
     private static func milliseconds(_ time: Timestamp) -> UInt64 { UInt64(max(0, time * 1000)) }
+
+    /// A random 60-bit count and a random tail, under one lock.
+    private static func firstDraw() -> (count: UInt64, tail: UInt64) { pool.withLock { ($0.next() >> 4, $0.next()) } }
 
     /// The id's text: the prefix, then 45 bits of milliseconds (until the year 3084) and the 60-bit
     /// count, 5 bits a character, most significant first, then 3 characters of `tail`.

@@ -68,21 +68,24 @@ enum FrameWriteVFS {
     /// Drops what `db`'s WAL file holds, without writing it: called from the connection's rollback
     /// hook, when what is held belongs to a transaction that will never commit.
     static func dropHeld(by db: OpaquePointer) {
+        if let file = walFile(of: db) { drop(file) }
+    }
+
+    /// The frames `connection`'s WAL file held since it opened (each written whole, header and page
+    /// together, unless its transaction rolled back), and the writes that took; zeros when it has no
+    /// WAL open (tests).
+    static func frameWrites(by connection: Connection) -> (frames: Int, writes: Int) {
+        guard let file = walFile(of: connection.handle) else { return (0, 0) }
+        return (state(file).pointee.framesHeld, state(file).pointee.runsWritten)
+    }
+
+    /// The main database's WAL file as this VFS opened it, nil when it has none open.
+    private static func walFile(of db: OpaquePointer) -> UnsafeMutablePointer<sqlite3_file>? {
         var file: UnsafeMutablePointer<sqlite3_file>?
         guard sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK,
             let file, file.pointee.pMethods == UnsafePointer(walMethods)
-        else { return }
-        drop(file)
-    }
-
-    /// The frames `connection`'s WAL file held and wrote whole since it opened (header and page
-    /// together), and the writes they took; zeros when it has no WAL open (tests).
-    static func frameWrites(by connection: Connection) -> (frames: Int, writes: Int) {
-        var file: UnsafeMutablePointer<sqlite3_file>?
-        guard sqlite3_file_control(connection.handle, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file) == SQLITE_OK,
-            let file, file.pointee.pMethods == UnsafePointer(walMethods)
-        else { return (0, 0) }
-        return (state(file).pointee.framesHeld, state(file).pointee.runsWritten)
+        else { return nil }
+        return file
     }
 
     // A wrapped WAL file's memory: its `sqlite3_file` (the methods below), the state, then the
@@ -102,8 +105,8 @@ enum FrameWriteVFS {
             file.pointee.pMethods = nil
             return code == SQLITE_OK ? SQLITE_CANTOPEN : code
         }
-        let state = UnsafeMutablePointer<PendingFrame>.allocate(capacity: 1)
-        state.initialize(to: PendingFrame(header: .allocate(byteCount: PendingFrame.headerSize, alignment: 8)))
+        let state = UnsafeMutablePointer<HeldFrames>.allocate(capacity: 1)
+        state.initialize(to: HeldFrames(header: .allocate(byteCount: HeldFrames.headerSize, alignment: 8)))
         (UnsafeMutableRawPointer(file) + stateOffset).storeBytes(
             of: UnsafeMutableRawPointer(state), as: UnsafeMutableRawPointer.self)
         file.pointee.pMethods = UnsafePointer(walMethods)
@@ -114,13 +117,13 @@ enum FrameWriteVFS {
         (UnsafeMutableRawPointer(file) + realFileOffset).assumingMemoryBound(to: sqlite3_file.self)
     }
 
-    private static func state(_ file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutablePointer<PendingFrame> {
+    private static func state(_ file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutablePointer<HeldFrames> {
         (UnsafeMutableRawPointer(file) + stateOffset).load(as: UnsafeMutableRawPointer.self)
-            .assumingMemoryBound(to: PendingFrame.self)
+            .assumingMemoryBound(to: HeldFrames.self)
     }
 
     /// What a wrapped WAL file holds between calls.
-    struct PendingFrame {
+    struct HeldFrames {
         /// Where what was written or is held since the log's header ends (0: not known yet).
         var end: Int64 = 0
         /// A frame header waiting for its page, and where it goes (-1: none).
@@ -136,7 +139,7 @@ enum FrameWriteVFS {
         /// Where the last 24-byte write that went straight through ended (-1: the last write was
         /// not one), so that the page after it tells the frame size.
         var headerEnd: Int64 = -1
-        /// Frames held and written whole, and the writes that took.
+        /// Frames held (each written whole unless dropped), and the writes that took.
         var framesHeld = 0
         var runsWritten = 0
 
@@ -172,7 +175,7 @@ enum FrameWriteVFS {
         let real = realFile(file)
         let offset = pending.pointee.headerOffset
         pending.pointee.headerOffset = -1
-        return methods(real).xWrite(real, pending.pointee.header, Int32(PendingFrame.headerSize), offset)
+        return methods(real).xWrite(real, pending.pointee.header, Int32(HeldFrames.headerSize), offset)
     }
 
     /// Forgets what is held. What was written or held ended where the first of it would have
@@ -205,18 +208,18 @@ enum FrameWriteVFS {
         _ file: UnsafeMutablePointer<sqlite3_file>, page: UnsafeRawPointer, _ amount: Int32, frameAt start: Int64
     ) -> Int32 {
         let pending = state(file)
-        let headerSize = PendingFrame.headerSize
+        let headerSize = HeldFrames.headerSize
         let frameBytes = headerSize + Int(amount)
         if pending.pointee.runOffset >= 0,
             pending.pointee.runOffset + Int64(pending.pointee.runCount) != start
-                || pending.pointee.runCount + frameBytes > PendingFrame.maxRun
+                || pending.pointee.runCount + frameBytes > HeldFrames.maxRun
         {
             let code = writeRun(file)
             guard code == SQLITE_OK else { return code }
         }
         // What is held never passes `maxRun` (`write` holds no larger frame): one buffer of that
         // size, made when this file first holds a frame.
-        let run = pending.pointee.run ?? .allocate(byteCount: PendingFrame.maxRun, alignment: 16)
+        let run = pending.pointee.run ?? .allocate(byteCount: HeldFrames.maxRun, alignment: 16)
         pending.pointee.run = run
         let total = pending.pointee.runCount + frameBytes
         let frame = run + pending.pointee.runCount
@@ -237,10 +240,10 @@ enum FrameWriteVFS {
         guard let file, let buffer else { return SQLITE_MISUSE }
         let pending = state(file)
         let real = realFile(file)
-        let headerSize = PendingFrame.headerSize
-        let logHeaderSize = PendingFrame.logHeaderSize
+        let headerSize = HeldFrames.headerSize
+        let logHeaderSize = HeldFrames.logHeaderSize
         if pending.pointee.headerOffset >= 0, offset == pending.pointee.headerOffset + Int64(headerSize),
-            headerSize + Int(amount) <= PendingFrame.maxRun
+            headerSize + Int(amount) <= HeldFrames.maxRun
         {
             // The page of the held header: a whole frame, held with the ones before it.
             let start = pending.pointee.headerOffset

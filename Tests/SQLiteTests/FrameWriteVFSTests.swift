@@ -88,7 +88,7 @@ struct FrameWriteVFSTests {
         let small = try (0..<5).map { try commit(8, from: $0 * 100) }
         #expect(small.allSatisfy { $0.frames >= 10 && $0.writes == 1 }, "frames and writes a commit: \(small)")
         let large = try commit(150, from: 1000)
-        let parts = (large.frames * (24 + 4096) + FrameWriteVFS.PendingFrame.maxRun - 1) / FrameWriteVFS.PendingFrame.maxRun
+        let parts = (large.frames * (24 + 4096) + FrameWriteVFS.HeldFrames.maxRun - 1) / FrameWriteVFS.HeldFrames.maxRun
         #expect(large.frames >= 100 && (parts...parts + 1).contains(large.writes), "a large commit: \(large)")
         let recovered = try recoveredCopy(of: "wide.db")
         #expect(recovered.rows == 5 * 8 + 150)
