@@ -87,7 +87,8 @@ extension API {
         text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
         text.family(
             "backhaul_wal_checkpoints_total", "counter",
-            "WAL checkpoints run by the writer, by mode (busy: readers held part of it).")
+            "WAL checkpoints by mode: passive (the checkpointer, at a pause in the writes or past its bound), truncate (the writer, past its bound), busy (one that could not run or copy all)."
+        )
         text.sample("backhaul_wal_checkpoints_total", ["mode": "passive"], Double(maintenance.passiveCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "truncate"], Double(maintenance.truncateCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "busy"], Double(maintenance.checkpointsBusy))

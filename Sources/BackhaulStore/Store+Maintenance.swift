@@ -4,14 +4,22 @@ import JSON
 import SQLite
 import Threads
 
-/// How the writer keeps the WAL bounded (SPEC §4.4). SQLite's automatic checkpoint is a
-/// PASSIVE one: it copies back only what no reader still needs, so under steady reads the WAL
-/// can grow without end. The writer checkpoints PASSIVE past `passiveFrames`, and past
-/// `truncateFrames` runs a TRUNCATE checkpoint, which waits (up to the busy timeout) for the
-/// readers of the moment to finish their short reads and then empties the file.
+/// How the store keeps the WAL bounded (SPEC §4.4). SQLite's automatic checkpoint runs inside
+/// the commit that crosses its threshold, so a write waits for it; and it is a PASSIVE one, which
+/// copies back only what no reader still needs, so under steady reads the WAL can grow without end.
+/// Here the checkpointer (`Checkpointer`) copies the log back when the writes pause, on its own
+/// thread, or beside them past `busyFrames`; and past `truncateFrames` the writer runs a TRUNCATE
+/// checkpoint, which waits (up to the busy timeout) for the readers of the moment to finish their
+/// short reads and then empties the file.
 public struct WALPolicy: Sendable {
+    /// Frames not yet copied back past which a checkpoint runs once the writes pause.
     public var passiveFrames = 1000
-    public var truncateFrames = 8192
+    /// A pause: no commit for this long.
+    public var pauseSeconds = 0.25
+    /// Frames not yet copied back past which a checkpoint runs while the writes go on.
+    public var busyFrames = 16384
+    /// Frames in the log past which the writer empties it (TRUNCATE).
+    public var truncateFrames = 32768
     /// What the WAL file is cut back to after it was reset (`journal_size_limit`).
     public var truncateBytes = 4 << 20
 
@@ -25,7 +33,8 @@ public struct MaintenanceFigures: Sendable, Equatable {
     public var walFrames = 0
     public var passiveCheckpoints = 0
     public var truncateCheckpoints = 0
-    /// Checkpoints that could not complete (readers held the WAL).
+    /// Checkpoints that could not run (another held the log) or, for a TRUNCATE, copy it all
+    /// back (readers held it).
     public var checkpointsBusy = 0
     public var tasksPruned = 0
     public var eventsPruned = 0
@@ -36,19 +45,25 @@ public struct MaintenanceFigures: Sendable, Equatable {
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
 
-    /// After a commit (on the writer's thread): counted, and a checkpoint as `WALPolicy` says.
-    static func keepWALBounded(_ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, frames: Int) {
+    /// After a commit (on the writer's thread): counted; past `truncateFrames` a TRUNCATE
+    /// checkpoint here, which holds the writer; else told to the checkpointer, which copies the log
+    /// back without holding it.
+    static func keepWALBounded(
+        _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer, frames: Int
+    ) {
         figures.withLock { figures in
             figures.commits += 1
             figures.walFrames = frames
         }
-        guard frames >= policy.passiveFrames else { return }
-        let mode: Connection.CheckpointMode = frames >= policy.truncateFrames ? .truncate : .passive
-        let result = try? db.checkpoint(mode)
+        guard frames >= policy.truncateFrames else {
+            checkpointer.committed(frames: frames)
+            return
+        }
+        let result = try? db.checkpoint(.truncate)
         figures.withLock { figures in
-            if mode == .truncate { figures.truncateCheckpoints += 1 } else { figures.passiveCheckpoints += 1 }
+            figures.truncateCheckpoints += 1
             if let result, result.copied >= result.frames {
-                figures.walFrames = mode == .truncate ? 0 : figures.walFrames
+                figures.walFrames = 0
             } else {
                 figures.checkpointsBusy += 1
             }

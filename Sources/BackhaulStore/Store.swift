@@ -52,6 +52,8 @@ public final class Store: Sendable {
     /// How the WAL is kept bounded (see `Store+Maintenance`).
     let walPolicy: WALPolicy
     let maintenance = Locked(MaintenanceFigures())
+    /// Copies the WAL back without holding the writer (`Checkpointer`).
+    let checkpointer: Checkpointer
     /// Session records as committed, for the reads of every request that creates tasks.
     let sessionCache = Locked(SessionCache())
     private let closed = Locked(false)
@@ -80,12 +82,15 @@ public final class Store: Sendable {
         writer = StoreWriter(connection: db, log: log, walPath: self.path + "-wal")
         let frames = FrameCount()
         db.onWALCommit { frames.value = $0 }
+        let checkpointer = try Checkpointer(path: self.path, policy: walPolicy, figures: maintenance)
+        self.checkpointer = checkpointer
         writer.afterCommit = { [walPolicy, maintenance] db in
-            Store.keepWALBounded(db, walPolicy, maintenance, frames: frames.value)
+            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value)
         }
         writer.observe { [sessionCache] changes in
             if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }
         }
+        checkpointer.start()
         writer.start()
     }
 
@@ -99,6 +104,7 @@ public final class Store: Sendable {
             })
         else { return }
         writer.stop()
+        checkpointer.stop()
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
     }
 

@@ -613,6 +613,7 @@ struct StoreUpkeepTests {
         defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
         var policy = WALPolicy()
         policy.passiveFrames = 100
+        policy.busyFrames = 200
         policy.truncateFrames = truncating ? 400 : .max
         let store = try Store(path: path, walPolicy: policy)
         _ = try store.putSession(id: "s", configuration: TransferConfiguration())
@@ -643,6 +644,119 @@ struct StoreUpkeepTests {
             #expect(largest < 8 << 20, "the WAL reached \(largest) bytes")
         }
         store.close()
+    }
+}
+
+/// The checkpointer copies the WAL back when the writes pause, or past `busyFrames` beside them,
+/// and the writer never waits for it.
+@Suite("WAL checkpoints")
+struct CheckpointTests {
+    private func withStore(_ policy: WALPolicy, _ body: (Store) throws -> Void) throws {
+        let path = "/tmp/backhaul-ckpt-\(getpid())-\(RandomID.make(prefix: "", at: 0)).db"
+        defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
+        let store = try Store(path: path, walPolicy: policy)
+        defer { store.close() }
+        try body(store)
+    }
+
+    /// Writes batches of tasks until the log holds at least `frames` frames.
+    private func write(_ store: Store, untilFrames frames: Int, name: String) throws {
+        var batch = 0
+        while store.maintenanceFigures.walFrames < frames {
+            _ = try store.createTasks(sessionID: "s", (0..<10).map { makeTask("\(name)\(batch)-\($0)") })
+            batch += 1
+            #expect(batch < 1000, "the log never reached \(frames) frames")
+            if batch >= 1000 { return }
+        }
+    }
+
+    /// Waits (at most 10 s) until `condition` holds of the store's figures.
+    private func eventually(_ store: Store, _ condition: (MaintenanceFigures) -> Bool) -> MaintenanceFigures {
+        let deadline = monotonicSeconds() + 10
+        while !condition(store.maintenanceFigures) && monotonicSeconds() < deadline { usleep(5_000) }
+        return store.maintenanceFigures
+    }
+
+    @Test("a burst's log is copied back once the writes pause, and the next write starts it again")
+    func atPause() throws {
+        var policy = WALPolicy()
+        policy.passiveFrames = 40
+        policy.pauseSeconds = 0.05
+        policy.busyFrames = .max
+        policy.truncateFrames = .max
+        try withStore(policy) { store in
+            _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+            try write(store, untilFrames: 80, name: "a")
+            let frames = store.maintenanceFigures.walFrames
+            let figures = eventually(store) { $0.passiveCheckpoints >= 1 }
+            #expect(figures.passiveCheckpoints == 1)
+            #expect(figures.checkpointsBusy == 0)
+            _ = try store.createTasks(sessionID: "s", [makeTask("after")])
+            #expect(store.maintenanceFigures.walFrames < frames / 2, "the log did not start again after the checkpoint")
+        }
+    }
+
+    @Test("no checkpoint while the writes go on, below busyFrames")
+    func notWhileBusy() throws {
+        var policy = WALPolicy()
+        policy.passiveFrames = 40
+        policy.pauseSeconds = 3600
+        policy.busyFrames = .max
+        policy.truncateFrames = .max
+        try withStore(policy) { store in
+            _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+            try write(store, untilFrames: 200, name: "b")
+            usleep(300_000)
+            #expect(store.maintenanceFigures.passiveCheckpoints == 0)
+            #expect(store.maintenanceFigures.walFrames >= 200)
+        }
+    }
+
+    @Test("past busyFrames a checkpoint runs while the writes go on, and the writer does not wait for it")
+    func besideTheWriter() throws {
+        var policy = WALPolicy()
+        policy.passiveFrames = 40
+        policy.pauseSeconds = 3600
+        policy.busyFrames = 80
+        policy.truncateFrames = .max
+        try withStore(policy) { store in
+            // Checkpoints are held until the writes below went through (the first may be due at
+            // the store's first commit already: its schema's frames are in the log).
+            let gate = Locked((entered: false, open: false))
+            store.checkpointer.beforeCheckpoint.withLock { hook in
+                hook = {
+                    gate.withLockNotifyingAll { $0.entered = true }
+                    gate.withLock(when: { $0.open }) { _ in }
+                }
+            }
+            // The writes run on a thread of their own, so that a writer held by the checkpoint
+            // fails the test instead of hanging it: they go on until a checkpoint began, then
+            // write 20 more while it is held.
+            let written = Locked<(began: Int?, result: Result<Int, StoreError>?)>((nil, nil))
+            Thread.detachNewThread {
+                let result = Result { () throws(StoreError) -> Int in
+                    _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+                    var batch = 0
+                    while !gate.withLock({ $0.entered }) && batch < 1000 {
+                        _ = try store.createTasks(sessionID: "s", (0..<10).map { makeTask("c\(batch)-\($0)") })
+                        batch += 1
+                    }
+                    let checkpoints = store.maintenanceFigures.passiveCheckpoints
+                    written.withLockNotifyingAll { $0.began = checkpoints }
+                    for index in 0..<20 { _ = try store.createTasks(sessionID: "s", [makeTask("held\(index)")]) }
+                    return 20
+                }
+                written.withLockNotifyingAll { $0.result = result }
+            }
+            #expect(gate.wait(until: { $0.entered }, timeout: 10) { $0.entered }, "no checkpoint began past busyFrames")
+            let (began, result) = written.wait(until: { $0.result != nil }, timeout: 10) { ($0.began, $0.result) }
+            #expect((try? result?.get()) == 20, "the writes waited for the checkpoint")
+            #expect(began != nil && store.maintenanceFigures.passiveCheckpoints == began, "the held checkpoint ended")
+            gate.withLockNotifyingAll { $0.open = true }
+            if result == nil { _ = written.wait(until: { $0.result != nil }, timeout: 60) { $0 } }
+            let figures = eventually(store) { $0.passiveCheckpoints > (began ?? 0) }
+            #expect(figures.passiveCheckpoints > (began ?? 0))
+        }
     }
 }
 
