@@ -2,43 +2,29 @@ import BackhaulCore
 import SQLite
 import Threads
 
-/// Copies the WAL back into the database (PASSIVE checkpoints) on a thread and connection of its
-/// own, when the writes pause, so that neither the writer nor the disk works at it in the middle of
-/// a burst of writes.
+/// Copies the WAL back into the database on a thread and connection of its own, when the writes
+/// pause, so that neither the writer nor the disk works at it in the middle of a burst of writes.
 ///
 /// A checkpoint syncs the WAL, copies its newest pages into the database file and syncs that: on
 /// a disk, 5–10 ms each time, most of it the writeback of every page the log took since the last.
 /// Run by the writer after a commit, every write waited for it, and the engine's transfers with
 /// them (a transfer that ended is not followed by the next until its commit went through); run
-/// beside the writer, the writeback still took the cores the transfers needed. So a checkpoint is
-/// due when `WALPolicy.passiveFrames` frames are not yet copied back, and runs once no commit came
-/// for `WALPolicy.pauseSeconds`: a burst of writes ends before its log is copied back, each page
-/// once however often the burst rewrote it. Writes that do not pause get one past
-/// `WALPolicy.busyFrames`, beside the writer (a PASSIVE checkpoint takes no lock a writer needs: it
-/// copies what was committed when it began, and the writer appends behind it).
-///
-/// The WAL starts again from its beginning only when a write begins and finds every frame copied
-/// back. Under writes that never pause it grows, and the writer's own TRUNCATE checkpoint
-/// (`WALPolicy.truncateFrames`, `Store.keepWALBounded`) stays its bound.
+/// beside the writer, the writeback still took the cores the transfers needed. When one is due and
+/// when it runs is `CheckpointSchedule`'s; a PASSIVE checkpoint takes no lock that a commit needs
+/// (it copies what was committed when it began, and the writer appends behind it). The log's bound
+/// stays the writer's (`Store.keepWALBounded`): the checkpoints here keep what it has to copy short.
 final class Checkpointer: @unchecked Sendable {
-    // @unchecked: `connection` is used on the checkpointer's thread only; the rest is behind `state`.
+    // @unchecked: `connection` is used on the checkpointer's thread only; the rest is behind locks.
     private struct State {
-        /// Frames in the log after the last commit, and how far the last checkpoint copied it back.
-        var frames = 0
-        var copied = 0
-        /// When the last commit came (or the last checkpoint ended), `CLOCK_MONOTONIC` seconds.
-        var quietSince = 0.0
-        /// A checkpoint is due once the writes pause; one is due now (the writes do not pause).
-        var due = false
-        var urgent = false
-        var running = false
+        var schedule: CheckpointSchedule
+        /// Changes whenever a commit makes a checkpoint due sooner than the thread waits for.
+        var wakes = 0
         var stopping = false
     }
 
     private let connection: Connection
-    private let policy: WALPolicy
     private let figures: Locked<MaintenanceFigures>
-    private let state = Locked(State())
+    private let state: Locked<State>
     private let thread = WorkerThread(name: "bh-checkpoint")
     /// Runs before each checkpoint, on the checkpointer's thread (tests hold a checkpoint with it).
     let beforeCheckpoint = Locked<(@Sendable () -> Void)?>(nil)
@@ -46,10 +32,11 @@ final class Checkpointer: @unchecked Sendable {
     init(path: String, policy: WALPolicy, figures: Locked<MaintenanceFigures>) throws {
         connection = try Connection(path: path)
         // Until it has read the database, a connection does not know that its log is a WAL, and
-        // a checkpoint through it does nothing (SQLite answers -1 frames).
-        try connection.execute("PRAGMA journal_mode = WAL")
-        self.policy = policy
+        // a checkpoint through it does nothing (SQLite answers -1 frames). At NORMAL, as at FULL,
+        // a checkpoint syncs the WAL before it copies and the database after.
+        try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         self.figures = figures
+        state = Locked(State(schedule: CheckpointSchedule(policy: policy)))
     }
 
     func start() { thread.start { [self] in run() } }
@@ -59,68 +46,140 @@ final class Checkpointer: @unchecked Sendable {
         thread.join()
     }
 
-    /// After a commit that left `frames` in the log (on the writer's thread): notes it, and wakes
-    /// the checkpointer only when that makes a checkpoint due. Never waits for one.
-    func committed(frames: Int) {
+    /// After a commit that left `frames` in the log begun `log` times (on the writer's thread):
+    /// noted, and the checkpointer woken only when that makes a checkpoint due. Never waits for one.
+    func committed(frames: Int, log: Int) {
         let now = monotonicSeconds()
         state.withLockNotifyingAllIfNeeded { state in
-            // Fewer frames than were copied: the log started again from its beginning.
-            if frames < state.copied { state.copied = 0 }
-            state.frames = frames
-            state.quietSince = now
-            guard !state.running else { return ((), false) }
-            let left = frames - state.copied
-            if left >= policy.busyFrames, !state.urgent {
-                state.urgent = true
-                return ((), true)
-            }
-            if left >= policy.passiveFrames, !state.due {
-                state.due = true
-                return ((), true)
-            }
-            return ((), false)
+            let wake = state.schedule.committed(frames: frames, log: log, at: now)
+            if wake { state.wakes += 1 }
+            return ((), wake)
         }
     }
 
     private func run() {
-        while let due = nextCheckpoint() {
-            if due { checkpoint() }
+        while true {
+            let (step, wakes) = state.withLock { state in
+                (state.stopping ? nil : state.schedule.next(at: monotonicSeconds()), state.wakes)
+            }
+            switch step {
+            case nil: return
+            case .wait(let seconds):
+                state.wait(until: { $0.wakes != wakes || $0.stopping }, timeout: seconds ?? 3600) { _ in }
+            case .passive:
+                let result = checkpoint()
+                state.withLock { $0.schedule.finished(result, at: monotonicSeconds()) }
+            }
         }
     }
 
-    /// Waits until a checkpoint is due now, or was due and no commit came for `pauseSeconds`:
-    /// true then, false when the wait ended for nothing, nil once stopping.
-    private func nextCheckpoint() -> Bool? {
-        let (due, wait) = state.withLock { state in
-            (state.due, state.due ? max(0, state.quietSince + policy.pauseSeconds - monotonicSeconds()) : 3600)
-        }
-        // A checkpoint that became due meanwhile ends the wait too: the pause is timed from then.
-        return state.wait(until: { $0.urgent || $0.stopping || $0.due != due }, timeout: wait) { state -> Bool? in
-            guard !state.stopping else { return nil }
-            let paused = state.due && monotonicSeconds() - state.quietSince >= policy.pauseSeconds
-            guard state.urgent || paused else { return false }
-            state.urgent = false
-            state.due = false
-            state.running = true
-            return true
-        }
-    }
-
-    private func checkpoint() {
+    /// Runs a PASSIVE checkpoint and counts it. An error (a full disk, an I/O error) counts as
+    /// busy: the log stays as it was, and the schedule tries again after a pause, as after readers
+    /// held one up.
+    private func checkpoint() -> (frames: Int, copied: Int)? {
         beforeCheckpoint.withLock { $0 }?()
         let result = try? connection.checkpoint(.passive)
-        let now = monotonicSeconds()
-        state.withLock { state in
-            state.running = false
-            if let result { state.copied = result.copied }
-            // What the writes added meanwhile, or what a busy checkpoint left, waits for the next
-            // pause (counted from now: a checkpoint that could not run is not tried again at once).
-            state.quietSince = max(state.quietSince, now)
-            state.due = state.frames - state.copied >= policy.passiveFrames
-        }
         figures.withLock { figures in
             figures.passiveCheckpoints += 1
-            if result == nil { figures.checkpointsBusy += 1 }
+            if result.map({ $0.copied < $0.frames }) ?? true { figures.checkpointsBusy += 1 }
         }
+        return result
+    }
+}
+
+/// When the checkpointer copies the WAL back (SPEC §4.4): a pure schedule, given the time by its
+/// caller.
+///
+/// - Once `passiveFrames` frames are not yet copied back, a checkpoint is due, and runs when no
+///   commit came for `pauseSeconds`: a burst of writes ends before its log goes back, each page once
+///   however often the burst rewrote it.
+/// - Writes that do not pause get one past `busyFrames` frames in the log, and one each time they
+///   add `passiveFrames` more: the log does not start over while they go on (it does only when a
+///   write finds every frame copied back), and at `truncateFrames` the writer empties it, with
+///   little left to copy.
+/// - One that could not copy what it was given (readers held it, or it failed) is not tried again
+///   before another `pauseSeconds`.
+struct CheckpointSchedule {
+    enum Step: Equatable {
+        /// Nothing to do for this many seconds (nil: until a commit makes a checkpoint due).
+        case wait(Double?)
+        case passive
+    }
+
+    let policy: WALPolicy
+    /// The log as the last commit left it: its frames, and which beginning of it (the writer's
+    /// `walLogsBegun`: a new log has nothing copied back yet).
+    private var frames = 0
+    private var log = 0
+    /// Frames of this log copied back, and how many it had when the last checkpoint began.
+    private var copied = 0
+    private var framesAtLastStart = 0
+    private var quietSince = 0.0
+    private var notBefore = 0.0
+    /// The log a checkpoint under way works on (nil: none runs).
+    private var running: Int?
+    /// The most urgent step a commit already woke the checkpointer for.
+    private var signalled = Urgency.none
+
+    init(policy: WALPolicy) { self.policy = policy }
+
+    private enum Urgency: Comparable {
+        case none, atPause, now
+    }
+
+    var uncopied: Int { frames - copied }
+
+    /// A commit left `frames` in the log begun `log` times: true when that makes a checkpoint due
+    /// sooner than before (the checkpointer's wait should end).
+    mutating func committed(frames: Int, log: Int, at now: Double) -> Bool {
+        // A new log, or one emptied (the writer's TRUNCATE; its next commit begins it again).
+        if log != self.log || frames < copied {
+            self.log = log
+            copied = 0
+            framesAtLastStart = 0
+        }
+        self.frames = frames
+        quietSince = now
+        let urgency = self.urgency
+        defer { signalled = urgency }
+        return urgency > signalled
+    }
+
+    private var urgency: Urgency {
+        guard running == nil else { return .none }
+        if frames >= policy.busyFrames, frames - framesAtLastStart >= policy.passiveFrames { return .now }
+        return uncopied >= policy.passiveFrames ? .atPause : .none
+    }
+
+    /// What to do at `now`; a checkpoint returned is under way until `finished`.
+    mutating func next(at now: Double) -> Step {
+        guard running == nil else { return .wait(nil) }
+        let urgency = self.urgency
+        signalled = urgency
+        if urgency == .none { return .wait(nil) }
+        let due = max(notBefore, urgency == .now ? now : quietSince + policy.pauseSeconds)
+        guard now >= due else { return .wait(due - now) }
+        running = log
+        framesAtLastStart = frames
+        return .passive
+    }
+
+    /// A checkpoint ended: `result` is SQLite's (the log's frames and how many are copied back),
+    /// nil when it could not run.
+    mutating func finished(_ result: (frames: Int, copied: Int)?, at now: Double) {
+        let sameLog = running == log
+        running = nil
+        defer {
+            // The checkpointer looks at what is due next itself: a commit wakes it only for more.
+            signalled = urgency
+        }
+        guard let result, result.frames >= 0 else {
+            notBefore = now + policy.pauseSeconds
+            return
+        }
+        // The figures of a log that has started over since are not this one's.
+        guard sameLog else { return }
+        copied = max(copied, result.copied)
+        if result.copied < result.frames { notBefore = now + policy.pauseSeconds }
     }
 }

@@ -7,10 +7,10 @@ import Threads
 /// How the store keeps the WAL bounded (SPEC §4.4). SQLite's automatic checkpoint runs inside
 /// the commit that crosses its threshold, so a write waits for it; and it is a PASSIVE one, which
 /// copies back only what no reader still needs, so under steady reads the WAL can grow without end.
-/// Here the checkpointer (`Checkpointer`) copies the log back when the writes pause, on its own
-/// thread, or beside them past `busyFrames`; and past `truncateFrames` the writer runs a TRUNCATE
-/// checkpoint, which waits (up to the busy timeout) for the readers of the moment to finish their
-/// short reads and then empties the file.
+/// Here the checkpointer copies the log back on a thread of its own, when the writes pause or
+/// beside them (`CheckpointSchedule` says when), and at `truncateFrames` the writer empties it
+/// with a TRUNCATE checkpoint, which waits (up to the busy timeout) for the readers of the moment
+/// to finish their short reads.
 public struct WALPolicy: Sendable {
     /// Frames not yet copied back past which a checkpoint runs once the writes pause.
     public var passiveFrames = 1000
@@ -45,29 +45,28 @@ public struct MaintenanceFigures: Sendable, Equatable {
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
 
-    /// After a commit (on the writer's thread): counted; past `truncateFrames` a TRUNCATE
-    /// checkpoint here, which holds the writer; else told to the checkpointer, which copies the log
-    /// back without holding it.
+    /// After a commit (on the writer's thread): counted; past `truncateFrames` the log emptied
+    /// here (TRUNCATE: it holds the writer, and waits for the readers of the moment; the
+    /// checkpointer's copies beside the writes left it little to copy); and told to the
+    /// checkpointer, which copies the log back without holding the writer (`Checkpointer`).
     static func keepWALBounded(
         _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer, frames: Int
     ) {
+        var frames = frames
+        if frames >= policy.truncateFrames {
+            let result = try? db.checkpoint(.truncate)
+            let emptied = result.map { $0.copied >= $0.frames } ?? false
+            if emptied { frames = 0 }
+            figures.withLock { figures in
+                figures.truncateCheckpoints += 1
+                if !emptied { figures.checkpointsBusy += 1 }
+            }
+        }
         figures.withLock { figures in
             figures.commits += 1
             figures.walFrames = frames
         }
-        guard frames >= policy.truncateFrames else {
-            checkpointer.committed(frames: frames)
-            return
-        }
-        let result = try? db.checkpoint(.truncate)
-        figures.withLock { figures in
-            figures.truncateCheckpoints += 1
-            if let result, result.copied >= result.frames {
-                figures.walFrames = 0
-            } else {
-                figures.checkpointsBusy += 1
-            }
-        }
+        checkpointer.committed(frames: frames, log: db.walLogsBegun)
     }
 
     /// Removes finished tasks kept longer than their retention (the session's

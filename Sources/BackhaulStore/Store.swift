@@ -52,7 +52,7 @@ public final class Store: Sendable {
     /// How the WAL is kept bounded (see `Store+Maintenance`).
     let walPolicy: WALPolicy
     let maintenance = Locked(MaintenanceFigures())
-    /// Copies the WAL back without holding the writer (`Checkpointer`).
+    /// Copies the WAL back, and keeps it bounded, without holding the writer (`Checkpointer`).
     let checkpointer: Checkpointer
     /// Session records as committed, for the reads of every request that creates tasks.
     let sessionCache = Locked(SessionCache())

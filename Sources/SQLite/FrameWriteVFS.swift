@@ -79,6 +79,13 @@ enum FrameWriteVFS {
         return (state(file).pointee.framesHeld, state(file).pointee.runsWritten)
     }
 
+    /// How many times `connection` began its WAL from the start (wrote the log's header): at its
+    /// first commit into a new log, and at each after a checkpoint let the log start over.
+    static func logsBegun(by connection: Connection) -> Int {
+        guard let file = walFile(of: connection.handle) else { return 0 }
+        return state(file).pointee.logsBegun
+    }
+
     /// The main database's WAL file as this VFS opened it, nil when it has none open.
     private static func walFile(of db: OpaquePointer) -> UnsafeMutablePointer<sqlite3_file>? {
         var file: UnsafeMutablePointer<sqlite3_file>?
@@ -142,6 +149,8 @@ enum FrameWriteVFS {
         /// Frames held (each written whole unless dropped), and the writes that took.
         var framesHeld = 0
         var runsWritten = 0
+        /// The log's headers written: each time the log began (again) from its start.
+        var logsBegun = 0
 
         static let headerSize = 24
         static let logHeaderSize: Int64 = 32
@@ -264,6 +273,7 @@ enum FrameWriteVFS {
         let code = methods(real).xWrite(real, buffer, amount, offset)
         guard code == SQLITE_OK else { return code }
         if offset == 0, amount >= Int32(logHeaderSize) {
+            pending.pointee.logsBegun += 1
             // The log's header: its page size at bytes 8–11, big-endian (1 stands for 65,536).
             let bytes = buffer.assumingMemoryBound(to: UInt8.self)
             let pageSize = (8..<12).reduce(Int64(0)) { $0 << 8 | Int64(bytes[$1]) }

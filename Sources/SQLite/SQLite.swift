@@ -219,6 +219,11 @@ public final class Connection {
             }, box)
     }
 
+    /// How many times this connection began the WAL from its start: a count that changes when the
+    /// log started over, which its frame count alone does not tell when the first commit into the
+    /// new log is as long as the old log was.
+    public var walLogsBegun: Int { FrameWriteVFS.logsBegun(by: self) }
+
     /// Rows changed by the last statement (`sqlite3_changes`).
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
