@@ -46,15 +46,22 @@ final class Checkpointer: @unchecked Sendable {
         thread.join()
     }
 
-    /// After a commit that left `frames` in the log begun `log` times (on the writer's thread):
-    /// noted, and the checkpointer woken only when that makes a checkpoint due. Never waits for one.
-    func committed(frames: Int, log: Int) {
+    /// After a commit of the writer's (on its thread, with its connection `db`; `synced`: the
+    /// settler syncs the WAL for it): noted, and the checkpointer woken only when that makes a
+    /// checkpoint due. When the schedule says so (`CheckpointSchedule.CommitStep.checkpointHere`),
+    /// the writer copies the log back itself, here, so that its next write finds it all copied back
+    /// and starts it over.
+    func committed(frames: Int, synced: Bool, by db: Connection) {
         let now = monotonicSeconds()
-        state.withLockNotifyingAllIfNeeded { state in
-            let wake = state.schedule.committed(frames: frames, log: log, at: now)
-            if wake { state.wakes += 1 }
-            return ((), wake)
+        let log = db.walLogsBegun
+        let step = state.withLockNotifyingAllIfNeeded { state in
+            let step = state.schedule.committed(frames: frames, log: log, synced: synced, at: now)
+            if step == .wake { state.wakes += 1 }
+            return (step, step == .wake)
         }
+        guard step == .checkpointHere else { return }
+        let result = checkpoint(db)
+        state.withLock { $0.schedule.finished(result, at: monotonicSeconds()) }
     }
 
     private func run() {
@@ -67,18 +74,18 @@ final class Checkpointer: @unchecked Sendable {
             case .wait(let seconds):
                 state.wait(until: { $0.wakes != wakes || $0.stopping }, timeout: seconds ?? 3600) { _ in }
             case .passive:
-                let result = checkpoint()
+                let result = checkpoint(connection)
                 state.withLock { $0.schedule.finished(result, at: monotonicSeconds()) }
             }
         }
     }
 
-    /// Runs a PASSIVE checkpoint and counts it. An error (a full disk, an I/O error) counts as
+    /// Runs a PASSIVE checkpoint through `db` and counts it. An error (a full disk, an I/O error) counts as
     /// busy: the log stays as it was, and the schedule tries again after a pause, as after readers
     /// held one up.
-    private func checkpoint() -> (frames: Int, copied: Int)? {
-        beforeCheckpoint.withLock { $0 }?()
-        let result = try? connection.checkpoint(.passive)
+    private func checkpoint(_ db: Connection) -> (frames: Int, copied: Int)? {
+        if db === connection { beforeCheckpoint.withLock { $0 }?() }
+        let result = try? db.checkpoint(.passive)
         figures.withLock { figures in
             figures.passiveCheckpoints += 1
             if result.map({ $0.copied < $0.frames }) ?? true { figures.checkpointsBusy += 1 }
@@ -90,13 +97,19 @@ final class Checkpointer: @unchecked Sendable {
 /// When the checkpointer copies the WAL back (SPEC §4.4): a pure schedule, given the time by its
 /// caller.
 ///
-/// - Once `passiveFrames` frames are not yet copied back, a checkpoint is due, and runs when no
-///   commit came for `pauseSeconds`: a burst of writes ends before its log goes back, each page once
-///   however often the burst rewrote it.
-/// - Writes that do not pause get one past `busyFrames` frames in the log, and one each time they
-///   add `passiveFrames` more: the log does not start over while they go on (it does only when a
-///   write finds every frame copied back), and at `truncateFrames` the writer empties it, with
-///   little left to copy.
+/// - Once `passiveFrames` frames are not yet copied back, a checkpoint is due. What it costs is
+///   mostly the writeback of the log's pages not yet on disk. After a commit the settler syncs (an
+///   API write that must be durable: that sync writes the log back anyway), the writer runs it at
+///   once: it costs little there, and the log, all copied back, starts over at the next write and
+///   stays short, its file rewritten in place (an `fdatasync` that extends a file also commits
+///   the file system's journal). After the engine's commits, which are not synced, it runs when no
+///   commit came for `pauseSeconds`: a burst of writes ends before its log is written back and
+///   copied, each page once however often the burst rewrote it.
+/// - Writes that do not pause get one past `busyFrames` frames in the log, beside them. The log
+///   starts over only when a write finds every frame copied back, which a checkpoint beside the
+///   writes never leaves (they add frames meanwhile): so once one has left at most `passiveFrames`
+///   to copy, the writer copies that rest itself after its next commit (a short wait, once a
+///   `busyFrames` of log). At `truncateFrames` the writer empties the log (`Store.keepWALBounded`).
 /// - One that could not copy what it was given (readers held it, or it failed) is not tried again
 ///   before another `pauseSeconds`.
 struct CheckpointSchedule {
@@ -104,6 +117,12 @@ struct CheckpointSchedule {
         /// Nothing to do for this many seconds (nil: until a commit makes a checkpoint due).
         case wait(Double?)
         case passive
+    }
+
+    /// What a commit calls for: nothing, the checkpointer woken (a checkpoint is due sooner than it
+    /// waits for), or the log copied back by the writer itself, at once.
+    enum CommitStep: Equatable {
+        case none, wake, checkpointHere
     }
 
     let policy: WALPolicy
@@ -129,9 +148,8 @@ struct CheckpointSchedule {
 
     var uncopied: Int { frames - copied }
 
-    /// A commit left `frames` in the log begun `log` times: true when that makes a checkpoint due
-    /// sooner than before (the checkpointer's wait should end).
-    mutating func committed(frames: Int, log: Int, at now: Double) -> Bool {
+    /// A commit left `frames` in the log begun `log` times; `synced`: the settler syncs the log for it.
+    mutating func committed(frames: Int, log: Int, synced: Bool, at now: Double) -> CommitStep {
         // A new log, or one emptied (the writer's TRUNCATE; its next commit begins it again).
         if log != self.log || frames < copied {
             self.log = log
@@ -140,9 +158,17 @@ struct CheckpointSchedule {
         }
         self.frames = frames
         quietSince = now
+        let synced = synced && uncopied >= policy.passiveFrames
+        let rest = frames >= policy.busyFrames && copied > 0 && uncopied <= policy.passiveFrames
+        if running == nil, synced || rest, uncopied > 0, now >= notBefore {
+            running = log
+            framesAtLastStart = frames
+            signalled = .none
+            return .checkpointHere
+        }
         let urgency = self.urgency
         defer { signalled = urgency }
-        return urgency > signalled
+        return urgency > signalled ? .wake : .none
     }
 
     private var urgency: Urgency {

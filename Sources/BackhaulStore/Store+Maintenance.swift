@@ -50,7 +50,8 @@ extension Store {
     /// checkpointer's copies beside the writes left it little to copy); and told to the
     /// checkpointer, which copies the log back without holding the writer (`Checkpointer`).
     static func keepWALBounded(
-        _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer, frames: Int
+        _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer,
+        frames: Int, synced: Bool
     ) {
         var frames = frames
         if frames >= policy.truncateFrames {
@@ -66,7 +67,7 @@ extension Store {
             figures.commits += 1
             figures.walFrames = frames
         }
-        checkpointer.committed(frames: frames, log: db.walLogsBegun)
+        checkpointer.committed(frames: frames, synced: synced, by: db)
     }
 
     /// Removes finished tasks kept longer than their retention (the session's

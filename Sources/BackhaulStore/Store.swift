@@ -84,8 +84,8 @@ public final class Store: Sendable {
         db.onWALCommit { frames.value = $0 }
         let checkpointer = try Checkpointer(path: self.path, policy: walPolicy, figures: maintenance)
         self.checkpointer = checkpointer
-        writer.afterCommit = { [walPolicy, maintenance] db in
-            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value)
+        writer.afterCommit = { [walPolicy, maintenance] db, synced in
+            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value, synced: synced)
         }
         writer.observe { [sessionCache] changes in
             if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }

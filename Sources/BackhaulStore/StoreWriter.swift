@@ -36,8 +36,9 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
-    /// Runs after every commit, on the writer's thread: keeps the WAL bounded.
-    var afterCommit: ((Connection) -> Void)?
+    /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
+    /// keeps the WAL bounded.
+    var afterCommit: ((Connection, _ synced: Bool) -> Void)?
 
     /// A committed (or failed) batch's remaining work, in commit order.
     private struct Settlement {
@@ -238,11 +239,11 @@ final class StoreWriter: @unchecked Sendable {
             return
         }
         let (changes, endedDownloads, completedFiles) = log.take()
-        afterCommit?(connection)
-        handOver(
-            Settlement(
-                durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
-                jobs: batch, results: results))
+        let settlement = Settlement(
+            durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
+            jobs: batch, results: results)
+        afterCommit?(connection, settlement.needsSync)
+        handOver(settlement)
     }
 
     /// Settles a batch that needs no sync here when nothing is before it, else queues it for the

@@ -13,8 +13,11 @@ import Threads
 struct CheckpointScheduleTests {
     /// One event of a scenario, with what it must give.
     enum Event {
-        /// A commit left `frames` in the log begun `log` times; whether that wakes the checkpointer.
-        case commit(frames: Int, log: Int, at: Double, wakes: Bool)
+        /// A commit left `frames` in the log begun `log` times (synced, or not: the engine's);
+        /// whether that wakes the checkpointer.
+        case commit(frames: Int, log: Int, synced: Bool = false, at: Double, wakes: Bool)
+        /// A commit after which the writer copies the log back itself.
+        case commitAndCheckpoint(frames: Int, log: Int, synced: Bool = false, at: Double)
         /// What is due at a time.
         case next(at: Double, CheckpointSchedule.Step)
         case finished((frames: Int, copied: Int)?, at: Double)
@@ -30,9 +33,12 @@ struct CheckpointScheduleTests {
         var schedule = CheckpointSchedule(policy: policy)
         for (index, event) in events.enumerated() {
             switch event {
-            case .commit(let frames, let log, let time, let wakes):
-                let woke = schedule.committed(frames: frames, log: log, at: time)
-                #expect(woke == wakes, "event \(index): a commit of \(frames) frames", sourceLocation: sourceLocation)
+            case .commit(let frames, let log, let synced, let time, let wakes):
+                let step = schedule.committed(frames: frames, log: log, synced: synced, at: time)
+                #expect(step == (wakes ? .wake : .none), "event \(index): \(frames) frames", sourceLocation: sourceLocation)
+            case .commitAndCheckpoint(let frames, let log, let synced, let time):
+                let step = schedule.committed(frames: frames, log: log, synced: synced, at: time)
+                #expect(step == .checkpointHere, "event \(index): \(frames) frames", sourceLocation: sourceLocation)
             case .next(let time, let expected):
                 let step = schedule.next(at: time)
                 if case .wait(let seconds?) = step, case .wait(let wanted?) = expected {
@@ -71,7 +77,26 @@ struct CheckpointScheduleTests {
         ])
     }
 
-    @Test("past busyFrames one runs at once, and one each passiveFrames more while the writes go on")
+    @Test("after a synced commit past passiveFrames the writer copies the log back at once")
+    func afterSynced() {
+        play([
+            .commit(frames: 60, log: 1, synced: true, at: 0, wakes: false),
+            .commit(frames: 99, log: 1, synced: true, at: 0.01, wakes: false),
+            .commitAndCheckpoint(frames: 130, log: 1, synced: true, at: 0.02),
+            .next(at: 0.02, .wait(nil)),  // the writer's is under way
+            .finished((frames: 130, copied: 130), at: 0.03),
+            .commit(frames: 20, log: 2, synced: true, at: 0.04, wakes: false),
+            .uncopied(20),
+            // Readers held it back: not again at once, and then after a pause.
+            .commit(frames: 140, log: 2, at: 0.05, wakes: true),
+            .commitAndCheckpoint(frames: 150, log: 2, synced: true, at: 0.06),
+            .finished((frames: 150, copied: 40), at: 0.07),
+            .commit(frames: 160, log: 2, synced: true, at: 0.08, wakes: false),
+            .next(at: 0.08, .wait(0.25)),
+        ])
+    }
+
+    @Test("past busyFrames one runs beside the writes, and the writer copies what it left")
     func whileBusy() {
         play([
             .commit(frames: 500, log: 1, at: 0, wakes: true),
@@ -80,9 +105,24 @@ struct CheckpointScheduleTests {
             .commit(frames: 1050, log: 1, at: 0.02, wakes: false),  // none while one runs
             .finished((frames: 1000, copied: 1000), at: 0.03),
             .uncopied(50), .next(at: 0.03, .wait(nil)),
-            .commit(frames: 1099, log: 1, at: 0.04, wakes: false),
-            .commit(frames: 1100, log: 1, at: 0.05, wakes: true),  // 100 more since it began
-            .next(at: 0.05, .passive),
+            .commitAndCheckpoint(frames: 1060, log: 1, at: 0.04),
+            .commit(frames: 1070, log: 1, at: 0.05, wakes: false),  // none while the writer's runs
+            .finished((frames: 1060, copied: 1060), at: 0.06),
+            .commit(frames: 5, log: 2, at: 0.07, wakes: false),  // the log started over
+            .uncopied(5),
+        ])
+    }
+
+    @Test("a pass beside the writes that left much is followed by another, not by the writer's")
+    func busyLeftMuch() {
+        play([
+            .commit(frames: 1000, log: 1, at: 0, wakes: true),
+            .next(at: 0, .passive),
+            .commit(frames: 1400, log: 1, at: 0.1, wakes: false),
+            .finished((frames: 1000, copied: 1000), at: 0.11),
+            .uncopied(400), .next(at: 0.11, .passive),  // 400 more than when it began
+            .finished((frames: 1400, copied: 1400), at: 0.2),
+            .commitAndCheckpoint(frames: 1450, log: 1, at: 0.21),
         ])
     }
 
@@ -147,8 +187,9 @@ struct CheckpointScheduleTests {
     }
 }
 
-/// The checkpointer copies the WAL back when the writes pause, or past `busyFrames` beside them,
-/// and the writer never waits for it.
+/// The checkpointer copies the WAL back after the engine's writes (not synced) when they pause, or
+/// past `busyFrames` beside them, and the writer never waits for it. The writes here are such
+/// relaxed ones: a row of 3,000 bytes each, a frame or two.
 @Suite("WAL checkpoints")
 struct CheckpointTests {
     private func withStore(_ policy: WALPolicy, _ body: (Store) throws -> Void) throws {
@@ -159,14 +200,22 @@ struct CheckpointTests {
         try body(store)
     }
 
-    /// Writes batches of tasks until the log holds at least `frames` frames.
-    private func write(_ store: Store, untilFrames frames: Int, name: String) throws {
-        var batch = 0
+    /// One relaxed write, as the engine's are (the first makes its table).
+    private func relaxedWrite(_ store: Store) throws {
+        try store.write(.relaxed) { db in
+            try db.execute("CREATE TABLE IF NOT EXISTS filler (bytes BLOB)")
+            try db.run("INSERT INTO filler VALUES (randomblob(3000))")
+        }
+    }
+
+    /// Relaxed writes until the log holds at least `frames` frames.
+    private func write(_ store: Store, untilFrames frames: Int) throws {
+        var count = 0
         while store.maintenanceFigures.walFrames < frames {
-            _ = try store.createTasks(sessionID: "s", (0..<10).map { makeTask("\(name)\(batch)-\($0)") })
-            batch += 1
-            #expect(batch < 1000, "the log never reached \(frames) frames")
-            if batch >= 1000 { return }
+            try relaxedWrite(store)
+            count += 1
+            #expect(count < 10_000, "the log never reached \(frames) frames")
+            if count >= 10_000 { return }
         }
     }
 
@@ -185,14 +234,13 @@ struct CheckpointTests {
         policy.busyFrames = .max
         policy.truncateFrames = .max
         try withStore(policy) { store in
-            _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-            try write(store, untilFrames: 80, name: "a")
+            try write(store, untilFrames: 80)
             let frames = store.maintenanceFigures.walFrames
             #expect(store.maintenanceFigures.passiveCheckpoints == 0, "a checkpoint ran before the writes paused")
             let figures = eventually(store) { $0.passiveCheckpoints >= 1 }
             #expect(figures.passiveCheckpoints >= 1)
             #expect(figures.checkpointsBusy == 0)
-            _ = try store.createTasks(sessionID: "s", [makeTask("after")])
+            try relaxedWrite(store)
             #expect(store.maintenanceFigures.walFrames < frames / 2, "the log did not start again after the checkpoint")
         }
     }
@@ -217,18 +265,17 @@ struct CheckpointTests {
             // The writes run on a thread of their own, so that a writer held by the checkpoint
             // fails the test instead of hanging it: they go on until a checkpoint began, then
             // write 20 more while it is held.
-            let written = Locked<(began: Int?, result: Result<Int, StoreError>?)>((nil, nil))
+            let written = Locked<(began: Int?, result: Result<Int, any Error>?)>((nil, nil))
             Thread.detachNewThread {
-                let result = Result { () throws(StoreError) -> Int in
-                    _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-                    var batch = 0
-                    while !gate.withLock({ $0.entered }) && batch < 1000 {
-                        _ = try store.createTasks(sessionID: "s", (0..<10).map { makeTask("c\(batch)-\($0)") })
-                        batch += 1
+                let result = Result { () throws -> Int in
+                    var count = 0
+                    while !gate.withLock({ $0.entered }) && count < 10_000 {
+                        try relaxedWrite(store)
+                        count += 1
                     }
                     let checkpoints = store.maintenanceFigures.passiveCheckpoints
                     written.withLockNotifyingAll { $0.began = checkpoints }
-                    for index in 0..<20 { _ = try store.createTasks(sessionID: "s", [makeTask("held\(index)")]) }
+                    for _ in 0..<20 { try relaxedWrite(store) }
                     return 20
                 }
                 written.withLockNotifyingAll { $0.result = result }
