@@ -3,7 +3,8 @@
 of issue 16 beside its figure with met / not met, and writes it all as JSON.
 
 Sections (`--only`, comma-separated; all by default):
-  big       one 1 GiB file: backhauld raw and chunked (8 MiB) vs `curl -T`, to nginx on tmpfs
+  big       one 1 GiB file: backhauld raw and chunked (8 MiB) vs `curl -T`, to nginx on tmpfs,
+            rounds interleaved
   download  the same file the other way: backhauld download vs `curl -o`
   webhooks  N small uploads, one subscription, nginx answering 204 as the receiver
   many      2,000 × 256 KiB to nginx WebDAV (`dav_methods PUT`, tmpfs): backhauld vs one curl
@@ -344,24 +345,24 @@ def wait_session_done(port, session, count, timeout=600, interval=0.01):
 
 
 def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
-    """One big file: curl -T, then backhauld raw and chunked (8 MiB), to the same sinks."""
-    cases = {}
+    """One big file: curl -T, backhauld raw and backhauld chunked (8 MiB), to the same sinks. Rounds
+    interleave the three, as the small files' do, so that drift of the machine touches them alike
+    (run one sender's rounds after the other's, and a slow minute falls on one of them only)."""
+    gib = args.size_mib / 1024
+    uploads = [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]
+    walls = {name: [] for name in ["curl -T"] + [name for name, _ in uploads]}
+    cpus = {name: [] for name, _ in uploads}
+    rss = {name: [] for name, _ in uploads}
 
     def sink_port(upload):
         return nginx_port if upload["protocol"] == "raw" else chunk_sink.port
 
-    walls = []
     for run_index in range(args.runs):
         target = f"http://127.0.0.1:{nginx_port}/curl/{run_index}.bin"
         subprocess.run(["sync"], timeout=120)
-        walls.append(timed(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600))
+        walls["curl -T"].append(timed(["curl", "-sS", "-o", "/dev/null", "-T", source, target], timeout=600))
         os.remove(f"{sink_dir}/root/curl/{run_index}.bin")
-    cases["curl -T"] = {"wall_s": statistics.median(walls), "walls": walls}
-
-    gib = args.size_mib / 1024
-    for name, upload in [("backhauld raw", {"protocol": "raw"}), ("backhauld chunked", {"protocol": "chunked"})]:
-        walls, cpus, rss = [], [], []
-        for run_index in range(args.runs):
+        for name, upload in uploads:
             state = f"{work}/state-{name.split()[1]}-{run_index}"
             daemon, port = start_daemon(args.binary, state, data)
             try:
@@ -374,9 +375,9 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
                     "request": {"url": f"http://127.0.0.1:{sink_port(upload)}/bh/{run_index}.bin"}})
                 assert status == 201, task
                 wait_done(port, [task["id"]])
-                walls.append(time.time() - started)
-                cpus.append(proc_cpu_seconds(daemon.pid) - cpu_before)
-                rss.append(proc_peak_rss_mib(daemon.pid))
+                walls[name].append(time.time() - started)
+                cpus[name].append(proc_cpu_seconds(daemon.pid) - cpu_before)
+                rss[name].append(proc_peak_rss_mib(daemon.pid))
                 target = (f"{sink_dir}/root/bh/{run_index}.bin" if upload["protocol"] == "raw"
                           else chunk_sink.assembled(f"/bh/{run_index}.bin"))
                 if subprocess.run(["cmp", "-s", source, target], timeout=300).returncode != 0:
@@ -384,8 +385,10 @@ def big_file(args, work, data, source, sink_dir, nginx_port, chunk_sink):
                 os.remove(target)
             finally:
                 stop(daemon)
-        cases[name] = {"wall_s": statistics.median(walls), "walls": walls, "cpu_s_per_gib": statistics.median(cpus) / gib,
-                       "peak_rss_mib": max(rss)}
+    cases = {name: {"wall_s": statistics.median(values), "walls": values} for name, values in walls.items()}
+    for name, _ in uploads:
+        cases[name]["cpu_s_per_gib"] = statistics.median(cpus[name]) / gib
+        cases[name]["peak_rss_mib"] = max(rss[name])
     base = cases["curl -T"]["wall_s"]
     for case in cases.values():
         case["mib_per_s"] = args.size_mib / case["wall_s"]
@@ -1206,7 +1209,7 @@ def main():
         shutil.rmtree(sink_dir, ignore_errors=True)
 
     if results["cases"]:
-        print_transfers(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} runs", results["cases"], 20)
+        print_transfers(f"{args.size_mib} MiB to nginx on loopback, median of {args.runs} interleaved rounds", results["cases"], 20)
     if "download" in results:
         print_transfers(f"{args.size_mib} MiB download from nginx into tmpfs, median of {args.runs} runs",
                         results["download"], 28)
