@@ -87,7 +87,7 @@ extension API {
         text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
         text.family(
             "backhaul_wal_checkpoints_total", "counter",
-            "WAL checkpoints by mode: passive (the checkpointer, at a pause in the writes or past its bound), truncate (the writer, past its bound), busy (one that could not run or copy all)."
+            "WAL checkpoints by mode: passive (at a pause in the engine's writes, beside writes that do not pause, or by the writer after a synced commit), truncate (the writer, past its bound), busy (one that could not run or copy all)."
         )
         text.sample("backhaul_wal_checkpoints_total", ["mode": "passive"], Double(maintenance.passiveCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "truncate"], Double(maintenance.truncateCheckpoints))

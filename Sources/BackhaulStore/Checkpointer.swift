@@ -61,7 +61,12 @@ final class Checkpointer: @unchecked Sendable {
         }
         guard step == .checkpointHere else { return }
         let result = checkpoint(db)
-        state.withLock { $0.schedule.finished(result, at: monotonicSeconds()) }
+        // The checkpointer may have looked while this ran (nothing to do then) and be waiting for
+        // a commit: what this one left (readers held it back, or it failed) is for it to see.
+        state.withLockNotifyingAll { state in
+            state.schedule.finished(result, at: monotonicSeconds())
+            state.wakes += 1
+        }
     }
 
     private func run() {
@@ -139,6 +144,9 @@ struct CheckpointSchedule {
     private var running: Int?
     /// The most urgent step a commit already woke the checkpointer for.
     private var signalled = Urgency.none
+    /// A checkpoint beside the writes ran since the writer last copied the rest: the writer copies
+    /// the rest once after each (if readers keep the log from starting over, not after every commit).
+    private var besideRan = false
 
     init(policy: WALPolicy) { self.policy = policy }
 
@@ -155,15 +163,17 @@ struct CheckpointSchedule {
             self.log = log
             copied = 0
             framesAtLastStart = 0
+            besideRan = false
         }
         self.frames = frames
         quietSince = now
         let synced = synced && uncopied >= policy.passiveFrames
-        let rest = frames >= policy.busyFrames && copied > 0 && uncopied <= policy.passiveFrames
+        let rest = besideRan && copied > 0 && uncopied <= policy.passiveFrames
         if running == nil, synced || rest, uncopied > 0, now >= notBefore {
             running = log
             framesAtLastStart = frames
             signalled = .none
+            besideRan = false
             return .checkpointHere
         }
         let urgency = self.urgency
@@ -187,6 +197,7 @@ struct CheckpointSchedule {
         guard now >= due else { return .wait(due - now) }
         running = log
         framesAtLastStart = frames
+        if frames >= policy.busyFrames { besideRan = true }
         return .passive
     }
 

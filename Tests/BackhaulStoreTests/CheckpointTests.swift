@@ -126,6 +126,26 @@ struct CheckpointScheduleTests {
         ])
     }
 
+    /// Readers may keep the log from starting over after the writer copied the rest: the writer
+    /// does not then checkpoint after every commit, but after the next checkpoint beside the writes.
+    @Test("the writer copies the rest once after each checkpoint beside the writes")
+    func restOncePerPass() {
+        play([
+            .commit(frames: 1000, log: 1, at: 0, wakes: true),
+            .next(at: 0, .passive),
+            .finished((frames: 1000, copied: 1000), at: 0.01),
+            .commitAndCheckpoint(frames: 1020, log: 1, at: 0.02),
+            .finished((frames: 1020, copied: 1020), at: 0.03),
+            // The log did not start over (a reader): no rest after this commit, nor the next.
+            .commit(frames: 1040, log: 1, at: 0.04, wakes: false),
+            .commit(frames: 1060, log: 1, at: 0.05, wakes: false),
+            .commit(frames: 1120, log: 1, at: 0.06, wakes: true),  // 100 past the writer's
+            .next(at: 0.06, .passive),
+            .finished((frames: 1120, copied: 1120), at: 0.07),
+            .commitAndCheckpoint(frames: 1130, log: 1, at: 0.08),
+        ])
+    }
+
     @Test("one that readers held back is not tried again at once")
     func heldBack() {
         play([

@@ -110,6 +110,13 @@ extension EndToEndTests {
         // by a few; a leak of one descriptor per hundred tasks would be 30 more.
         #expect(end.fds <= start.fds + 12, "descriptors \(start.fds) → \(end.fds)")
         #expect(fixture.sink.requests.count == 3000)
+        // The engine's writes paused at the end: the checkpointer copied the log back then.
+        let metrics = try HTTPClient().send("GET", "http://127.0.0.1:\(fixture.daemon.port)/metrics")
+        let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))
+        #expect(
+            (figures["backhaul_wal_checkpoints_total{mode=passive}"] ?? 0) >= 1, "\(figures.filter { $0.key.contains("wal") })")
+        #expect(figures["backhaul_wal_checkpoints_total{mode=truncate}"] != nil)
+        #expect(figures["backhaul_wal_checkpoints_total{mode=busy}"] != nil)
     }
 
     @Test("a state directory written by a newer backhauld is refused, untouched, with exit status 66")

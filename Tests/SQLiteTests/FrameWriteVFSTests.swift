@@ -50,6 +50,24 @@ struct FrameWriteVFSTests {
         )
     }
 
+    /// `walLogsBegun` tells a log that started over, which the frame count cannot when the first
+    /// commit into the new log is as long as the old log was.
+    @Test("the log's new beginnings are counted: the first commit, and each after the log started over")
+    func logsBegun() throws {
+        let db = try open("begun.db")
+        #expect(db.walLogsBegun == 1)
+        try db.run("INSERT INTO t (k, v) VALUES (1, 'a')")
+        #expect(db.walLogsBegun == 1, "a commit appended to the log")
+        // All copied back: the next write starts the log over (a PASSIVE checkpoint, then a write).
+        #expect(try db.checkpoint(.passive).map { $0.copied == $0.frames } == true)
+        try db.run("INSERT INTO t (k, v) VALUES (2, ?)", [String(repeating: "y", count: 20_000)])
+        #expect(db.walLogsBegun == 2)
+        // Emptied (TRUNCATE): the next write writes the header again.
+        _ = try db.checkpoint(.truncate)
+        try db.run("INSERT INTO t (k, v) VALUES (3, 'c')")
+        #expect(db.walLogsBegun == 3)
+    }
+
     @Test("small commits: each frame goes whole in one write, and a crash's copy recovers every commit")
     func smallCommits() throws {
         let db = try open("small.db")
