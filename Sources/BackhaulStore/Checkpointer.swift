@@ -2,17 +2,19 @@ import BackhaulCore
 import SQLite
 import Threads
 
-/// Copies the WAL back into the database on a thread and connection of its own, when the writes
-/// pause, so that neither the writer nor the disk works at it in the middle of a burst of writes.
+/// Copies the WAL back into the database so that neither the writer nor the disk works at it in
+/// the middle of a burst of the engine's writes: on a thread and connection of its own when those
+/// writes pause (or beside writes that never do), and through the writer's own connection after a
+/// commit that is synced anyway, where it costs little (`CheckpointSchedule` says which and when).
 ///
 /// A checkpoint syncs the WAL, copies its newest pages into the database file and syncs that: on
 /// a disk, 5–10 ms each time, most of it the writeback of every page the log took since the last.
 /// Run by the writer after a commit, every write waited for it, and the engine's transfers with
 /// them (a transfer that ended is not followed by the next until its commit went through); run
-/// beside the writer, the writeback still took the cores the transfers needed. When one is due and
-/// when it runs is `CheckpointSchedule`'s; a PASSIVE checkpoint takes no lock that a commit needs
-/// (it copies what was committed when it began, and the writer appends behind it). The log's bound
-/// stays the writer's (`Store.keepWALBounded`): the checkpoints here keep what it has to copy short.
+/// beside the writer, the writeback still took the cores the transfers needed. A PASSIVE checkpoint
+/// takes no lock that a commit needs (it copies what was committed when it began, and the writer
+/// appends behind it). The log's bound stays the writer's (`Store.keepWALBounded`): the checkpoints
+/// here keep what it has to copy short.
 final class Checkpointer: @unchecked Sendable {
     // @unchecked: `connection` is used on the checkpointer's thread only; the rest is behind locks.
     private struct State {
@@ -85,9 +87,9 @@ final class Checkpointer: @unchecked Sendable {
         }
     }
 
-    /// Runs a PASSIVE checkpoint through `db` and counts it. An error (a full disk, an I/O error) counts as
-    /// busy: the log stays as it was, and the schedule tries again after a pause, as after readers
-    /// held one up.
+    /// Runs a PASSIVE checkpoint through `db` and counts it. An error (a full disk, an I/O error)
+    /// counts as busy: the log stays as it was, and the schedule tries again after a pause, as after
+    /// readers held one up.
     private func checkpoint(_ db: Connection) -> (frames: Int, copied: Int)? {
         if db === connection { beforeCheckpoint.withLock { $0 }?() }
         let result = try? db.checkpoint(.passive)
