@@ -116,7 +116,8 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulStoreTests", dependencies: ["BackhaulStore", "BackhaulCore", "JSON", "SQLite", "Threads"],
+            name: "BackhaulStoreTests",
+            dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSON", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "Threads"],

@@ -172,8 +172,7 @@ struct CheckpointSchedule {
         let synced = synced && uncopied >= policy.passiveFrames
         let rest = besideRan && copied > 0 && uncopied <= policy.passiveFrames
         if running == nil, synced || rest, uncopied > 0, now >= notBefore {
-            running = log
-            framesAtLastStart = frames
+            begin()
             signalled = .none
             besideRan = false
             return .checkpointHere
@@ -197,10 +196,15 @@ struct CheckpointSchedule {
         if urgency == .none { return .wait(nil) }
         let due = max(notBefore, urgency == .now ? now : quietSince + policy.pauseSeconds)
         guard now >= due else { return .wait(due - now) }
-        running = log
-        framesAtLastStart = frames
+        begin()
         if frames >= policy.busyFrames { besideRan = true }
         return .passive
+    }
+
+    /// A checkpoint starts on the log as it is now.
+    private mutating func begin() {
+        running = log
+        framesAtLastStart = frames
     }
 
     /// A checkpoint ended: `result` is SQLite's (the log's frames and how many are copied back),

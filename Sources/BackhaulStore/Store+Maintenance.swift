@@ -16,7 +16,8 @@ public struct WALPolicy: Sendable {
     public var passiveFrames = 1000
     /// A pause: no commit for this long.
     public var pauseSeconds = 0.25
-    /// Frames not yet copied back past which a checkpoint runs while the writes go on.
+    /// Frames in the log past which a checkpoint runs beside writes that do not pause (and again
+    /// each `passiveFrames` more).
     public var busyFrames = 16384
     /// Frames in the log past which the writer empties it (TRUNCATE).
     public var truncateFrames = 32768

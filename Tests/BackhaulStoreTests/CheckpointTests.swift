@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulTesting
 import Foundation
 import Glibc
 import SQLite
@@ -228,22 +229,14 @@ struct CheckpointTests {
         }
     }
 
-    /// Relaxed writes until the log holds at least `frames` frames.
+    /// Relaxed writes until the log holds at least `frames` frames (at most 10,000 of them).
     private func write(_ store: Store, untilFrames frames: Int) throws {
         var count = 0
-        while store.maintenanceFigures.walFrames < frames {
+        while store.maintenanceFigures.walFrames < frames && count < 10_000 {
             try relaxedWrite(store)
             count += 1
-            #expect(count < 10_000, "the log never reached \(frames) frames")
-            if count >= 10_000 { return }
         }
-    }
-
-    /// Waits (at most 10 s) until `condition` holds of the store's figures.
-    private func eventually(_ store: Store, _ condition: (MaintenanceFigures) -> Bool) -> MaintenanceFigures {
-        let deadline = monotonicSeconds() + 10
-        while !condition(store.maintenanceFigures) && monotonicSeconds() < deadline { usleep(5_000) }
-        return store.maintenanceFigures
+        #expect(store.maintenanceFigures.walFrames >= frames, "the log never reached \(frames) frames")
     }
 
     @Test("a burst's log is copied back once the writes pause, and the next write starts it again")
@@ -257,9 +250,8 @@ struct CheckpointTests {
             try write(store, untilFrames: 80)
             let frames = store.maintenanceFigures.walFrames
             #expect(store.maintenanceFigures.passiveCheckpoints == 0, "a checkpoint ran before the writes paused")
-            let figures = eventually(store) { $0.passiveCheckpoints >= 1 }
-            #expect(figures.passiveCheckpoints >= 1)
-            #expect(figures.checkpointsBusy == 0)
+            #expect(eventually(timeout: 10) { store.maintenanceFigures.passiveCheckpoints >= 1 })
+            #expect(store.maintenanceFigures.checkpointsBusy == 0)
             try relaxedWrite(store)
             #expect(store.maintenanceFigures.walFrames < frames / 2, "the log did not start again after the checkpoint")
         }
@@ -306,8 +298,7 @@ struct CheckpointTests {
             #expect(began != nil && store.maintenanceFigures.passiveCheckpoints == began, "the held checkpoint ended")
             gate.withLockNotifyingAll { $0.open = true }
             if result == nil { _ = written.wait(until: { $0.result != nil }, timeout: 60) { $0 } }
-            let figures = eventually(store) { $0.passiveCheckpoints > (began ?? 0) }
-            #expect(figures.passiveCheckpoints > (began ?? 0))
+            #expect(eventually(timeout: 10) { store.maintenanceFigures.passiveCheckpoints > (began ?? 0) })
         }
     }
 }
