@@ -87,11 +87,19 @@ extension API {
         text.sample("backhaul_wal_frames", [:], Double(maintenance.walFrames))
         text.family(
             "backhaul_wal_checkpoints_total", "counter",
-            "WAL checkpoints by mode: passive (at a pause in the engine's writes, beside writes that do not pause, or by the writer after a synced commit), truncate (the writer, past its bound), busy (one that could not run or copy all)."
+            "WAL checkpoints by mode: passive (once the writes pause), truncate (the writer, at the log's cap, and at a clean stop), busy (one held back by another connection, or that could not copy the whole log)."
         )
         text.sample("backhaul_wal_checkpoints_total", ["mode": "passive"], Double(maintenance.passiveCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "truncate"], Double(maintenance.truncateCheckpoints))
         text.sample("backhaul_wal_checkpoints_total", ["mode": "busy"], Double(maintenance.checkpointsBusy))
+        text.family(
+            "backhaul_wal_checkpoint_errors_total", "counter",
+            "WAL checkpoints that failed (an I/O error, a full disk, corruption): each logged, and retried later.")
+        text.sample("backhaul_wal_checkpoint_errors_total", [:], Double(maintenance.checkpointErrors))
+        text.family(
+            "backhaul_state_sync_failures_total", "counter",
+            "Syncs of the state that failed; after the first the daemon answers no write and restarts.")
+        text.sample("backhaul_state_sync_failures_total", [:], Double(maintenance.syncFailures))
         text.family("backhaul_pages_vacuumed_total", "counter", "Free pages returned to the file system (incremental vacuum).")
         text.sample("backhaul_pages_vacuumed_total", [:], Double(maintenance.pagesVacuumed))
         requestMetrics?.write(to: &text)

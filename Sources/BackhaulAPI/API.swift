@@ -123,6 +123,16 @@ public final class API: Sendable {
             return Problem(.storeCorrupt, "the state database holds a record this build cannot read: \(message)")
         case .newerSchema(let found, let supported):
             return Problem(.storeCorrupt, "the state database has schema version \(found); this build reads up to \(supported)")
+        case .syncFailed(let failure) where failure.isDiskFull:
+            return Problem(
+                .insufficientStorage,
+                "the state directory is full and could not be synced (\(failure.errnoName)); the write may not have been kept, and backhauld takes no more writes until it restarts"
+            )
+        case .syncFailed(let failure):
+            return Problem(
+                .stateUnavailable,
+                "the state could not be synced (\(failure.errnoName)); the write may not have been kept, and backhauld takes no more writes until it restarts"
+            )
         case .database(let message): return Problem(.internalError, "the state database failed: \(message)")
         }
     }
@@ -202,6 +212,9 @@ public final class API: Sendable {
     }
 
     @Sendable func ready(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        if let failure = store.failure {
+            throw Problem(.stateUnavailable, "a sync of the state failed (\(failure)); backhauld restarts to read it again")
+        }
         guard store.isWritable() else { throw Problem(.unavailable, "the state database cannot be written") }
         guard status?.isRunning ?? false else { throw Problem(.unavailable, "the transfer engine is not running") }
         return API.json(200, ["status": "ready"])

@@ -42,6 +42,7 @@ public struct Problem: Error, Sendable, Equatable {
         case internalError = "internal_error"
         case storeCorrupt = "store_corrupt"
         case unavailable = "service_unavailable"
+        case stateUnavailable = "state_unavailable"
 
         public var status: Int {
             switch self {
@@ -57,7 +58,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .tooManyTasks: return 429
             case .insufficientStorage: return 507
             case .internalError, .storeCorrupt: return 500
-            case .unavailable: return 503
+            case .unavailable, .stateUnavailable: return 503
             }
         }
 
@@ -86,6 +87,7 @@ public struct Problem: Error, Sendable, Equatable {
             case .internalError: return "Internal error"
             case .storeCorrupt: return "A stored record cannot be read"
             case .unavailable: return "The service is not ready"
+            case .stateUnavailable: return "The state could not be made durable"
             }
         }
     }

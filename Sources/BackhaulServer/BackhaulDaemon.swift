@@ -10,6 +10,7 @@ import Glibc
 import JSON
 import Logging
 import MicroHTTP
+import Threads
 
 /// The daemon: services started in dependency order (store, engine, HTTP) and stopped in reverse.
 public final class BackhaulDaemon: Sendable {
@@ -24,6 +25,12 @@ public final class BackhaulDaemon: Sendable {
     let feed = EventFeed()
     let http: Daemon
     let lockDescriptor: Int32
+    /// The sync failure the state failed closed on, once one did (the process then stops).
+    private let failedClosed = Locked<SyncFailure?>(nil)
+    private let failStop = WorkerThread(name: "bh-failstop")
+    /// How long a daemon whose state failed closed keeps answering (every write 503 or 507,
+    /// `/readyz` 503) before it stops itself for its supervisor to start it again.
+    static let failedClosedHoldSeconds = 3.0
 
     public struct StartupError: Error, CustomStringConvertible {
         public var description: String
@@ -45,7 +52,28 @@ public final class BackhaulDaemon: Sendable {
         guard lockDescriptor >= 0, flock(lockDescriptor, LOCK_EX | LOCK_NB) == 0 else {
             throw StartupError(description: "the state directory \(directory) is in use by another backhauld")
         }
-        store = try Store(path: directory + "/backhaul.db")
+        let failedClosed = self.failedClosed
+        let failStop = self.failStop
+        store = try Store(path: directory + "/backhaul.db") { incident in
+            switch incident {
+            case .checkpointFailed(let failure):
+                logger.error(
+                    "a WAL checkpoint failed; it is tried again later",
+                    metadata: ["checkpoint.mode": "\(failure.mode)", "error": "\(failure.error)"])
+            case .failedClosed(let failure):
+                logger.critical(
+                    "a sync of the state failed: no write is answered from now on, and backhauld stops for its supervisor to start it again",
+                    metadata: [
+                        "errno": "\(failure.errnoName)", "sync.call": "\(failure.call)", "sync.path": "\(failure.path)",
+                        "error": "\(failure)",
+                    ])
+                failedClosed.withLock { $0 = failure }
+                failStop.start {
+                    usleep(UInt32(BackhaulDaemon.failedClosedHoldSeconds * 1_000_000))
+                    kill(getpid(), SIGTERM)
+                }
+            }
+        }
         settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
         let errorLogger = logger
         var dispatcherOptions = DispatcherOptions()
@@ -130,6 +158,9 @@ public final class BackhaulDaemon: Sendable {
 
     public var port: UInt16 { http.port }
 
+    /// The sync failure the state failed closed on, or nil.
+    public var stateFailure: SyncFailure? { failedClosed.withLock { $0 } }
+
     /// Graceful stop: no new connections, transfers reach a checkpoint within the grace period,
     /// state is persisted, then HTTP closes.
     public func stop() {
@@ -142,6 +173,7 @@ public final class BackhaulDaemon: Sendable {
         housekeeper.stop()
         http.stop()
         store.close()
+        failStop.join()
         close(lockDescriptor)
         logger.info("stopped")
     }
@@ -154,6 +186,9 @@ public enum ExitStatus {
     public static let corruptState: Int32 = 65
     /// The state directory was written by a newer backhauld (its schema is newer than this build's).
     public static let newerState: Int32 = 66
+    /// A sync of the state failed (EX_TEMPFAIL): the daemon stopped so that a new process reads the
+    /// state from the disk (docs/operations.md, "When the disk fails").
+    public static let stateSyncFailed: Int32 = 75
 }
 
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
@@ -228,7 +263,7 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     sigwait(&signals, &received)
     logger.info("signal received", metadata: ["signal": "\(received == SIGTERM ? "SIGTERM" : "SIGINT")"])
     daemon.stop()
-    return 0
+    return daemon.stateFailure == nil ? 0 : ExitStatus.stateSyncFailed
 }
 
 /// Keeps freed transfer buffers in the process instead of giving them back to the kernel after

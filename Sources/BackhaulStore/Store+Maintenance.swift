@@ -4,25 +4,26 @@ import JSON
 import SQLite
 import Threads
 
-/// How the store keeps the WAL bounded (SPEC §4.4). SQLite's automatic checkpoint runs inside
-/// the commit that crosses its threshold, so a write waits for it; and it is a PASSIVE one, which
-/// copies back only what no reader still needs, so under steady reads the WAL can grow without end.
-/// Here the checkpointer copies the log back on a thread of its own, when the writes pause or
-/// beside them (`CheckpointSchedule` says when), and at `truncateFrames` the writer empties it
+/// How the store keeps the WAL bounded (docs/operations.md, "The state on disk"). SQLite's
+/// automatic checkpoint runs inside the commit that crosses its threshold, so a write waits for it;
+/// and it is a PASSIVE one, which copies back only what no reader still needs, so under steady
+/// reads the WAL can grow without end. Here the checkpointer copies the log back on a thread of
+/// its own once the writes pause (`CheckpointSchedule`), and at the hard cap the writer empties it
 /// with a TRUNCATE checkpoint, which waits (up to the busy timeout) for the readers of the moment
-/// to finish their short reads.
+/// to finish their short reads. `journal_size_limit` is the cap's size: a log that starts over
+/// after a checkpoint is rewritten in place, not cut back and extended again (an `fdatasync` that
+/// extends a file also commits the file system's journal).
 public struct WALPolicy: Sendable {
     /// Frames not yet copied back past which a checkpoint runs once the writes pause.
-    public var passiveFrames = 1000
+    public var pauseFrames = 1000
     /// A pause: no commit for this long.
     public var pauseSeconds = 0.25
-    /// Frames in the log past which a checkpoint runs beside writes that do not pause (and again
-    /// each `passiveFrames` more).
-    public var busyFrames = 16384
-    /// Frames in the log past which the writer empties it (TRUNCATE).
-    public var truncateFrames = 32768
-    /// What the WAL file is cut back to after it was reset (`journal_size_limit`).
-    public var truncateBytes = 4 << 20
+    /// The hard cap: frames in the log past which the writer empties it (TRUNCATE).
+    public var capFrames = 16384
+
+    /// `journal_size_limit`: the log at the cap (a frame is a page and its 24-byte header, after
+    /// the 32-byte file header).
+    public var journalSizeLimit: Int { 32 + capFrames * (24 + 4096) }
 
     public init() {}
 }
@@ -34,9 +35,13 @@ public struct MaintenanceFigures: Sendable, Equatable {
     public var walFrames = 0
     public var passiveCheckpoints = 0
     public var truncateCheckpoints = 0
-    /// Checkpoints that could not run (another held the log) or, for a TRUNCATE, copy it all
-    /// back (readers held it).
+    /// Checkpoints held back by another connection, or that could not copy the whole log
+    /// (readers needed its older pages).
     public var checkpointsBusy = 0
+    /// Checkpoints that failed (an I/O error, a full disk, corruption): logged, and retried later.
+    public var checkpointErrors = 0
+    /// Syncs of the state that failed (the store failed closed on the first).
+    public var syncFailures = 0
     public var tasksPruned = 0
     public var eventsPruned = 0
     public var pagesVacuumed = 0
@@ -46,29 +51,25 @@ public struct MaintenanceFigures: Sendable, Equatable {
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
 
-    /// After a commit (on the writer's thread): counted; past `truncateFrames` the log emptied
-    /// here (TRUNCATE: it holds the writer, and waits for the readers of the moment; the
-    /// checkpointer's copies beside the writes left it little to copy); and told to the
-    /// checkpointer, which copies the log back without holding the writer (`Checkpointer`).
+    /// After a commit (on the writer's thread): counted; past the cap the log emptied here
+    /// (TRUNCATE: it holds the writer, and waits for the readers of the moment); and told to the
+    /// checkpointer, which copies the log back once the writes pause (`Checkpointer`).
     static func keepWALBounded(
         _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer,
-        frames: Int, synced: Bool
+        frames: Int, report: @Sendable (CheckpointFailure) -> Void
     ) {
         var frames = frames
-        if frames >= policy.truncateFrames {
-            let result = try? db.checkpoint(.truncate)
-            let emptied = result.map { $0.copied >= $0.frames } ?? false
-            if emptied { frames = 0 }
-            figures.withLock { figures in
-                figures.truncateCheckpoints += 1
-                if !emptied { figures.checkpointsBusy += 1 }
-            }
+        if frames >= policy.capFrames,
+            case .ran(let logged, let copied) = Checkpointer.run(.truncate, on: db, figures: figures, report: report),
+            copied >= logged
+        {
+            frames = 0
         }
         figures.withLock { figures in
             figures.commits += 1
             figures.walFrames = frames
         }
-        checkpointer.committed(frames: frames, synced: synced, by: db)
+        checkpointer.committed(frames: frames)
     }
 
     /// Removes finished tasks kept longer than their retention (the session's

@@ -20,7 +20,19 @@ public enum StoreError: Error, Sendable, Equatable {
     case corrupt(String)
     /// The database was written by a newer build (its schema version is above this build's).
     case newerSchema(found: Int, supported: Int)
+    /// A sync of the state failed: the write may not be on disk, and the store has failed closed
+    /// (`StoreWriter`).
+    case syncFailed(SyncFailure)
     case database(String)
+}
+
+/// What went wrong in the store outside any one write, for the daemon to log and act on.
+public enum StoreIncident: Sendable {
+    /// A sync failed: the store refuses every write from now on, and the process must start over.
+    case failedClosed(SyncFailure)
+    /// A checkpoint failed; it is tried again later (and one whose sync failed also fails the
+    /// store closed).
+    case checkpointFailed(CheckpointFailure)
 }
 
 /// The durable state: one SQLite database in WAL mode. One connection writes, on a thread of its
@@ -60,7 +72,11 @@ public final class Store: Sendable {
 
     /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
     /// gives a scratch database, removed when the store is closed (tests).
-    public init(path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy()) throws {
+    /// `report` hears of what went wrong outside a write (on the thread that found it).
+    public init(
+        path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy(),
+        report: @escaping @Sendable (StoreIncident) -> Void = { _ in }
+    ) throws {
         scratch = path == ":memory:"
         self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
@@ -68,9 +84,9 @@ public final class Store: Sendable {
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
-        // The writer checkpoints on its own terms (`Store+Maintenance`): the automatic one can be
+        // The store checkpoints on its own terms (`Store+Maintenance`): the automatic one can be
         // starved by busy readers and lets the WAL grow.
-        try db.execute("PRAGMA journal_size_limit = \(walPolicy.truncateBytes)")
+        try db.execute("PRAGMA journal_size_limit = \(walPolicy.journalSizeLimit)")
         try StoreOpening.migrate(db, path: self.path)
         try Store.verify(db)
         log = ChangeLog(state: writerState)
@@ -79,13 +95,27 @@ public final class Store: Sendable {
         // The migrations above ran with `synchronous = FULL`. From here commits do not wait for the
         // disk; the writer's settler syncs the WAL before it answers a durable write (`StoreWriter`).
         try db.execute("PRAGMA synchronous = NORMAL")
-        writer = StoreWriter(connection: db, log: log, walPath: self.path + "-wal")
+        // The database file's own name reaches the disk before anything is acknowledged.
+        if !scratch, let failure = syncDirectory(of: self.path) { throw StoreError.syncFailed(failure) }
+        let databasePath = self.path
+        let writer = StoreWriter(connection: db, log: log, walPath: databasePath + "-wal") { [maintenance] error in
+            guard case .syncFailed(let failure) = error else { return }
+            maintenance.withLock { $0.syncFailures += 1 }
+            report(.failedClosed(failure))
+        }
+        self.writer = writer
         let frames = FrameCount()
         db.onWALCommit { frames.value = $0 }
-        let checkpointer = try Checkpointer(path: self.path, policy: walPolicy, figures: maintenance)
+        // A checkpoint whose sync failed fails the store as the settler's own sync does.
+        let checkpointFailed: @Sendable (CheckpointFailure) -> Void = { failure in
+            report(.checkpointFailed(failure))
+            if let sync = failure.syncFailure(path: databasePath) { writer.fail(.syncFailed(sync)) }
+        }
+        let checkpointer = try Checkpointer(
+            path: self.path, policy: walPolicy, figures: maintenance, report: checkpointFailed)
         self.checkpointer = checkpointer
-        writer.afterCommit = { [walPolicy, maintenance] db, synced in
-            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value, synced: synced)
+        writer.afterCommit = { [walPolicy, maintenance] db in
+            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value, report: checkpointFailed)
         }
         writer.observe { [sessionCache] changes in
             if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }
@@ -105,6 +135,8 @@ public final class Store: Sendable {
         else { return }
         writer.stop()
         checkpointer.stop()
+        // The whole log back into the database file, which is then the state on its own.
+        _ = try? writer.emptyLog()
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
     }
 
@@ -162,9 +194,16 @@ public final class Store: Sendable {
         }
     }
 
+    /// The sync failure the store failed closed on, or nil while it takes writes.
+    public var failure: SyncFailure? {
+        if case .syncFailed(let failure) = writer.failedWith { return failure }
+        return nil
+    }
+
     /// Checks the database answers and can be written (for `/readyz`).
     public func isWritable() -> Bool {
-        (try? write { db in try db.run("CREATE TEMP TABLE IF NOT EXISTS readiness (x); DELETE FROM readiness") }) != nil
+        guard writer.failedWith == nil else { return false }
+        return (try? write { db in try db.run("CREATE TEMP TABLE IF NOT EXISTS readiness (x); DELETE FROM readiness") }) != nil
     }
 
     // MARK: Opening

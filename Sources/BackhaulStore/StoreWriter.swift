@@ -20,6 +20,12 @@ import Threads
 /// has nothing in hand, is settled by the writer itself: the order is the same, and the engine's
 /// commits (most of them) cost no hand-over between threads. Observers and `done` therefore run on
 /// either thread, and must not wait for the store's writer.
+///
+/// A failed sync fails closed (docs/operations.md, "When the disk fails"): the writes it covered,
+/// and every write after it, are answered with the error, no observer hears of them and no file is
+/// removed for them. The sync is not tried again: after a failed `fsync` Linux may report the next
+/// one as clean for pages it never wrote, so the store stays failed until the process starts over
+/// and reads the state from the disk.
 final class StoreWriter: @unchecked Sendable {
     // @unchecked: `connection` and `log` are used on the writer thread only, `walFile` on the
     // settler's; the queues and the observers are behind their locks.
@@ -36,9 +42,8 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
-    /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
-    /// keeps the WAL bounded.
-    var afterCommit: ((Connection, _ synced: Bool) -> Void)?
+    /// Runs after every commit, on the writer's thread: keeps the WAL bounded.
+    var afterCommit: ((Connection) -> Void)?
 
     /// A committed (or failed) batch's remaining work, in commit order.
     private struct Settlement {
@@ -53,6 +58,25 @@ final class StoreWriter: @unchecked Sendable {
         /// download's part file: gone for good, while a commit not yet on disk may be undone by a
         /// power loss), waits for the WAL's sync.
         var needsSync: Bool { durable || !completedFiles.isEmpty || !endedDownloads.isEmpty }
+
+        /// A batch of which nothing was written: each job not told of its own error gets `error`.
+        init(failed jobs: [Job], results: [StoreError?], error: StoreError) {
+            self.init(
+                durable: false, changes: StoreChanges(), endedDownloads: [], completedFiles: [], jobs: jobs,
+                results: results.map { $0 ?? error })
+        }
+
+        init(
+            durable: Bool, changes: StoreChanges, endedDownloads: [String], completedFiles: [String], jobs: [Job],
+            results: [StoreError?]
+        ) {
+            self.durable = durable
+            self.changes = changes
+            self.endedDownloads = endedDownloads
+            self.completedFiles = completedFiles
+            self.jobs = jobs
+            self.results = results
+        }
     }
 
     /// Settlements waiting for the settler; `busy` while it acts on some (the writer then
@@ -64,11 +88,29 @@ final class StoreWriter: @unchecked Sendable {
     private var walFile: Int32 = -1
     /// How many times the settler synced the WAL (tests hold durable writes to it).
     let walSyncs = Locked(0)
+    /// Set once, by the first sync that failed: every write from then on is answered with it.
+    private let failure = Locked<StoreError?>(nil)
+    /// Told once, when the store fails closed (on the thread that found the failure).
+    private let failed: @Sendable (StoreError) -> Void
 
-    init(connection: Connection, log: ChangeLog, walPath: String) {
+    init(connection: Connection, log: ChangeLog, walPath: String, failed: @escaping @Sendable (StoreError) -> Void) {
         self.connection = connection
         self.log = log
         self.walPath = walPath
+        self.failed = failed
+    }
+
+    /// The error every write is answered with since a sync failed, or nil.
+    var failedWith: StoreError? { failure.withLock { $0 } }
+
+    /// Fails the store closed: from now on every write is answered with `error`. The first
+    /// failure is the one kept and told.
+    func fail(_ error: StoreError) {
+        let first = failure.withLock { failure in
+            defer { if failure == nil { failure = error } }
+            return failure == nil
+        }
+        if first { failed(error) }
     }
 
     func start() {
@@ -92,6 +134,14 @@ final class StoreWriter: @unchecked Sendable {
         if walFile >= 0 { close(walFile) }
     }
 
+    /// Copies the whole log back into the database and empties it (`wal_checkpoint(TRUNCATE)`),
+    /// after `stop`, so that the database file alone is the state. Not after a failed sync: the
+    /// checkpoint would sync again what the disk may not hold.
+    func emptyLog() throws {
+        guard failedWith == nil else { return }
+        _ = try connection.checkpoint(.truncate)
+    }
+
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         observers.withLock { $0.append(observer) }
     }
@@ -111,6 +161,10 @@ final class StoreWriter: @unchecked Sendable {
     }
 
     private func submit(_ jobs: [Job]) {
+        if let error = failedWith {
+            for job in jobs { job.done(error) }
+            return
+        }
         let accepted = queue.withLockNotifyingAll { state -> Bool in
             guard !state.stopping else { return false }
             state.jobs += jobs
@@ -195,14 +249,22 @@ final class StoreWriter: @unchecked Sendable {
     /// rolled back and run again with a savepoint per job, so only that job is undone. Job bodies
     /// may therefore run twice: they write only through the connection and the change log, both
     /// rolled back in between.
+    ///
+    /// An error can also end the whole transaction (SQLite rolls it back itself after SQLITE_FULL,
+    /// SQLITE_IOERR or SQLITE_NOMEM): then no job of the batch was written, and every one is told
+    /// so; none runs after it (outside the transaction, each would commit on its own).
     private func commit(_ batch: [Job]) {
         var results = [StoreError?](repeating: nil, count: batch.count)
+        if let error = failedWith {
+            return handOver(Settlement(failed: batch, results: results, error: error))
+        }
         let durable = batch.contains { $0.durable }
         do {
             try connection.run("BEGIN IMMEDIATE")
             var failed = false
             for job in batch {
                 do { try job.body(connection, log) } catch {
+                    guard connection.inTransaction else { throw error }
                     failed = true
                     break
                 }
@@ -213,13 +275,14 @@ final class StoreWriter: @unchecked Sendable {
                 try connection.run("BEGIN IMMEDIATE")
                 for (index, job) in batch.enumerated() {
                     let mark = log.mark
+                    try connection.run("SAVEPOINT job")
                     do {
-                        try connection.run("SAVEPOINT job")
                         try job.body(connection, log)
                         try connection.run("RELEASE job")
                     } catch {
-                        _ = try? connection.run("ROLLBACK TO job")
-                        _ = try? connection.run("RELEASE job")
+                        guard connection.inTransaction else { throw error }
+                        try connection.run("ROLLBACK TO job")
+                        try connection.run("RELEASE job")
                         log.rollBack(to: mark)
                         results[index] = StoreError(error)
                     }
@@ -228,21 +291,15 @@ final class StoreWriter: @unchecked Sendable {
             try flushCounts()
             try connection.run("COMMIT")
         } catch {
-            _ = try? connection.run("ROLLBACK")
+            if connection.inTransaction { _ = try? connection.run("ROLLBACK") }
             log.discard()
-            let failure = StoreError(error)
-            for index in results.indices where results[index] == nil { results[index] = failure }
-            handOver(
-                Settlement(
-                    durable: false, changes: StoreChanges(), endedDownloads: [], completedFiles: [], jobs: batch,
-                    results: results))
-            return
+            return handOver(Settlement(failed: batch, results: results, error: StoreError(error)))
         }
         let (changes, endedDownloads, completedFiles) = log.take()
         let settlement = Settlement(
             durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
             jobs: batch, results: results)
-        afterCommit?(connection, settlement.needsSync)
+        afterCommit?(connection)
         handOver(settlement)
     }
 
@@ -278,7 +335,7 @@ final class StoreWriter: @unchecked Sendable {
                 return (state.pending, state.stopping)
             }
             if !ready.isEmpty {
-                if ready.contains(where: \.needsSync) { syncWAL() }
+                if ready.contains(where: \.needsSync), let error = syncWAL() { fail(error) }
                 for settlement in ready { act(on: settlement) }
                 settlements.withLock { $0.busy = false }
             }
@@ -287,8 +344,13 @@ final class StoreWriter: @unchecked Sendable {
     }
 
     /// A committed batch's remaining work, after its sync when it needs one: the files it made
-    /// final are removed, the observers see its changes, each job gets its result.
+    /// final are removed, the observers see its changes, each job gets its result. Once the store
+    /// failed, each job gets the failure instead, and nothing else is done.
     private func act(on settlement: Settlement) {
+        if let error = failedWith {
+            for job in settlement.jobs { job.done(error) }
+            return
+        }
         for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
         for path in settlement.completedFiles { unlink(path) }
         if !settlement.changes.isEmpty {
@@ -297,9 +359,13 @@ final class StoreWriter: @unchecked Sendable {
         for (job, result) in zip(settlement.jobs, settlement.results) { job.done(result) }
     }
 
-    /// `fdatasync` of the WAL file: every frame written before the call is on disk after it. The
-    /// file is opened once, and again should it ever be a different file at that path.
-    private func syncWAL() {
+    /// `fdatasync` of the WAL file: every frame written before the call is on disk after it, or
+    /// the error to fail the store with. The file is opened once, and again should it ever be a
+    /// different file at that path; each time, the directory is synced too, so that the file's
+    /// name is on disk with its frames (SQLite syncs the directory of a WAL it created only in a
+    /// sync of its own, and its own syncs come at checkpoints).
+    private func syncWAL() -> StoreError? {
+        defer { walSyncs.withLock { $0 += 1 } }
         var current = stat()
         if walFile >= 0, stat(walPath, &current) == 0 {
             var held = stat()
@@ -308,11 +374,54 @@ final class StoreWriter: @unchecked Sendable {
                 walFile = -1
             }
         }
-        if walFile < 0 { walFile = open(walPath, O_RDONLY | O_CLOEXEC) }
-        // Without the file there is nothing unsynced to lose: SQLite writes the WAL before it commits.
-        if walFile >= 0 { fdatasync(walFile) }
-        walSyncs.withLock { $0 += 1 }
+        if walFile < 0 {
+            let file = open(walPath, O_RDONLY | O_CLOEXEC)
+            guard file >= 0 else { return .syncFailed(SyncFailure(errno: errno, call: "open", path: walPath)) }
+            if let failure = syncDirectory(of: walPath) { return .syncFailed(failure) }
+            walFile = file
+        }
+        guard fdatasync(walFile) == 0 else {
+            return .syncFailed(SyncFailure(errno: errno, call: "fdatasync", path: walPath))
+        }
+        return nil
     }
+}
+
+/// `fsync` of the directory that holds `path`: the names made or renamed in it are on disk after
+/// it. The failure, or nil.
+func syncDirectory(of path: String) -> SyncFailure? {
+    let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+    let descriptor = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard descriptor >= 0 else { return SyncFailure(errno: errno, call: "open", path: directory) }
+    defer { close(descriptor) }
+    guard fsync(descriptor) == 0 else { return SyncFailure(errno: errno, call: "fsync", path: directory) }
+    return nil
+}
+
+/// A sync of the state that failed: the call, its errno and the file.
+public struct SyncFailure: Sendable, Equatable, CustomStringConvertible {
+    public let errno: Int32
+    public let call: String
+    public let path: String
+
+    /// The errno's symbolic name where it is one a disk gives (EIO, ENOSPC, …), else its number.
+    public var errnoName: String {
+        switch errno {
+        case EIO: return "EIO"
+        case ENOSPC: return "ENOSPC"
+        case EDQUOT: return "EDQUOT"
+        case EROFS: return "EROFS"
+        case EBADF: return "EBADF"
+        case ENOENT: return "ENOENT"
+        case EACCES: return "EACCES"
+        default: return "errno \(errno)"
+        }
+    }
+
+    /// The disk is full (ENOSPC, EDQUOT).
+    public var isDiskFull: Bool { errno == ENOSPC || errno == EDQUOT }
+
+    public var description: String { "\(call) of \(path) failed: \(errnoName) (\(String(cString: strerror(errno))))" }
 }
 
 extension StoreWriter {

@@ -6,11 +6,14 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public var code: Int32
     public var message: String
     public var sql: String?
+    /// The errno of the system call behind the error, where there was one (`sqlite3_system_errno`).
+    public var systemErrno: Int32
 
-    public init(code: Int32, message: String, sql: String? = nil) {
+    public init(code: Int32, message: String, sql: String? = nil, systemErrno: Int32 = 0) {
         self.code = code
         self.message = message
         self.sql = sql
+        self.systemErrno = systemErrno
     }
 
     /// The primary result code (extended codes carry it in the low byte).
@@ -19,6 +22,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// (`SQLITE_IOERR_WRITE` is a macro expression Swift does not import: spelled out.)
     public var isStorageFull: Bool { primaryCode == SQLITE_FULL || code == SQLITE_IOERR | (3 << 8) }
     public var isConstraintViolation: Bool { primaryCode == SQLITE_CONSTRAINT }
+    /// An `fsync` of a file or of its directory failed (`SQLITE_IOERR_FSYNC`, `SQLITE_IOERR_DIR_FSYNC`).
+    public var isSyncError: Bool { code == SQLITE_IOERR | (4 << 8) || code == SQLITE_IOERR | (5 << 8) }
 
     public var description: String {
         "SQLite error \(code): \(message)" + (sql.map { " (in \($0))" } ?? "")
@@ -74,14 +79,12 @@ public final class Connection {
     private var walHook: WALHook?
 
     /// Opens (creating if needed) the database at `path`; ":memory:" for a private in-memory one.
-    /// `readOnly` opens an existing database for reading only. Files are SQLite's default VFS's,
-    /// the WAL written a frame a write (`FrameWriteVFS`).
+    /// `readOnly` opens an existing database for reading only. Files go through SQLite's default VFS.
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
         Connection.configureLibrary
-        FrameWriteVFS.registered
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &db, flags, FrameWriteVFS.name)
+        let code = sqlite3_open_v2(path, &db, flags, nil)
         guard code == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             if let db { sqlite3_close_v2(db) }
@@ -90,8 +93,6 @@ public final class Connection {
         handle = db
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 5_000)
-        // WAL frames held for a transaction that rolls back are dropped, never written (`FrameWriteVFS`).
-        sqlite3_rollback_hook(db, { db in FrameWriteVFS.dropHeld(by: OpaquePointer(db!)) }, UnsafeMutableRawPointer(db))
     }
 
     /// Process-wide settings, made once before the first connection opens (SQLite takes them only
@@ -219,11 +220,6 @@ public final class Connection {
             }, box)
     }
 
-    /// How many times this connection began the WAL from its start: a count that changes when the
-    /// log started over, which its frame count alone does not tell when the first commit into the
-    /// new log is as long as the old log was.
-    public var walLogsBegun: Int { FrameWriteVFS.logsBegun(by: self) }
-
     /// Rows changed by the last statement (`sqlite3_changes`).
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
@@ -234,7 +230,9 @@ public final class Connection {
         var copied: Int32 = 0
         let code = sqlite3_wal_checkpoint_v2(handle, nil, mode.rawValue, &frames, &copied)
         if code == SQLITE_BUSY { return nil }
-        guard code == SQLITE_OK else { throw SQLiteError(code: code, message: lastErrorMessage) }
+        guard code == SQLITE_OK else {
+            throw SQLiteError(code: code, message: lastErrorMessage, systemErrno: sqlite3_system_errno(handle))
+        }
         return (Int(frames), Int(copied))
     }
 

@@ -612,9 +612,8 @@ struct StoreUpkeepTests {
         let path = "/tmp/backhaul-wal-\(getpid())-\(truncating).db"
         defer { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
         var policy = WALPolicy()
-        policy.passiveFrames = 100
-        policy.busyFrames = 200
-        policy.truncateFrames = truncating ? 400 : .max
+        policy.pauseFrames = 100
+        policy.capFrames = truncating ? 400 : .max / 8192
         let store = try Store(path: path, walPolicy: policy)
         _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let stop = Locked(false)
