@@ -124,6 +124,9 @@ public final class DaemonProcess {
         return process.terminationStatus
     }
     public var isRunning: Bool { process?.isRunning ?? false }
+    /// Variables added to the test's own environment for the processes started from now on (a
+    /// preload library that injects faults, say).
+    public var environment: [String: String] = [:]
 
     /// Starts the daemon on a free port and waits until it listens.
     public func start() throws {
@@ -140,6 +143,9 @@ public final class DaemonProcess {
             ] + extraArguments
         process.standardError = logHandle
         process.standardOutput = logHandle
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         try process.run()
         self.process = process
         var found: UInt16?
@@ -165,6 +171,12 @@ public final class DaemonProcess {
         guard let process else { return }
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
+    }
+
+    /// Waits for the process to end by itself; its exit status, or nil if it still ran after `timeout`.
+    public func waitForExit(timeout: Double = 30) -> Int32? {
+        guard let process, eventually(timeout: timeout, { !process.isRunning }) else { return nil }
+        return process.terminationStatus
     }
 
     /// SIGTERM; the exit status, or nil if it did not exit within `timeout`.
