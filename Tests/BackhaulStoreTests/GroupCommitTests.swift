@@ -87,7 +87,9 @@ struct GroupCommitTests {
             let stored = try rows(store, outcome.name)
             if outcome.name == "taken" { continue }
             // The truth: told it succeeded if and only if it is stored.
-            #expect((outcome.error == nil) == (stored == 1), "\(outcome.name): told \(outcome.error.map { "\($0)" } ?? "ok"), \(stored) stored")
+            #expect(
+                (outcome.error == nil) == (stored == 1),
+                "\(outcome.name): told \(outcome.error.map { "\($0)" } ?? "ok"), \(stored) stored")
         }
         #expect(outcomes.first { $0.name == "big" }?.error == .storageFull)
         // SQLite rolled the transaction back whole: nothing of the batch is there, and no job was

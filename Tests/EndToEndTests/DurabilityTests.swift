@@ -34,9 +34,12 @@ extension EndToEndTests {
         let task: JSON = ["file": .string(file), "request": ["url": .string(fixture.sink.url("/after")), "method": "PUT"]]
         let (status, body) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", task)
         let (expectedStatus, expectedCode) = name == "ENOSPC" ? (507, "insufficient_storage") : (503, "state_unavailable")
-        fixture.expectLog(status == expectedStatus && body["code"]?.stringValue == expectedCode, "the POST after the fault: \(status) \(body.serialized())")
+        fixture.expectLog(
+            status == expectedStatus && body["code"]?.stringValue == expectedCode,
+            "the POST after the fault: \(status) \(body.serialized())")
         let (ready, readyBody) = try fixture.daemon.call("GET", "/readyz")
-        fixture.expectLog(ready == 503 && readyBody["code"]?.stringValue == "state_unavailable", "/readyz: \(ready) \(readyBody.serialized())")
+        fixture.expectLog(
+            ready == 503 && readyBody["code"]?.stringValue == "state_unavailable", "/readyz: \(ready) \(readyBody.serialized())")
         // No durable answer follows the failure, whether or not it needs a sync.
         let (again, _) = try fixture.daemon.call("POST", "/v1/sessions/s1/tasks", task)
         #expect(again == expectedStatus)
@@ -44,7 +47,9 @@ extension EndToEndTests {
         #expect(patched == expectedStatus)
         let metrics = try HTTPClient().send("GET", fixture.daemon.url + "/metrics")
         let text = String(decoding: metrics.body, as: UTF8.self)
-        #expect(text.contains("backhaul_state_sync_failures_total 1"), "metrics: \(text.split(separator: "\n").filter { $0.contains("sync") })")
+        #expect(
+            text.contains("backhaul_state_sync_failures_total 1"),
+            "metrics: \(text.split(separator: "\n").filter { $0.contains("sync") })")
 
         let exit = fixture.daemon.waitForExit(timeout: 30)
         fixture.expectLog(exit == 75, "the daemon's exit: \(exit.map(String.init) ?? "still running")")
@@ -56,7 +61,9 @@ extension EndToEndTests {
         try fixture.daemon.start()
         for id in acknowledged {
             let (found, record) = try fixture.daemon.call("GET", "/v1/tasks/\(id)")
-            #expect(found == 200 && record["id"]?.stringValue == id && record["state"]?.stringValue == "waiting", "\(id): \(found) \(record.serialized())")
+            #expect(
+                found == 200 && record["id"]?.stringValue == id && record["state"]?.stringValue == "waiting",
+                "\(id): \(found) \(record.serialized())")
         }
         let (readyAgain, _) = try fixture.daemon.call("GET", "/readyz")
         #expect(readyAgain == 200)
