@@ -2,11 +2,13 @@ import BackhaulCore
 import JSON
 import Threads
 
-/// The settings an operator changes at run time (SPEC §2.5): the network override a host agent
-/// sets, and the service policy that replaces the config file's. They live in the store (they
-/// survive restarts); this keeps them in memory for every reader, reloaded after each commit that
-/// changed them (it observes the store before anyone else, so an API call that changed one sees
-/// it changed when it returns, and the engine hears of it after).
+/// The settings an operator changes at run time (docs/policy.md): the network override a host
+/// agent sets, and the service policy that replaces the config file's. They live in the store
+/// (they survive restarts); this keeps them in memory for every reader. A change is applied from
+/// the value its own transaction wrote, once that commit is settled, not read back: a read that
+/// failed then would leave a committed change unapplied. It observes the store before anyone else,
+/// so an API call that changed one sees it changed when it returns, and the engine hears of it
+/// after.
 public final class ServiceSettings: Sendable {
     static let networkOverrideKey = "network_override"
     static let policyKey = "policy"
@@ -16,6 +18,14 @@ public final class ServiceSettings: Sendable {
     public let basePolicy: ServicePolicy
     public let classifier: NetworkClassifier
     private let current: Locked<(policy: ServicePolicy, networkOverride: NetworkState?)>
+    /// The values the writes in flight give each setting, set inside their transaction (so in
+    /// commit order): a commit that changed a setting applies its value from here.
+    private let staged = Locked<[String: Staged]>([:])
+
+    private enum Staged {
+        case policy(ServicePolicy)
+        case networkOverride(NetworkState?)
+    }
 
     /// Loads what is stored; a stored value this build cannot read refuses the start
     /// (`StoreError.corrupt`): running without it could send over a network the operator ruled out.
@@ -27,7 +37,7 @@ public final class ServiceSettings: Sendable {
         try reload()
         store.observe { [weak self] changes in
             guard let self, !changes.settings.isEmpty else { return }
-            try? self.reload()
+            self.apply(changes.settings)
         }
     }
 
@@ -38,15 +48,32 @@ public final class ServiceSettings: Sendable {
     /// cancels every unfinished task with reason 1 (SPEC §2.3). Returns the policy in force.
     @discardableResult
     public func setPolicy(_ policy: ServicePolicy?) throws(StoreError) -> ServicePolicy {
-        try store.setSetting(Self.policyKey, policy?.json)
         let effective = policy ?? basePolicy
+        try store.setSetting(Self.policyKey, policy?.json) { [staged] in
+            staged.withLock { $0[Self.policyKey] = .policy(effective) }
+        }
         if !effective.transfersEnabled { _ = try store.cancelUnfinished(reason: .backgroundUpdatesDisabled) }
         return effective
     }
 
     /// Sets (or with nil, removes) a host agent's network override.
     public func setNetworkOverride(_ state: NetworkState?) throws(StoreError) {
-        try store.setSetting(Self.networkOverrideKey, state?.overrideJSON)
+        try store.setSetting(Self.networkOverrideKey, state?.overrideJSON) { [staged] in
+            staged.withLock { $0[Self.networkOverrideKey] = .networkOverride(state) }
+        }
+    }
+
+    /// Applies the values that a settled commit gave `keys` (on the store's writer or settler thread).
+    private func apply(_ keys: Set<String>) {
+        let values = staged.withLock { staged in keys.compactMap { staged[$0] } }
+        current.withLock { current in
+            for value in values {
+                switch value {
+                case .policy(let policy): current.policy = policy
+                case .networkOverride(let state): current.networkOverride = state
+                }
+            }
+        }
     }
 
     private func reload() throws(StoreError) {

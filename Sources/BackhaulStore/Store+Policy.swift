@@ -14,9 +14,11 @@ extension Store {
     }
 
     /// Stores a setting, or removes it when `value` is nil.
-    public func setSetting(_ key: String, _ value: JSON?) throws(StoreError) {
+    /// `staging` runs inside the transaction (again, should the batch run again), in commit order.
+    public func setSetting(_ key: String, _ value: JSON?, staging: @escaping () -> Void = {}) throws(StoreError) {
         try write { [self] db in
             log.update { $0.settings.insert(key) }
+            staging()
             if let value {
                 try db.run(
                     "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
