@@ -1,5 +1,6 @@
 import BackhaulCore
 import BackhaulStore
+import Glibc
 import JSON
 import MicroHTTP
 
@@ -68,5 +69,28 @@ extension API {
     @Sendable func deletePolicy(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let settings = try serviceSettings()
         return API.json(200, try stored { () throws(StoreError) in try settings.setPolicy(nil) }.json)
+    }
+}
+
+extension API {
+    /// `POST /v1/admin/backup {"path": "/abs/file.db"}`: a consistent copy of the state, written
+    /// by the daemon to a new file on its own file system while transfers go on.
+    @Sendable func backup(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
+        let value = try body(request)
+        guard let path = value["path"]?.stringValue, path.hasPrefix("/") else {
+            throw Problem(.validationFailed, "path must be an absolute file path", extra: ["field": "path"])
+        }
+        let directory = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        guard access(directory.isEmpty ? "/" : directory, W_OK) == 0 else {
+            throw Problem(
+                .fileNotWritable, "backhauld cannot write in \(directory.isEmpty ? "/" : directory)", extra: ["field": "path"])
+        }
+        let result = try stored { () throws(StoreError) in try store.backup(to: path) }
+        return API.json(
+            201,
+            [
+                "path": .string(result.path), "bytes": .int(result.bytes),
+                "seconds": .double((result.seconds * 1000).rounded() / 1000),
+            ])
     }
 }

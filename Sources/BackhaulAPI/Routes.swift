@@ -35,6 +35,7 @@ extension API {
             Route("GET", "/v1/policy", .authenticated, getPolicy),
             Route("PUT", "/v1/policy", .admin, putPolicy),
             Route("DELETE", "/v1/policy", .admin, deletePolicy),
+            Route("POST", "/v1/admin/backup", .admin, backup),
             Route("GET", "/", .open, dashboardPage),
             Route("GET", "/ui/{file}", .open, dashboardFile),
         ].filter { options.dashboard || !$0.isDashboard }

@@ -17,7 +17,7 @@ public struct Backhaul: ParsableCommand {
             """,
         subcommands: [
             Upload.self, Download.self, List.self, Show.self, Cancel.self, Suspend.self, Resume.self, Sessions.self, Network.self,
-            Webhooks.self, Watch.self, Info.self,
+            Webhooks.self, Watch.self, Info.self, Backup.self,
         ])
 
     public init() {}

@@ -83,6 +83,11 @@ public final class BackhaulClient {
         try APINetwork(json: call("PUT", .network, body: network.json))
     }
 
+    /// A consistent copy of the daemon's state, written by the daemon to `path` (absolute, new).
+    public func backup(to path: String) throws(APIError) -> JSON {
+        try call("POST", .backup, body: ["path": .string(path)])
+    }
+
     /// Back to detection.
     public func resetNetwork() throws(APIError) -> APINetwork { try APINetwork(json: call("DELETE", .network)) }
 

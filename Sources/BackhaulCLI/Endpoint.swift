@@ -25,6 +25,7 @@ public struct Endpoint: Sendable, Equatable {
         Endpoint("v1", "tasks", id, command.rawValue)
     }
     public static let network = Endpoint("v1", "network")
+    public static let backup = Endpoint("v1", "admin", "backup")
     public static func webhooks(session: String) -> Endpoint { Endpoint("v1", "sessions", session, "webhooks") }
     public static func events(session: String?) -> Endpoint { Endpoint("v1", "events", query: [("session", session)]) }
 

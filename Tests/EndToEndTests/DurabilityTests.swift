@@ -97,3 +97,60 @@ enum SyncFaultLibrary {
 
     static func path() throws -> String { try built.get() }
 }
+
+/// A clean stop leaves the state in `backhaul.db` alone, and a backup taken while transfers run is
+/// a whole, consistent database (docs/operations.md, "Backups").
+extension EndToEndTests {
+    @Test("SIGTERM copies the log back: backhaul.db alone, copied to a new state directory, holds every task")
+    func cleanStopLeavesOneFile() throws {
+        let fixture = try Fixture()
+        try fixture.session("s1")
+        #expect(try fixture.daemon.call("PATCH", "/v1/sessions/s1", ["enabled": false]).0 == 200)
+        let file = fixture.makeFile("a.bin", size: 100)
+        var ids: [String] = []
+        for index in 0..<200 { ids.append(try fixture.enqueue(file, path: "/one/\(index)")) }
+        #expect(fixture.daemon.terminate() == 0)
+        let state = fixture.daemon.stateDirectory
+        let wal = (try? FileManager.default.attributesOfItem(atPath: state + "/backhaul.db-wal")[.size] as? Int) ?? 0
+        #expect(wal == 0, "the log holds \(wal) bytes after a clean stop")
+
+        let alone = fixture.scratch.file("alone")
+        try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: false)
+        try FileManager.default.copyItem(atPath: state + "/backhaul.db", toPath: alone + "/backhaul.db")
+        let copy = try DaemonProcess(stateDirectory: alone, allowedRoot: fixture.data)
+        for id in ids {
+            let (status, _) = try copy.call("GET", "/v1/tasks/\(id)")
+            #expect(status == 200, "\(id) is not in backhaul.db alone")
+        }
+        _ = copy.terminate()
+    }
+
+    @Test("backhaul backup FILE writes a consistent copy while transfers run, and refuses to replace a file")
+    func backupWhileRunning() throws {
+        let fixture = try Fixture(sink: .throttle(bytesPerSecond: 2_000_000, then: .respond(status: 201)))
+        try fixture.session("s1")
+        var ids: [String] = []
+        for index in 0..<20 {
+            ids.append(try fixture.enqueue(fixture.makeFile("f\(index).bin", size: 200_000), path: "/b/\(index)"))
+        }
+        let target = fixture.scratch.file("copy.db")
+        let (status, output, errors) = try cli(fixture, ["backup", target])
+        #expect(status == 0, "backhaul backup: \(output) \(errors)")
+        // Transfers went on, and all complete.
+        for id in ids { #expect(try fixture.daemon.waitForTask(id, timeout: 60)["state"]?.stringValue == "completed") }
+        #expect(!FileManager.default.fileExists(atPath: target + "-wal"))
+        let copy = fixture.scratch.file("restored")
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
+        try FileManager.default.copyItem(atPath: target, toPath: copy + "/backhaul.db")
+        let restored = try DaemonProcess(stateDirectory: copy, allowedRoot: fixture.data, arguments: ["--log-level", "info"])
+        for id in ids {
+            let (found, record) = try restored.call("GET", "/v1/tasks/\(id)")
+            #expect(found == 200, "\(id) is not in the backup: \(record.serialized())")
+        }
+        _ = restored.terminate()
+        let (again, body) = try fixture.daemon.call("POST", "/v1/admin/backup", ["path": .string(target)])
+        #expect(again == 409, "a second backup to the same file: \(again) \(body.serialized())")
+        let (relative, _) = try fixture.daemon.call("POST", "/v1/admin/backup", ["path": "copy.db"])
+        #expect(relative == 422)
+    }
+}
