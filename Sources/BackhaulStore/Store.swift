@@ -57,14 +57,22 @@ public final class Store: Sendable {
     /// Session records as committed, for the reads of every request that creates tasks.
     let sessionCache = Locked(SessionCache())
     private let closed = Locked(false)
+    /// The salvage this open made of a damaged database (`StoreSalvage`), else the newest one an
+    /// earlier start recorded in the state directory (`isNew` tells which); nil when none.
+    public let salvage: SalvageReport?
 
     /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
-    /// gives a scratch database, removed when the store is closed (tests).
-    public init(path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy()) throws {
+    /// gives a scratch database, removed when the store is closed (tests). A database SQLite
+    /// finds damaged is salvaged or refused, as `onCorruptState` says (`StoreSalvage`).
+    public init(
+        path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy(),
+        onCorruptState: CorruptStatePolicy = .refuse
+    ) throws {
         scratch = path == ":memory:"
         self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
         self.walPolicy = walPolicy
+        salvage = try StoreSalvage.examine(path: self.path, policy: onCorruptState, now: clock.now())
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
