@@ -203,8 +203,13 @@ enum StoreSalvage {
     static func salvage(path: String, reason: String, now: Timestamp) throws -> SalvageReport {
         let folder = try moveAside(path: path, now: now)
         let damagedPath = folder + "/" + baseName(of: path)
+        // A file cut short is read through a copy grown back to the length its header gives
+        // (SQLite refuses the whole of an auto-vacuum file shorter than that); the pages past the
+        // cut read as zeros, which the copy skips as damaged. The damaged files stay as they were.
+        let readPath = try paddedCopy(of: damagedPath) ?? damagedPath
+        defer { if readPath != damagedPath { for ending in ["", "-wal", "-shm"] { unlink(readPath + ending) } } }
         // What can be read of the damaged file's schema; nil when not even that can be.
-        let damaged = try? Connection(path: damagedPath, readOnly: true)
+        let damaged = try? Connection(path: readPath, readOnly: true)
         let damagedVersion = damaged.flatMap { try? Migrator(migrations: Schema.migrations).version($0) }
         let latest = Migrator(migrations: Schema.migrations).latest
         let version = damagedVersion.flatMap { (1...latest).contains($0) ? $0 : nil } ?? latest
@@ -296,24 +301,27 @@ enum StoreSalvage {
     }
 
     /// Copies `table` in key order, skipping what cannot be read. The figures: rows copied, and
-    /// rows lost (nil when a skipped range could not be counted).
+    /// rows lost (nil when a skipped range could not be counted). Every read seeks to a key it
+    /// includes (`>=`): a seek to a key that a damaged page holds fails, and one past it does not.
     static func copy(_ table: Table, from damaged: Connection, to fresh: Connection) throws -> SalvageReport.TableFigures {
         let quoted = table.columns.map { "\"\($0)\"" }
         let first = table.key[0]
         let order = table.key.joined(separator: ", ")
         let select =
-            "SELECT \(first), \(quoted.joined(separator: ", ")) FROM \"\(table.name)\" WHERE \(first) > ? ORDER BY \(order)"
+            "SELECT \(first), \(quoted.joined(separator: ", ")) FROM \"\(table.name)\" WHERE \(first) >= ? ORDER BY \(order)"
         let insert =
             "INSERT INTO \"\(table.name)\" (\(quoted.joined(separator: ", "))) VALUES (\(quoted.map { _ in "?" }.joined(separator: ", ")))"
         let stateColumn = table.name == "tasks" ? table.columns.firstIndex(of: "state").map { Int32($0) + 1 } : nil
         var copied = 0
         var lost: Int? = 0
         // Every key of this schema is positive (AUTOINCREMENT sequences and implicit rowids start at 1).
-        var after: Int64 = 0
+        var next: Int64 = 0
         while true {
+            let start = next
             do {
-                _ = try damaged.query(select, [after]) { row in
-                    after = row.int(0)
+                _ = try damaged.query(select, [next]) { row in
+                    let key = row.int(0)
+                    next = key == Int64.max ? key : key + (table.hasRowID ? 1 : 0)
                     if let stateColumn, TaskState(rawValue: row.string(stateColumn)) == nil {
                         lost = lost.map { $0 + 1 }
                         return
@@ -327,11 +335,15 @@ enum StoreSalvage {
                 }
                 break
             } catch let error as SQLiteError where error.isDamage {
-                let resume = nextReadable(table, after: after, in: damaged)
-                let skipped = countRows(table, after: after, through: resume, in: damaged)
+                // A WITHOUT ROWID table's scan stopped inside the rows sharing its first key
+                // column: the rest of them count as lost (not counted: such a table has no index).
+                if !table.hasRowID { next = max(next, start) + 1 }
+                let resume = nextReadable(table, from: next, in: damaged)
+                let skipped = countRows(table, after: next - 1, through: resume.map { $0 - 1 }, in: damaged)
                 lost = lost.flatMap { lost in skipped.map { lost + $0 } }
                 guard let resume else { break }
-                after = resume
+                // Always past where this pass began, so the loop ends.
+                next = max(resume, start + 1)
             } catch let error as SQLiteError where error.message.hasPrefix("no such table") {
                 // The damaged file's schema, readable, lacks a table its version has: what it held is not known.
                 lost = nil
@@ -341,26 +353,28 @@ enum StoreSalvage {
         return SalvageReport.TableFigures(name: table.name, copied: copied, lost: lost)
     }
 
-    /// The lowest key `k` above `after` such that the rows past `k` can be read again from a seek,
-    /// found by doubling the step past `after` until a seek succeeds, then halving back; nil when
-    /// no seek past `after` succeeds (the rest of the table is lost).
-    static func nextReadable(_ table: Table, after: Int64, in damaged: Connection) -> Int64? {
+    /// The lowest key `k` from `from` on such that the rows from `k` on can be read again from a
+    /// seek, found by doubling the step past `from` until a seek succeeds, then halving back; nil
+    /// when none does (the rest of the table is lost). A seek to a key inside a damaged page
+    /// fails; one to the key just past it lands on the next page and reads its first row.
+    static func nextReadable(_ table: Table, from: Int64, in damaged: Connection) -> Int64? {
         let quoted = table.columns.map { "\"\($0)\"" }.joined(separator: ", ")
         let first = table.key[0]
         let probe =
-            "SELECT \(quoted) FROM \"\(table.name)\" WHERE \(first) > ? ORDER BY \(table.key.joined(separator: ", ")) LIMIT 1"
+            "SELECT \(quoted) FROM \"\(table.name)\" WHERE \(first) >= ? ORDER BY \(table.key.joined(separator: ", ")) LIMIT 1"
         func readable(_ key: Int64) -> Bool { (try? damaged.query(probe, [key]) { _ in () }) != nil }
-        var failed = after
+        guard !readable(from) else { return from }
+        var failed = from
         var step: Int64 = 1
-        var found: Int64?
-        while found == nil {
-            let (key, overflow) = after.addingReportingOverflow(step)
+        var good: Int64?
+        while good == nil {
+            let (key, overflow) = from.addingReportingOverflow(step)
             if overflow { return nil }
-            if readable(key) { found = key } else { failed = key }
+            if readable(key) { good = key } else { failed = key }
             guard step <= Int64.max / 2 else { break }
             step *= 2
         }
-        guard var good = found else { return nil }
+        guard var good else { return nil }
         while good - failed > 1 {
             let middle = failed + (good - failed) / 2
             if readable(middle) { good = middle } else { failed = middle }
@@ -412,6 +426,58 @@ enum StoreSalvage {
     }
 
     // MARK: Files
+
+    /// A copy of the database at `path` (and of its WAL) grown to the page count its header
+    /// gives, beside it; nil when the file is not shorter than that (or has no valid header).
+    static func paddedCopy(of path: String) throws -> String? {
+        guard let header = readBytes(path, count: 100), header.count == 100,
+            header.starts(with: Array("SQLite format 3".utf8) + [0])
+        else { return nil }
+        let pageSize = header[16] == 0 && header[17] == 1 ? 65_536 : Int(header[16]) << 8 | Int(header[17])
+        let pages = header[28..<32].reduce(0) { $0 << 8 | Int($1) }
+        var status = stat()
+        guard stat(path, &status) == 0, Int(status.st_size) < pages * pageSize else { return nil }
+        let copy = parentDirectory(of: path) + "/salvage-read.db"
+        for ending in ["", "-wal"] where access(path + ending, F_OK) == 0 {
+            try copyFile(path + ending, to: copy + ending)
+        }
+        guard truncate(copy, off_t(pages * pageSize)) == 0 else {
+            throw StoreError.database("cannot grow \(copy): \(String(cString: strerror(errno)))")
+        }
+        return copy
+    }
+
+    static func readBytes(_ path: String, count: Int) -> [UInt8]? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = pread(descriptor, &bytes, count, 0)
+        return read < 0 ? nil : Array(bytes[0..<read])
+    }
+
+    static func copyFile(_ source: String, to target: String) throws {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        let output = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        defer {
+            if input >= 0 { close(input) }
+            if output >= 0 { close(output) }
+        }
+        guard input >= 0, output >= 0 else {
+            throw StoreError.database("cannot copy \(source): \(String(cString: strerror(errno)))")
+        }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = read(input, &buffer, buffer.count)
+            guard count > 0 else {
+                if count < 0 { throw StoreError.database("cannot read \(source): \(String(cString: strerror(errno)))") }
+                return
+            }
+            guard write(output, buffer, count) == count else {
+                throw StoreError.database("cannot write \(target): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
 
     static func parentDirectory(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
