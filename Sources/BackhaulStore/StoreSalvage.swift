@@ -150,7 +150,11 @@ enum StoreSalvage {
         if let fault = walHeaderFault(path + "-wal") { return fault }
         do {
             let db = try Connection(path: path, readOnly: true)
-            let version = try Migrator(migrations: Schema.migrations).version(db)
+            let migrator = Migrator(migrations: Schema.migrations)
+            let version = try migrator.version(db)
+            // A newer build's state is refused untouched (`StoreOpening.migrate`), damaged or not:
+            // this build cannot copy what it does not know.
+            guard version <= migrator.latest else { return nil }
             let faults = try db.query("PRAGMA quick_check(5)", []) { $0.string(0) }
             if faults != ["ok"] { return "quick_check: " + faults.joined(separator: "; ") }
             // The counts exist from schema version 6 on; `Store.verify` runs again after the migrations.
