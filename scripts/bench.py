@@ -17,7 +17,8 @@ Sections (`--only`, comma-separated; all by default):
   api       wrk (2 threads, 16 connections) on GET /v1/tasks/{id} and on single-task POSTs,
             every POST's status counted by a Lua script
   scale     1,000,000 tasks in batches of 1,000 into a disabled session: the first 100,000 vs
-            the last 100,000, RSS with them present, SIGTERM and restart to /readyz, GET under wrk
+            the last 100,000, RSS with them present, SIGTERM and restart to /readyz, GET under wrk;
+            then the same with every task scheduled a month ahead in an enabled session
   profile   instructions per 64 KiB task under callgrind (N tasks minus an idle run) beside curl
 
 `--quick` shrinks every size (and runs once) so the whole script is checked in a few minutes:
@@ -811,21 +812,28 @@ def api_load(args, work, data):
 # 5. A million queued
 
 
-def scale(args, work, data):
-    """`--scale-tasks` tasks in batches of 1,000 into a disabled session, through one kept-alive
-    connection with the batch's body serialized once (the client's own cost stays small). The
-    time of the first and of the last `--scale-window` tasks; the daemon's RSS with them present;
-    GET /v1/tasks/{id} under wrk; SIGTERM, then a new process timed to the first 200 of /readyz."""
+def scale(args, work, data, scheduled=False):
+    """`--scale-tasks` tasks in batches of 1,000 through one kept-alive connection with the batch's
+    body serialized once (the client's own cost stays small): into a disabled session, or with
+    `scheduled`, into an enabled one with `earliest_begin_at` a month ahead (a night window's
+    queue: every task waits, and the engine's timers know of all of them). The time of the first
+    and of the last `--scale-window` tasks; the daemon's RSS with them present; GET
+    /v1/tasks/{id} under wrk; SIGTERM, then a new process timed to the first 200 of /readyz."""
     source = f"{data}/one.bin"
     with open(source, "wb") as out:
         out.write(b"x" * 1000)
-    state = f"{work}/state-scale"
+    state = f"{work}/state-scale" + ("-scheduled" if scheduled else "")
     daemon, port = start_daemon(args.binary, state, data)
-    result = {"tasks_planned": args.scale_tasks, "window": args.scale_window}
+    result = {"tasks_planned": args.scale_tasks, "window": args.scale_window, "scheduled": scheduled}
     try:
         api(port, "PUT", "/v1/sessions/scale", {"configuration": {}})
-        api(port, "PATCH", "/v1/sessions/scale", {"enabled": False})
-        body = json.dumps({"tasks": [{"file": source, "request": {"url": f"http://127.0.0.1:9/q/{index}"}}
+        begin = {}
+        if scheduled:
+            month = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 30 * 86_400))
+            begin = {"earliest_begin_at": month}
+        else:
+            api(port, "PATCH", "/v1/sessions/scale", {"enabled": False})
+        body = json.dumps({"tasks": [{"file": source, "request": {"url": f"http://127.0.0.1:9/q/{index}"}, **begin}
                                      for index in range(1000)]}).encode()
         headers = {"Content-Type": "application/json"}
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -1006,13 +1014,16 @@ def targets(args, results):
         get = results["get_task"]
         row(section, "GET /v1/tasks/{id}, a near-empty store (earlier target)", f"{get['requests_per_s']:,.0f} req/s, p99 {get['p99_ms']:.2f} ms",
             "≥ 10,000 req/s, p99 ≤ 10 ms", get["requests_per_s"] >= 10_000 and get["p99_ms"] <= 10)
-    if "scale" in results:
-        s = results["scale"]
+    for key in ("scale", "scale_scheduled"):
+        if key not in results:
+            continue
+        s = results[key]
         window = args.scale_window
         enqueue_target = 5.0 * window / 100_000
         complete = s["tasks"] >= s["tasks_planned"]
         held = f"{s['tasks']:,} queued" + ("" if complete else f" (of {s['tasks_planned']:,}: the {args.scale_timeout:.0f} s limit)")
-        section = f"{s['tasks_planned']:,} queued, batches of 1,000"
+        section = f"{s['tasks_planned']:,} queued, batches of 1,000" + (
+            ", scheduled a month ahead in an enabled session" if s.get("scheduled") else "")
         if s["first_window_s"] is not None:
             row(section, f"the first {window:,} enqueued (an empty store)", f"{s['first_window_s']:.2f} s", f"≤ {enqueue_target:g} s",
                 s["first_window_s"] <= enqueue_target)
@@ -1107,9 +1118,9 @@ def print_api(args, results):
         print(f"{name:<12}{case['requests_per_s']:>10.0f} req/s   p99 {case['p99_ms']:.2f} ms{extra}  {' '.join(case['errors'])}")
 
 
-def print_scale(args, results):
-    s = results["scale"]
-    print(f"\nscale: {s['tasks']:,} tasks (of {s['tasks_planned']:,}) enqueued in batches of 1,000 in {s['enqueue_s']:.1f} s "
+def print_scale(args, results, key="scale"):
+    s = results[key]
+    print(f"\n{key}: {s['tasks']:,} tasks (of {s['tasks_planned']:,}) enqueued in batches of 1,000 in {s['enqueue_s']:.1f} s "
           f"({s['enqueue_cpu_s']:.1f} CPU-s of the daemon); database {s['database_mib']:.0f} MiB")
     if s["per_tenth_s"]:
         print("  seconds per tenth of the way: " + " ".join(f"{t:.2f}" for t in s["per_tenth_s"]))
@@ -1199,6 +1210,7 @@ def main():
             results.update(api_load(args, work, data))
         if "scale" in sections:
             results["scale"] = scale(args, work, data)
+            results["scale_scheduled"] = scale(args, work, data, scheduled=True)
         if "profile" in sections:
             results["profile"] = profile_tasks(args, work, data, nginx_port)
     finally:
@@ -1223,8 +1235,9 @@ def main():
         print_https(args, results["many_files_https"])
     if "post_task" in results:
         print_api(args, results)
-    if "scale" in results:
-        print_scale(args, results)
+    for key in ("scale", "scale_scheduled"):
+        if key in results:
+            print_scale(args, results, key)
     if "profile" in results:
         print_profile(results)
     results["loadavg_end"] = os.getloadavg()

@@ -102,6 +102,10 @@ extension API {
         text.sample("backhaul_state_sync_failures_total", [:], Double(maintenance.syncFailures))
         text.family("backhaul_pages_vacuumed_total", "counter", "Free pages returned to the file system (incremental vacuum).")
         text.sample("backhaul_pages_vacuumed_total", [:], Double(maintenance.pagesVacuumed))
+        text.family(
+            "backhaul_state_salvaged_total", "counter",
+            "Damaged state databases salvaged at start (moved into corrupt-TIME/, readable rows copied into a fresh one).")
+        text.sample("backhaul_state_salvaged_total", [:], store.salvage?.isNew == true ? 1 : 0)
         requestMetrics?.write(to: &text)
         return HTTPResponse(
             status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],

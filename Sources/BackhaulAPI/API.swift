@@ -229,6 +229,22 @@ public final class API: Sendable {
         var tasks = JSONObject()
         for state in TaskState.allCases { tasks[state.rawValue] = .int(Int64(counts[state] ?? 0)) }
         object["task_counts"] = .object(tasks)
+        object["state"] = API.stateJSON(store.salvage)
         return API.json(200, .object(object))
+    }
+}
+
+extension API {
+    /// `/v1/info`'s `state`: the newest salvage of a damaged state database (all null when there
+    /// was none); `rows_lost` is null too when what was lost could not be counted.
+    static func stateJSON(_ salvage: SalvageReport?) -> JSON {
+        guard let salvage else {
+            return ["salvaged_at": nil, "salvaged_from": nil, "salvage_reason": nil, "rows_copied": nil, "rows_lost": nil]
+        }
+        return [
+            "salvaged_at": .string(RFC3339.format(salvage.at)), "salvaged_from": .string(salvage.directory),
+            "salvage_reason": .string(salvage.reason), "rows_copied": .int(Int64(salvage.rowsCopied)),
+            "rows_lost": salvage.rowsLost.map { .int(Int64($0)) } ?? .null,
+        ]
     }
 }

@@ -54,7 +54,7 @@ public final class BackhaulDaemon: Sendable {
         }
         let failedClosed = self.failedClosed
         let failStop = self.failStop
-        store = try Store(path: directory + "/backhaul.db") { incident in
+        store = try Store(path: directory + "/backhaul.db", onCorruptState: configuration.onCorruptState) { incident in
             switch incident {
             case .checkpointFailed(let failure):
                 logger.error(
@@ -73,6 +73,17 @@ public final class BackhaulDaemon: Sendable {
                     kill(getpid(), SIGTERM)
                 }
             }
+        }
+        if let salvage = store.salvage, salvage.isNew {
+            logger.critical(
+                "the state database was damaged: salvaged what could be read into a fresh one",
+                metadata: [
+                    "state.salvaged_from": "\(salvage.directory)", "state.damage": "\(salvage.reason)",
+                    "state.rows_copied": "\(salvage.rowsCopied)",
+                    "state.rows_lost": "\(salvage.rowsLost.map(String.init) ?? "unknown")",
+                    "state.tables":
+                        "\(salvage.tables.map { "\($0.name) \($0.copied) copied, \($0.lost.map(String.init) ?? "unknown") lost" }.joined(separator: "; "))",
+                ])
         }
         settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
         let errorLogger = logger
@@ -239,9 +250,16 @@ public func runBackhauld(arguments: [String]) -> Int32 {
         daemon = try BackhaulDaemon(configuration: configuration, logger: logger)
     } catch let error as StoreError {
         if case .corrupt(let message) = error {
-            // A state directory this build cannot read as it is: nothing is guessed or dropped.
+            // A state directory this build cannot read as it is (refused, or not something a salvage
+            // mends: a record SQLite reads but this build cannot decode): nothing is guessed or dropped.
             logger.critical(
-                "cannot start: the state database holds what this build cannot read", metadata: ["error": "\(message)"])
+                "cannot start: the state database holds what this build cannot read",
+                metadata: [
+                    "error": "\(message)",
+                    "hint": configuration.onCorruptState == .refuse
+                        ? "--on-corrupt-state salvage copies what can be read into a fresh state and keeps the damaged files"
+                        : "a record SQLite reads but this build cannot decode: no salvage mends it; restore a backup",
+                ])
             return ExitStatus.corruptState
         }
         if case .newerSchema(let found, let supported) = error {

@@ -1,6 +1,7 @@
 import BackhaulAPI
 import BackhaulCore
 import BackhaulFiles
+import BackhaulStore
 import JSON
 
 /// The settings table: every setting of the daemon, declared once. The order is the order of
@@ -11,7 +12,7 @@ extension DaemonConfiguration {
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, writePacing, routeFile, tokens, uploadHosts, webhookHosts,
             denyPrivateDestinations,
-            maxOpenTasks, finishedTaskRetention, ui, network, policy,
+            maxOpenTasks, finishedTaskRetention, onCorruptState, ui, network, policy,
         ]
 
         static let listen: Setting<ListenAddress> = Setting(
@@ -130,6 +131,14 @@ extension DaemonConfiguration {
             "max_open_tasks", flag: FlagSpelling("--max-open-tasks", "N"), environment: nil, file: FileSpelling("max_open_tasks"),
             default: 1_000_000, help: "unfinished tasks one session may hold (more: 429)", value: .integer(1...Int.max),
             property: \.maxOpenTasksPerSession)
+
+        static let onCorruptState: Setting<CorruptStatePolicy> = Setting(
+            "on_corrupt_state", flag: FlagSpelling("--on-corrupt-state", "MODE"),
+            environment: EnvironmentSpelling("BACKHAUL_ON_CORRUPT_STATE"), file: FileSpelling("on_corrupt_state"),
+            default: .salvage,
+            help:
+                "a state database SQLite finds damaged: salvage (move it into corrupt-TIME/, copy what can be read, start) or refuse (exit 65)",
+            value: .oneOfCases, property: \.onCorruptState)
 
         static let ui: Setting<Bool> = Setting(
             "ui", flag: FlagSpelling("--no-ui", nil, negates: true),

@@ -174,3 +174,16 @@ extension Double {
     /// `10`, not `10.0`; `0.1` as it is.
     var shortText: String { rounded() == self && abs(self) < 1e15 ? String(Int64(self)) : String(self) }
 }
+
+extension SettingValue where Value: RawRepresentable & CaseIterable, Value.RawValue == String {
+    /// One of an enumeration's cases, spelled as its raw value.
+    static var oneOfCases: Self {
+        Self(
+            text: { (text) throws(SettingError) in
+                guard let value = Value(rawValue: text) else {
+                    throw SettingError("must be one of \(Value.allCases.map(\.rawValue).joined(separator: ", ")), not \(text)")
+                }
+                return value
+            }, show: { .string($0.rawValue) })
+    }
+}

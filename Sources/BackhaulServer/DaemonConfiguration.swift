@@ -1,5 +1,6 @@
 import BackhaulAPI
 import BackhaulCore
+import BackhaulStore
 import JSON
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
@@ -44,6 +45,8 @@ public struct DaemonConfiguration: Sendable {
     public var dashboard = Settings.ui.defaultValue
     /// Seconds a finished task is kept before it is removed (`--finished-task-retention`).
     public var finishedTaskRetention = Settings.finishedTaskRetention.defaultValue
+    /// What a damaged state database gets at start: salvaged, or refused (exit 65).
+    public var onCorruptState = Settings.onCorruptState.defaultValue
 
     public init(workingDirectory: String) {
         allowedRoots = [workingDirectory]

@@ -69,18 +69,23 @@ public final class Store: Sendable {
     /// Session records as committed, for the reads of every request that creates tasks.
     let sessionCache = Locked(SessionCache())
     private let closed = Locked(false)
+    /// The salvage this open made of a damaged database (`StoreSalvage`), else the newest one an
+    /// earlier start recorded in the state directory (`isNew` tells which); nil when none.
+    public let salvage: SalvageReport?
 
     /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
-    /// gives a scratch database, removed when the store is closed (tests).
-    /// `report` hears of what went wrong outside a write (on the thread that found it).
+    /// gives a scratch database, removed when the store is closed (tests). A database SQLite
+    /// finds damaged is salvaged or refused, as `onCorruptState` says (`StoreSalvage`). `report`
+    /// hears of what went wrong outside a write (on the thread that found it).
     public init(
         path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy(),
-        report: @escaping @Sendable (StoreIncident) -> Void = { _ in }
+        onCorruptState: CorruptStatePolicy = .refuse, report: @escaping @Sendable (StoreIncident) -> Void = { _ in }
     ) throws {
         scratch = path == ":memory:"
         self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
         self.walPolicy = walPolicy
+        salvage = try StoreSalvage.examine(path: self.path, policy: onCorruptState, now: clock.now())
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")

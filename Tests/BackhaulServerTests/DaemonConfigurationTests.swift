@@ -130,6 +130,9 @@ struct DaemonConfigurationTests {
             read: { .double($0.finishedTaskRetention) },
             expected: [604_800, 60, 3600.5, 86400]),
         Sample(
+            setting: "on_corrupt_state", file: "refuse", environment: "salvage", flags: ["refuse"],
+            read: { .string($0.onCorruptState.rawValue) }, expected: ["salvage", "refuse", "salvage", "refuse"]),
+        Sample(
             setting: "ui", file: false, environment: "1", flags: ["true"], read: { .bool($0.dashboard) },
             expected: [true, false, true, false]),
         Sample(
@@ -267,6 +270,9 @@ struct DaemonConfigurationTests {
         Refusal(arguments: ["--listen", ":8427"], message: "must be HOST:PORT"),
         Refusal(arguments: ["--log-level", "loud"], message: "--log-level loud: must be one of trace, debug, info"),
         Refusal(
+            environment: ["BACKHAUL_ON_CORRUPT_STATE": "repair"],
+            message: "BACKHAUL_ON_CORRUPT_STATE=repair: must be one of salvage, refuse, not repair"),
+        Refusal(
             arguments: ["--webhook-retry-schedule", "1,-2"],
             message: "must be 1 to 50 comma-separated delays of 0 to 604800 seconds"),
         Refusal(
@@ -321,7 +327,8 @@ struct DaemonConfigurationTests {
                 "ca_bundle",
                 "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "authentication", "upload_hosts",
                 "webhook_hosts",
-                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "ui", "network_check_interval",
+                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "ui",
+                "network_check_interval",
             ])
         #expect(info["finished_task_retention"] == .double(604_800) && info["max_transfers"] == .int(16))
         #expect(info["authentication"] == "bearer tokens" && info["ca_bundle"] == .null && info["listen"] == "127.0.0.1:8427")

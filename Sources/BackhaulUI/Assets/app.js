@@ -44,6 +44,7 @@ async function start() {
   $('forget').hidden = !hasToken();
   $('version').textContent = `backhauld ${info.version || ''}`;
   setProgressInterval(info.progress_interval);
+  showSalvage(info.state);
   document.documentElement.dataset.state = 'loading';
   // The snapshot is read once the stream is open, so no change falls between the two.
   await new Promise((resolve) => { follow(resolve); setTimeout(resolve, 5000); });
@@ -51,6 +52,18 @@ async function start() {
   started = true;
   announceReady(true);
   refreshWebhooks().catch(report);
+}
+
+/// A salvage of a damaged state database (GET /v1/info `state`): shown until the daemon reports
+/// none (the operator removes the corrupt-* directory it names).
+function showSalvage(state) {
+  const line = $('salvage');
+  line.hidden = !(state && state.salvaged_at);
+  if (line.hidden) return;
+  const lost = state.rows_lost === null ? 'an unknown number of rows' : `${state.rows_lost} rows`;
+  line.textContent = `The state database was found damaged (${state.salvage_reason}) and salvaged at ` +
+    `${state.salvaged_at}: ${state.rows_copied} rows kept, ${lost} lost. The damaged files are kept in ` +
+    `${state.salvaged_from}.`;
 }
 
 whenRefused(askForToken);

@@ -1,0 +1,526 @@
+import BackhaulCore
+import Glibc
+import JSON
+import SQLite
+
+/// What the store does with a state database that SQLite reports damaged when it opens.
+public enum CorruptStatePolicy: String, Sendable, CaseIterable {
+    /// Moves the damaged files aside into `corrupt-<UTC time>/`, copies every row that can still
+    /// be read into a fresh database, and opens that (`StoreSalvage`).
+    case salvage
+    /// Refuses to open it (`StoreError.corrupt`; the daemon exits 65).
+    case refuse
+}
+
+/// A salvage of a damaged state database: when it ran, where the damaged files went, why, and what
+/// was copied and lost. Written as `salvage.json` beside the damaged files, so that a later start
+/// still shows the last one.
+public struct SalvageReport: Sendable, Equatable {
+    /// When the salvage ran.
+    public var at: Timestamp
+    /// The directory the damaged files were moved into (`<state dir>/corrupt-<UTC time>`).
+    public var directory: String
+    /// What was found damaged, in SQLite's words where it said.
+    public var reason: String
+    /// Rows copied into the fresh database (derived tables, recomputed, not counted).
+    public var rowsCopied: Int
+    /// Rows known to be lost, or nil when some damaged part could not be counted (a WAL whose
+    /// header is damaged; a damaged range of a table no intact index covers).
+    public var rowsLost: Int?
+    /// Per table: rows copied and rows lost (nil: not known).
+    public var tables: [TableFigures]
+    /// Whether this start made it (false: an earlier start did, and left its report).
+    public var isNew = true
+
+    public struct TableFigures: Sendable, Equatable {
+        public var name: String
+        public var copied: Int
+        public var lost: Int?
+    }
+
+    /// The report as `salvage.json` holds it.
+    public var json: JSON {
+        var object = JSONObject()
+        object["salvaged_at"] = .string(RFC3339.format(at))
+        object["salvaged_from"] = .string(directory)
+        object["reason"] = .string(reason)
+        object["rows_copied"] = .int(Int64(rowsCopied))
+        object["rows_lost"] = rowsLost.map { .int(Int64($0)) } ?? .null
+        var figures = JSONObject()
+        for table in tables {
+            figures[table.name] = ["copied": .int(Int64(table.copied)), "lost": table.lost.map { .int(Int64($0)) } ?? .null]
+        }
+        object["tables"] = .object(figures)
+        return .object(object)
+    }
+
+    /// Reads a report back from `salvage.json`'s text; nil when it is not one.
+    init?(json text: String, directory: String) {
+        guard let value = try? JSON.parse(text), let at = value["salvaged_at"]?.stringValue.flatMap(RFC3339.parse) else {
+            return nil
+        }
+        self.at = at
+        self.directory = directory
+        isNew = false
+        reason = value["reason"]?.stringValue ?? ""
+        rowsCopied = Int(value["rows_copied"]?.intValue ?? 0)
+        rowsLost = value["rows_lost"]?.intValue.map { Int($0) }
+        tables = (value["tables"]?.objectValue ?? [:]).map { name, figures in
+            TableFigures(
+                name: name, copied: Int(figures["copied"]?.intValue ?? 0), lost: figures["lost"]?.intValue.map { Int($0) })
+        }
+    }
+
+    init(at: Timestamp, directory: String, reason: String, tables: [TableFigures]) {
+        self.at = at
+        self.directory = directory
+        self.reason = reason
+        self.tables = tables
+        rowsCopied = tables.reduce(0) { $0 + $1.copied }
+        rowsLost = tables.reduce(0 as Int?) { sum, table in sum.flatMap { sum in table.lost.map { sum + $0 } } }
+    }
+}
+
+/// Finding a damaged state database at open, and salvaging what can still be read of it.
+///
+/// **Detection.** A database is damaged when SQLite says so while it is examined (`SQLITE_CORRUPT`
+/// or `SQLITE_NOTADB` from opening it or reading its version), when `PRAGMA quick_check` finds a
+/// fault, when its task counts name a state this build does not know (`Store.verify`), or when its
+/// WAL holds frames behind a header that is not valid. SQLite itself does not call that last one
+/// corruption: it ignores such a log as if it were empty, so the commits in it since the last
+/// checkpoint vanish without an error. The writer syncs the log before it answers a durable write,
+/// so a header torn by a power cut covers only commits no client was told were kept; damage to a
+/// header that was synced loses acknowledged writes. The two cannot be told apart from the file,
+/// and silence is the worse mistake, so both are salvaged (the first loses nothing, the second
+/// shows what it lost as unknown).
+///
+/// `quick_check` rather than `integrity_check`: both read every page, but `quick_check` does not
+/// look up each row's index entries, which is most of `integrity_check`'s time (README:
+/// Operations has the figures for a state of 100,000 tasks). The faults a disk makes (pages of
+/// garbage, a short file) break the b-tree pages that `quick_check` reads.
+///
+/// **Salvage.** The database, its WAL and shared-memory file are moved into
+/// `corrupt-<UTC time>/` in the state directory (never deleted by the daemon), and a fresh database
+/// is made at the damaged one's schema version (the store's migrations then bring it up to date as
+/// they would have). Each table is copied in key order from the damaged file, opened read-only; when
+/// a scan fails midway, the next readable key is found by seeking past the damage (doubling the
+/// step, then halving back to the first key a seek can read from), and the skipped range is
+/// counted through an intact index of the table where there is one. Rows the fresh database refuses
+/// (a constraint) and tasks in a state this build does not know are lost too, and counted.
+/// `session_counts` is computed again from the copied tasks; the AUTOINCREMENT high-water marks are
+/// kept (the higher of the damaged file's and the copied rows'), so no id is given twice.
+/// SQLite's own recovery (`sqlite3_recover`) is an extension outside the library this links, so the
+/// copy uses only the SQL interface.
+enum StoreSalvage {
+    /// The name of the report beside the damaged files.
+    static let reportName = "salvage.json"
+
+    /// Examines the database at `path` before the store opens it. Nothing is done to a database
+    /// that is sound (or absent); a damaged one is refused (`StoreError.corrupt`) or salvaged, by
+    /// `policy`. Errors other than damage (a file that cannot be opened, a disk error) are thrown
+    /// as they are. The report: this salvage's, else the newest an earlier start left.
+    static func examine(path: String, policy: CorruptStatePolicy, now: Timestamp) throws -> SalvageReport? {
+        guard access(path, F_OK) == 0 else { return nil }
+        guard let damage = try damage(path: path) else { return lastReport(beside: path) }
+        guard policy == .salvage else { throw StoreError.corrupt(damage) }
+        return try salvage(path: path, reason: damage, now: now)
+    }
+
+    /// The newest salvage report among the `corrupt-*` directories beside `path`.
+    static func lastReport(beside path: String) -> SalvageReport? {
+        let directory = parentDirectory(of: path)
+        guard let stream = opendir(directory) else { return nil }
+        defer { closedir(stream) }
+        var newest: String?
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+            if name.hasPrefix("corrupt-"), name > (newest ?? "") { newest = name }
+        }
+        guard let newest else { return nil }
+        let folder = directory + "/" + newest
+        guard let text = readText(folder + "/" + reportName) else { return nil }
+        return SalvageReport(json: text, directory: folder)
+    }
+
+    // MARK: Detection
+
+    /// What is damaged in the database at `path`, or nil when nothing is. Reads it through a
+    /// read-only connection, which neither checkpoints nor removes its WAL.
+    static func damage(path: String) throws -> String? {
+        if let fault = walHeaderFault(path + "-wal") { return fault }
+        do {
+            let db = try Connection(path: path, readOnly: true)
+            let migrator = Migrator(migrations: Schema.migrations)
+            let version = try migrator.version(db)
+            // A newer build's state is refused untouched (`StoreOpening.migrate`), damaged or not:
+            // this build cannot copy what it does not know.
+            guard version <= migrator.latest else { return nil }
+            let faults = try db.query("PRAGMA quick_check(5)", []) { $0.string(0) }
+            if faults != ["ok"] { return "quick_check: " + faults.joined(separator: "; ") }
+            // The counts exist from schema version 6 on; `Store.verify` runs again after the migrations.
+            if version >= 6 {
+                do {
+                    try Store.verify(db)
+                } catch StoreError.corrupt(let message) {
+                    return message
+                }
+            }
+            return nil
+        } catch let error as SQLiteError where error.isDamage {
+            return error.message
+        }
+    }
+
+    /// Why the WAL at `path` is one SQLite would ignore although it holds frames, or nil: its
+    /// 32-byte header must carry the magic number, the format version and a checksum of its first
+    /// 24 bytes (in the byte order the magic number's low bit names). An absent or empty log, or
+    /// one shorter than a header, holds nothing.
+    static func walHeaderFault(_ path: String) -> String? {
+        var status = stat()
+        guard stat(path, &status) == 0, status.st_size > 32 else { return nil }
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var header = [UInt8](repeating: 0, count: 32)
+        guard pread(descriptor, &header, 32, 0) == 32 else { return "the WAL's header cannot be read" }
+        func word(_ offset: Int, bigEndian: Bool = true) -> UInt32 {
+            let bytes = header[offset..<offset + 4].map(UInt32.init)
+            return bigEndian
+                ? bytes[0] << 24 | bytes[1] << 16 | bytes[2] << 8 | bytes[3]
+                : bytes[3] << 24 | bytes[2] << 16 | bytes[1] << 8 | bytes[0]
+        }
+        let magic = word(0)
+        let fault = "the WAL's header is damaged: SQLite would ignore the \(status.st_size) bytes of log behind it"
+        guard magic & 0xFFFF_FFFE == 0x377F_0682, word(4) == 3_007_000 else { return fault }
+        var sums: (UInt32, UInt32) = (0, 0)
+        for offset in stride(from: 0, to: 24, by: 8) {
+            sums.0 = sums.0 &+ word(offset, bigEndian: magic & 1 == 1) &+ sums.1
+            sums.1 = sums.1 &+ word(offset + 4, bigEndian: magic & 1 == 1) &+ sums.0
+        }
+        return sums == (word(24), word(28)) ? nil : fault
+    }
+
+    // MARK: Salvage
+
+    /// Moves the damaged files aside, copies what can be read into a fresh database at `path`,
+    /// and writes the report beside the damaged files.
+    static func salvage(path: String, reason: String, now: Timestamp) throws -> SalvageReport {
+        let folder = try moveAside(path: path, now: now)
+        let damagedPath = folder + "/" + baseName(of: path)
+        // A file cut short is read through a copy grown back to the length its header gives
+        // (SQLite refuses the whole of an auto-vacuum file shorter than that); the pages past the
+        // cut read as zeros, which the copy skips as damaged. The damaged files stay as they were.
+        let readPath = try paddedCopy(of: damagedPath) ?? damagedPath
+        defer { if readPath != damagedPath { for ending in ["", "-wal", "-shm"] { unlink(readPath + ending) } } }
+        // What can be read of the damaged file's schema; nil when not even that can be.
+        let damaged = try? Connection(path: readPath, readOnly: true)
+        let damagedVersion = damaged.flatMap { try? Migrator(migrations: Schema.migrations).version($0) }
+        let latest = Migrator(migrations: Schema.migrations).latest
+        let version = damagedVersion.flatMap { (1...latest).contains($0) ? $0 : nil } ?? latest
+
+        let fresh = try Connection(path: path)
+        try fresh.execute("PRAGMA journal_mode = WAL")
+        try fresh.execute("PRAGMA synchronous = FULL")
+        try Migrator(migrations: Schema.migrations.filter { $0.version <= version }).migrate(fresh)
+        var figures: [SalvageReport.TableFigures] = []
+        try fresh.transaction {
+            for table in try copiedTables(fresh) {
+                guard let damaged else {
+                    figures.append(SalvageReport.TableFigures(name: table.name, copied: 0, lost: nil))
+                    continue
+                }
+                figures.append(try copy(table, from: damaged, to: fresh))
+            }
+            if let index = figures.firstIndex(where: { $0.name == "tasks" }), let damaged {
+                figures[index].lost = tasksLost(figures[index], damaged: damaged)
+            }
+            if version >= 6 {
+                try fresh.execute(
+                    "INSERT INTO session_counts (session_id, state, count) SELECT session_id, state, COUNT(*) FROM tasks GROUP BY session_id, state"
+                )
+            }
+            if let damaged { try keepSequences(from: damaged, in: fresh) }
+        }
+        if reason.hasPrefix("the WAL's header") {
+            // What the ignored log held is not known: say so rather than count none.
+            figures = figures.map { SalvageReport.TableFigures(name: $0.name, copied: $0.copied, lost: nil) }
+        }
+        _ = try fresh.checkpoint(.truncate)
+        let report = SalvageReport(at: now, directory: folder, reason: reason, tables: figures)
+        try writeDurably(report.json.serialized() + "\n", to: folder + "/" + reportName)
+        return report
+    }
+
+    /// Creates `corrupt-<UTC time>/` beside `path` and moves the database and its `-wal` and
+    /// `-shm` files into it, syncing both directories so the move survives a power cut.
+    static func moveAside(path: String, now: Timestamp) throws -> String {
+        let directory = parentDirectory(of: path)
+        let stamp = RFC3339.format(now).filter { $0 != "-" && $0 != ":" }.prefix(15) + "Z"
+        var folder = directory + "/corrupt-" + stamp
+        var suffix = 1
+        while mkdir(folder, 0o700) != 0 {
+            guard errno == EEXIST, suffix < 100 else {
+                throw StoreError.database("cannot create \(folder): \(String(cString: strerror(errno)))")
+            }
+            suffix += 1
+            folder = directory + "/corrupt-" + stamp + "-\(suffix)"
+        }
+        for ending in ["", "-wal", "-shm"] {
+            let source = path + ending
+            guard access(source, F_OK) == 0 else { continue }
+            guard rename(source, folder + "/" + baseName(of: path) + ending) == 0 else {
+                throw StoreError.database("cannot move \(source) into \(folder): \(String(cString: strerror(errno)))")
+            }
+        }
+        syncDirectory(folder)
+        syncDirectory(directory)
+        return folder
+    }
+
+    /// A table to copy: its columns in the fresh database, and the key it is read in order of.
+    struct Table {
+        var name: String
+        var columns: [String]
+        /// `rowid`, or a WITHOUT ROWID table's primary key columns (its first is an integer the
+        /// damaged ranges are skipped by).
+        var key: [String]
+        var hasRowID: Bool { key == ["rowid"] }
+    }
+
+    /// The fresh database's tables that hold rows of their own: not SQLite's, not the counts
+    /// computed from `tasks`.
+    static func copiedTables(_ fresh: Connection) throws -> [Table] {
+        let names = try fresh.query(
+            "SELECT name, sql FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'session_counts' ORDER BY rootpage"
+        ) { ($0.string(0), $0.string(1)) }
+        return try names.map { name, sql in
+            let columns = try fresh.query("SELECT name, pk FROM pragma_table_info(?) ORDER BY cid", [name]) {
+                ($0.string(0), Int($0.int(1)))
+            }
+            let key =
+                sql.uppercased().contains("WITHOUT ROWID")
+                ? columns.filter { $0.1 > 0 }.sorted { $0.1 < $1.1 }.map(\.0) : ["rowid"]
+            return Table(name: name, columns: columns.map(\.0), key: key)
+        }
+    }
+
+    /// Copies `table` in key order, skipping what cannot be read. The figures: rows copied, and
+    /// rows lost (nil when a skipped range could not be counted). Every read seeks to a key it
+    /// includes (`>=`): a seek to a key that a damaged page holds fails, and one past it does not.
+    static func copy(_ table: Table, from damaged: Connection, to fresh: Connection) throws -> SalvageReport.TableFigures {
+        let quoted = table.columns.map { "\"\($0)\"" }
+        let first = table.key[0]
+        let order = table.key.joined(separator: ", ")
+        let select =
+            "SELECT \(first), \(quoted.joined(separator: ", ")) FROM \"\(table.name)\" WHERE \(first) >= ? ORDER BY \(order)"
+        let insert =
+            "INSERT INTO \"\(table.name)\" (\(quoted.joined(separator: ", "))) VALUES (\(quoted.map { _ in "?" }.joined(separator: ", ")))"
+        let stateColumn = table.name == "tasks" ? table.columns.firstIndex(of: "state").map { Int32($0) + 1 } : nil
+        var copied = 0
+        var lost: Int? = 0
+        // Every key of this schema is positive (AUTOINCREMENT sequences and implicit rowids start at 1).
+        var next: Int64 = 0
+        while true {
+            let start = next
+            do {
+                _ = try damaged.query(select, [next]) { row in
+                    let key = row.int(0)
+                    next = key == Int64.max ? key : key + (table.hasRowID ? 1 : 0)
+                    if let stateColumn, TaskState(rawValue: row.string(stateColumn)) == nil {
+                        lost = lost.map { $0 + 1 }
+                        return
+                    }
+                    do {
+                        try fresh.run(insert, (1..<row.columnCount).map { row.value($0) })
+                        copied += 1
+                    } catch let error as SQLiteError where error.isConstraintViolation {
+                        lost = lost.map { $0 + 1 }
+                    }
+                }
+                break
+            } catch let error as SQLiteError where error.isDamage {
+                // A WITHOUT ROWID table's scan stopped inside the rows sharing its first key
+                // column: the rest of them count as lost (not counted: such a table has no index).
+                if !table.hasRowID { next = max(next, start) + 1 }
+                let resume = nextReadable(table, from: next, in: damaged)
+                let skipped = countRows(table, after: next - 1, through: resume.map { $0 - 1 }, in: damaged)
+                lost = lost.flatMap { lost in skipped.map { lost + $0 } }
+                guard let resume else { break }
+                // Always past where this pass began, so the loop ends.
+                next = max(resume, start + 1)
+            } catch let error as SQLiteError where error.message.hasPrefix("no such table") {
+                // The damaged file's schema, readable, lacks a table its version has: what it held is not known.
+                lost = nil
+                break
+            }
+        }
+        return SalvageReport.TableFigures(name: table.name, copied: copied, lost: lost)
+    }
+
+    /// The lowest key `k` from `from` on such that the rows from `k` on can be read again from a
+    /// seek, found by doubling the step past `from` until a seek succeeds, then halving back; nil
+    /// when none does (the rest of the table is lost). A seek to a key inside a damaged page
+    /// fails; one to the key just past it lands on the next page and reads its first row.
+    static func nextReadable(_ table: Table, from: Int64, in damaged: Connection) -> Int64? {
+        let quoted = table.columns.map { "\"\($0)\"" }.joined(separator: ", ")
+        let first = table.key[0]
+        let probe =
+            "SELECT \(quoted) FROM \"\(table.name)\" WHERE \(first) >= ? ORDER BY \(table.key.joined(separator: ", ")) LIMIT 1"
+        func readable(_ key: Int64) -> Bool { (try? damaged.query(probe, [key]) { _ in () }) != nil }
+        guard !readable(from) else { return from }
+        var failed = from
+        var step: Int64 = 1
+        var good: Int64?
+        while good == nil {
+            let (key, overflow) = from.addingReportingOverflow(step)
+            if overflow { return nil }
+            if readable(key) { good = key } else { failed = key }
+            guard step <= Int64.max / 2 else { break }
+            step *= 2
+        }
+        guard var good else { return nil }
+        while good - failed > 1 {
+            let middle = failed + (good - failed) / 2
+            if readable(middle) { good = middle } else { failed = middle }
+        }
+        return good
+    }
+
+    /// Rows of `table` with keys in (after, through] (through nil: no upper end), counted through
+    /// any full index of it that can still be read; nil when none can (or the table has no rowid).
+    static func countRows(_ table: Table, after: Int64, through: Int64?, in damaged: Connection) -> Int? {
+        guard table.hasRowID,
+            let indexes = try? damaged.query(
+                "SELECT name FROM pragma_index_list(?) WHERE partial = 0", [table.name], { $0.string(0) })
+        else { return nil }
+        for index in indexes {
+            let bound = through == nil ? "" : " AND rowid <= ?"
+            let arguments: [any SQLBindable] = through.map { [after, $0] } ?? [after]
+            if let count = try? damaged.queryFirst(
+                "SELECT count(*) FROM \"\(table.name)\" INDEXED BY \"\(index)\" WHERE rowid > ?\(bound)", arguments,
+                { Int($0.int(0)) })
+            {
+                return count
+            }
+        }
+        return nil
+    }
+
+    /// Tasks lost: the damaged file's counts per session and state say how many there were, when
+    /// they can be read; the copy's own count where they cannot.
+    static func tasksLost(_ figures: SalvageReport.TableFigures, damaged: Connection) -> Int? {
+        guard let total = try? damaged.queryFirst("SELECT coalesce(sum(count), 0) FROM session_counts", [], { Int($0.int(0)) })
+        else { return figures.lost }
+        return max(figures.lost ?? 0, total - figures.copied)
+    }
+
+    /// Raises each AUTOINCREMENT table's high-water mark to the damaged file's where that is higher.
+    static func keepSequences(from damaged: Connection, in fresh: Connection) throws {
+        guard let marks = try? damaged.query("SELECT name, seq FROM sqlite_sequence", [], { ($0.string(0), $0.int(1)) })
+        else { return }
+        for (name, seq) in marks {
+            guard
+                try fresh.queryFirst("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", [name], { _ in true })
+                    != nil
+            else { continue }
+            if try fresh.run("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", [seq, name]) == 0 {
+                try fresh.run("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [name, seq])
+            }
+        }
+    }
+
+    // MARK: Files
+
+    /// A copy of the database at `path` (and of its WAL) grown to the page count its header
+    /// gives, beside it; nil when the file is not shorter than that (or has no valid header).
+    static func paddedCopy(of path: String) throws -> String? {
+        guard let header = readBytes(path, count: 100), header.count == 100,
+            header.starts(with: Array("SQLite format 3".utf8) + [0])
+        else { return nil }
+        let pageSize = header[16] == 0 && header[17] == 1 ? 65_536 : Int(header[16]) << 8 | Int(header[17])
+        let pages = header[28..<32].reduce(0) { $0 << 8 | Int($1) }
+        var status = stat()
+        guard stat(path, &status) == 0, Int(status.st_size) < pages * pageSize else { return nil }
+        let copy = parentDirectory(of: path) + "/salvage-read.db"
+        for ending in ["", "-wal"] where access(path + ending, F_OK) == 0 {
+            try copyFile(path + ending, to: copy + ending)
+        }
+        guard truncate(copy, off_t(pages * pageSize)) == 0 else {
+            throw StoreError.database("cannot grow \(copy): \(String(cString: strerror(errno)))")
+        }
+        return copy
+    }
+
+    static func readBytes(_ path: String, count: Int) -> [UInt8]? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        let read = pread(descriptor, &bytes, count, 0)
+        return read < 0 ? nil : Array(bytes[0..<read])
+    }
+
+    static func copyFile(_ source: String, to target: String) throws {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        let output = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        defer {
+            if input >= 0 { close(input) }
+            if output >= 0 { close(output) }
+        }
+        guard input >= 0, output >= 0 else {
+            throw StoreError.database("cannot copy \(source): \(String(cString: strerror(errno)))")
+        }
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let count = read(input, &buffer, buffer.count)
+            guard count > 0 else {
+                if count < 0 { throw StoreError.database("cannot read \(source): \(String(cString: strerror(errno)))") }
+                return
+            }
+            guard write(output, buffer, count) == count else {
+                throw StoreError.database("cannot write \(target): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+
+    static func parentDirectory(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
+    static func baseName(of path: String) -> String {
+        path.lastIndex(of: "/").map { String(path[path.index(after: $0)...]) } ?? path
+    }
+
+    static func syncDirectory(_ path: String) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
+    }
+
+    static func readText(_ path: String) -> String? {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < 1 << 20 {
+            let count = read(descriptor, &buffer, buffer.count)
+            guard count > 0 else { break }
+            bytes += buffer[0..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func writeDurably(_ text: String, to path: String) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw StoreError.database("cannot write \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        let bytes = Array(text.utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count, fsync(descriptor) == 0 else {
+            throw StoreError.database("cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        syncDirectory(parentDirectory(of: path))
+    }
+}
