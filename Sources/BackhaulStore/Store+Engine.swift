@@ -196,7 +196,10 @@ extension Store {
                         ($0.string(0), .retryDue)
                     }
                     + db.query(
-                        "SELECT id FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?",
+                        """
+                        SELECT id FROM tasks INDEXED BY tasks_scheduled
+                        WHERE state = 'waiting' AND waiting_reason = 'scheduled' AND earliest_begin_at <= ?
+                        """,
                         [now]
                     ) { ($0.string(0), .scheduledDue) }
                 for (id, input) in due { try transition(db, id: id, input, now: now) }
@@ -220,7 +223,10 @@ extension Store {
             } ?? nil
         let scheduled =
             try db.queryFirst(
-                "SELECT MIN(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'"
+                """
+                SELECT MIN(earliest_begin_at) FROM tasks INDEXED BY tasks_scheduled
+                WHERE state = 'waiting' AND waiting_reason = 'scheduled'
+                """
             ) {
                 $0.optionalDouble(0)
             } ?? nil

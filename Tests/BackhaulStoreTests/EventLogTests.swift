@@ -35,7 +35,7 @@ struct EventLogTests {
         let store = try Store(path: path)
         store.close()
         let db = try Connection(path: path)
-        #expect(try db.queryFirst("PRAGMA user_version") { $0.int(0) } == 11)
+        #expect(try db.queryFirst("PRAGMA user_version") { $0.int(0) } == Int64(Migrator(migrations: Schema.migrations).latest))
         #expect(
             try db.query("SELECT seq, created_at FROM events ORDER BY seq") { [$0.int(0), Int64($0.double(1))] } == [
                 [1, 100], [2, 200],
