@@ -32,7 +32,7 @@ run: build
 ## printed again at the end, where CI's tail shows them. A run that dies of Foundation's known
 ## Process.run() crash (swift-corelibs-foundation#5472, in no Swift release yet) starts over, at
 ## most twice (scripts/run-tests.sh). Then the power-loss crash states' short form: 100 states of
-## a shorter workload, about a minute (see crash-states).
+## a shorter workload, about 30 s (see crash-states).
 TEST_TIME_LIMIT ?= 1200
 test: test-deps lint ietf-peer
 	$(SWIFT) build --build-tests
@@ -73,7 +73,7 @@ soak: test-deps ietf-peer
 ## that a disk may hold after a power loss are rebuilt from it (random choices from a printed
 ## seed), each opened by the daemon and checked: it starts, passes integrity_check, and holds
 ## every write acknowledged before the crash point. Prints `crash states: N explored, L lost, U
-## unopenable` and fails unless L and U are 0. About 10 minutes on 2 cores; CRASH_ARGS passes
+## unopenable` and fails unless L and U are 0. About 8 minutes on 2 cores; CRASH_ARGS passes
 ## more (--seed S, --keep, --directory-model ext4).
 CRASH_STATES ?= 1000
 crash-states: test-deps
