@@ -252,6 +252,10 @@ def main():
     print("crash-states: the daemon's figures: " +
           ", ".join(f"{k} {v:g}" for k, v in sorted(summary["metrics"].items())), flush=True)
 
+    # A recorder that saw nothing (not preloaded, a directory spelled differently) would leave only
+    # the fixture to check: that is a broken harness, not a pass.
+    if kinds.get("fdatasync", 0) + kinds.get("fsync", 0) == 0 or kinds.get("write", 0) == 0:
+        raise SystemExit("crash-states: the recorder logged no writes or syncs in the state directory")
     rng = random.Random(seed)
     points = replay.crash_points(ops, args.states, rng)
     checker = Checker(args, work, os.path.join(work, "files"), os.path.join(work, "routes"))

@@ -47,6 +47,8 @@ class Op:
 
 def read_log(trace):
     ops = []
+    if not os.path.exists(os.path.join(trace, "ops.log")):
+        return ops
     with open(os.path.join(trace, "ops.log")) as log:
         for line in log:
             fields = line.rstrip("\n").split("\t")
@@ -98,9 +100,11 @@ class Disk:
 
     def __init__(self, trace, initial, directory_model):
         self.ops = read_log(trace)
-        size = os.path.getsize(os.path.join(trace, "data.bin"))
-        self.data_file = open(os.path.join(trace, "data.bin"), "rb")
-        self.data = mmap.mmap(self.data_file.fileno(), 0, prot=mmap.PROT_READ) if size else b""
+        path = os.path.join(trace, "data.bin")
+        self.data = b""
+        if os.path.exists(path) and os.path.getsize(path):
+            with open(path, "rb") as data:
+                self.data = mmap.mmap(data.fileno(), 0, prot=mmap.PROT_READ)
         self.ext4 = directory_model == "ext4"
         self.durable_names = {name: File(content) for name, content in initial.items()}
         self.live_names = dict(self.durable_names)
