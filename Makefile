@@ -73,7 +73,7 @@ soak: test-deps ietf-peer
 ## that a disk may hold after a power loss are rebuilt from it (random choices from a printed
 ## seed), each opened by the daemon and checked: it starts, passes integrity_check, and holds
 ## every write acknowledged before the crash point. Prints `crash states: N explored, L lost, U
-## unopenable` and fails unless L and U are 0. About 8 minutes on 2 cores; CRASH_ARGS passes
+## unopenable` and fails unless L and U are 0. 5 to 8 minutes on 2 cores; CRASH_ARGS passes
 ## more (--seed S, --keep, --directory-model ext4).
 CRASH_STATES ?= 1000
 crash-states: test-deps
