@@ -54,7 +54,11 @@ public final class BackhaulDaemon: Sendable {
         }
         let failedClosed = self.failedClosed
         let failStop = self.failStop
-        store = try Store(path: directory + "/backhaul.db", onCorruptState: configuration.onCorruptState) { incident in
+        var walPolicy = WALPolicy()
+        walPolicy.capFrames = configuration.walCapFrames
+        store = try Store(
+            path: directory + "/backhaul.db", walPolicy: walPolicy, onCorruptState: configuration.onCorruptState
+        ) { incident in
             switch incident {
             case .checkpointFailed(let failure):
                 logger.error(

@@ -12,7 +12,7 @@ extension DaemonConfiguration {
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, writePacing, routeFile, tokens, uploadHosts, webhookHosts,
             denyPrivateDestinations,
-            maxOpenTasks, finishedTaskRetention, onCorruptState, ui, network, policy,
+            maxOpenTasks, finishedTaskRetention, onCorruptState, walCapFrames, ui, network, policy,
         ]
 
         static let listen: Setting<ListenAddress> = Setting(
@@ -145,6 +145,12 @@ extension DaemonConfiguration {
             environment: EnvironmentSpelling("BACKHAUL_UI", note: "`0` or `false` turns it off"), file: FileSpelling("ui"),
             default: true, defaultText: "the dashboard is served at `/`",
             help: "do not serve the dashboard (the web page at /)", value: .onOff, property: \.dashboard)
+
+        static let walCapFrames: Setting<Int> = Setting(
+            "wal_cap_frames", flag: FlagSpelling("--wal-cap-frames", "N"), environment: nil, file: FileSpelling("wal_cap_frames"),
+            default: WALPolicy().capFrames,
+            help: "frames (4 KiB pages) the state's write-ahead log may reach before the writer empties it (64 MiB)",
+            value: .integer(100...1_000_000), property: \.walCapFrames)
 
         static let finishedTaskRetention: Setting<Double> = Setting(
             "finished_task_retention", flag: FlagSpelling("--finished-task-retention", "SECONDS"),

@@ -47,6 +47,8 @@ public struct DaemonConfiguration: Sendable {
     public var finishedTaskRetention = Settings.finishedTaskRetention.defaultValue
     /// What a damaged state database gets at start: salvaged, or refused (exit 65).
     public var onCorruptState = Settings.onCorruptState.defaultValue
+    /// The state's write-ahead log's hard cap, in frames (`WALPolicy.capFrames`).
+    public var walCapFrames = Settings.walCapFrames.defaultValue
 
     public init(workingDirectory: String) {
         allowedRoots = [workingDirectory]

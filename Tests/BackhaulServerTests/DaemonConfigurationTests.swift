@@ -133,6 +133,9 @@ struct DaemonConfigurationTests {
             setting: "on_corrupt_state", file: "refuse", environment: "salvage", flags: ["refuse"],
             read: { .string($0.onCorruptState.rawValue) }, expected: ["salvage", "refuse", "salvage", "refuse"]),
         Sample(
+            setting: "wal_cap_frames", file: 500, flags: ["2000"], read: { .int(Int64($0.walCapFrames)) },
+            expected: [16384, 500, 2000]),
+        Sample(
             setting: "ui", file: false, environment: "1", flags: ["true"], read: { .bool($0.dashboard) },
             expected: [true, false, true, false]),
         Sample(
@@ -327,7 +330,7 @@ struct DaemonConfigurationTests {
                 "ca_bundle",
                 "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "authentication", "upload_hosts",
                 "webhook_hosts",
-                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "ui",
+                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "wal_cap_frames", "ui",
                 "network_check_interval",
             ])
         #expect(info["finished_task_retention"] == .double(604_800) && info["max_transfers"] == .int(16))

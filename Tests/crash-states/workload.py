@@ -183,7 +183,7 @@ def record(binary, recorder, work, fixture_db, size):
     peer = Peer()
     env = dict(os.environ, LD_PRELOAD=recorder, CRASH_RECORD_DIR=state, CRASH_RECORD_OUT=trace)
     process, port = start_daemon(binary, state, files, routes, os.path.join(work, "record.log"), env=env,
-                                 extra=("--webhook-retry-schedule", "0,1,1,1,1,1"))
+                                 extra=("--webhook-retry-schedule", "0,1,1,1,1,1", "--wal-cap-frames", "2500"))
     if port is None or not wait_ready(port, process):
         raise SystemExit(f"crash-states: the recorded daemon did not start (see {work}/record.log)")
 
