@@ -330,7 +330,8 @@ struct DaemonConfigurationTests {
                 "ca_bundle",
                 "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "authentication", "upload_hosts",
                 "webhook_hosts",
-                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "wal_cap_frames", "ui",
+                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "wal_cap_frames",
+                "ui",
                 "network_check_interval",
             ])
         #expect(info["finished_task_retention"] == .double(604_800) && info["max_transfers"] == .int(16))
