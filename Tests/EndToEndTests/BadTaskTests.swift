@@ -9,7 +9,9 @@ extension EndToEndTests {
     /// upload with acknowledged bytes but no URL, S3 parts without their UploadId, an IETF upload
     /// resource without its interop version), left `running` as by a crash, are met at the next
     /// start. Each of those tasks fails -3100 with a log line naming it; the daemon stays up and
-    /// another task still uploads.
+    /// another task still uploads. A queued row this build cannot read at all (a checkpoint
+    /// without its offset) at the head of the queue is set aside, not retried ahead of every
+    /// other task.
     @Test("tasks whose stored protocol state is impossible fail -3100 after a restart; the daemon and other tasks go on")
     func impossibleStoredStates() throws {
         let fixture = try Fixture()
@@ -33,6 +35,8 @@ extension EndToEndTests {
             ids[upload.name] = try fixture.enqueue(
                 fixture.makeFile("\(upload.name).bin", size: 4096), path: "/\(upload.name)", extra: extra)
         }
+        let unreadable = try fixture.enqueue(
+            fixture.makeFile("unreadable.bin", size: 4096), path: "/unreadable", extra: ["earliest_begin_at": later])
         #expect(fixture.daemon.terminate() == 0)
 
         // As a crash mid-transfer leaves them: running, an attempt begun, the checkpoint broken.
@@ -48,6 +52,9 @@ extension EndToEndTests {
                 "UPDATE tasks SET state = 'running', waiting_reason = NULL, earliest_begin_at = NULL, attempts = 1, "
                     + "started_at = created_at, checkpoint = '\(checkpoint)' WHERE id = '\(id)'")
         }
+        statements.append(
+            "UPDATE tasks SET state = 'queued', waiting_reason = NULL, earliest_begin_at = NULL, priority = 1, "
+                + "checkpoint = '{\"attempt\": 1}' WHERE id = '\(unreadable)'")
         let edit = Process()
         edit.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         edit.arguments =
@@ -86,6 +93,8 @@ extension EndToEndTests {
             #expect(named.count == 1, "\(name): \(named)")
             #expect(named.first?.contains("\"level\":\"error\"") == true, "\(name): \(named)")
         }
+        let setAside = lines.filter { $0.contains("set aside") && $0.contains(unreadable) }
+        #expect(!setAside.isEmpty, "the unreadable task is named in the log")
         // And counted among the engine's faults.
         let client = try HTTPClient()
         var text = ""
