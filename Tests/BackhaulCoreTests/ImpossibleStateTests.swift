@@ -1,4 +1,5 @@
 import BackhaulCore
+import JSON
 import Testing
 
 /// SPEC §5.1 "One bad task never stops the daemon": a protocol state that no attempt can have
@@ -183,6 +184,28 @@ struct ImpossibleStateTests {
             }
             #expect(error.code == -1011)
         }
+    }
+
+    @Test("an attempt count at the ends of Int from the stored row moves without trapping")
+    func attemptCountBounds() throws {
+        var queued = Self.task(.raw)
+        queued.state = .queued
+        queued.attempts = .max
+        let started = try queued.applying(.attemptStarted, now: 1).get()
+        #expect(started.state == .running && started.attempts == .max)
+        var running = Self.task(.raw)
+        running.state = .running
+        running.attempts = .min
+        #expect(try running.applying(.requeued(counted: false), now: 1).get().attempts == 0)
+        running.attempts = 3
+        #expect(try running.applying(.requeued(counted: false), now: 1).get().attempts == 2)
+        let interrupted = try started.applying(
+            .attemptEnded(attempt: .max, bytesTransferred: 0, .interrupted), now: 2
+        ).get()
+        #expect(interrupted.state == .queued && interrupted.attempts == .max - 1)
+        // The attempt a checkpoint names is never below zero (the engine subtracts it).
+        let stored = TransferCheckpoint(try JSON.parse(#"{"offset": 0, "attempt": -9223372036854775808}"#))
+        #expect(stored?.attempt == 0)
     }
 
     @Test("the code table has -3100 internal_error, and the engine's faults count it")
