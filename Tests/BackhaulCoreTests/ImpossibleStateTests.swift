@@ -208,6 +208,32 @@ struct ImpossibleStateTests {
         #expect(stored?.attempt == 0)
     }
 
+    @Test("download: a size below zero, stored or answered, is no size (the engine subtracts the offset from it)")
+    func downloadNegativeSizes() {
+        var download = Self.task(.raw)
+        download.kind = .download
+        download.download = DownloadSpec(destination: "/d/file.bin")
+        var stored = TransferCheckpoint(offset: 100, attempt: 1)
+        stored.validator = "etag:\"v1\""
+        stored.total = .min
+        var machine = DownloadMachine(task: download, headers: [], checkpoint: stored)
+        _ = machine.start(now: 0)
+        let unsized = ResponseHead(status: 206, headers: ["etag": "\"v1\"", "content-range": "bytes 100-199/*"])
+        #expect(machine.didReceiveHead(unsized) == .write(offset: 100, total: nil))
+
+        machine = DownloadMachine(task: download, headers: [], checkpoint: stored)
+        _ = machine.start(now: 0)
+        let negative = ResponseHead(
+            status: 206, headers: ["etag": "\"v1\"", "content-range": "bytes 100-199/-9223372036854775808"])
+        #expect(machine.didReceiveHead(negative) == .discard)
+
+        machine = DownloadMachine(task: download, headers: [], checkpoint: nil)
+        _ = machine.start(now: 0)
+        #expect(
+            machine.didReceiveHead(ResponseHead(status: 200, headers: ["content-length": "-5"]))
+                == .write(offset: 0, total: nil))
+    }
+
     @Test("the code table has -3100 internal_error, and the engine's faults count it")
     func table() {
         #expect(TaskError.Kind(rawValue: -3100)?.name == "internal_error")
