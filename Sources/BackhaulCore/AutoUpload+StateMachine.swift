@@ -86,6 +86,8 @@ public struct AutoUpload: TransferStateMachine {
     private var inner: (any TransferStateMachine)?
     /// Where the request in flight went (a `404` there is about the upload resource or not).
     private var lastURL: String?
+    /// A stored pick that `auto` never makes (nil: none): every attempt fails `internal_error`.
+    private let brokenPick: UploadProtocol?
 
     public init(
         task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?,
@@ -94,9 +96,11 @@ public struct AutoUpload: TransferStateMachine {
         self.task = task
         self.headers = headers
         fallback = checkpoint?.fallback
+        brokenPick = checkpoint?.protocolSelected.flatMap { Self.pickable.contains($0) ? nil : $0 }
         if let picked = checkpoint?.protocolSelected, Self.pickable.contains(picked) {
-            selection = ProtocolSelection.Choice(picked, interopVersion: checkpoint?.interopVersion)
-            inner = Self.machine(task: task, headers: headers, selection: selection!, checkpoint: checkpoint)
+            let stored = ProtocolSelection.Choice(picked, interopVersion: checkpoint?.interopVersion)
+            selection = stored
+            inner = Self.machine(task: task, headers: headers, selection: stored, checkpoint: checkpoint)
         } else if let cachedSelection, Self.pickable.contains(cachedSelection.protocolName) {
             selection = cachedSelection
             inner = Self.machine(task: task, headers: headers, selection: cachedSelection, checkpoint: nil)
@@ -137,6 +141,10 @@ public struct AutoUpload: TransferStateMachine {
 
     public mutating func start(now: Timestamp) -> TransferStep {
         lastURL = nil
+        if let brokenPick {
+            state = .idle
+            return .impossible("the stored checkpoint says auto picked \(brokenPick.rawValue), which it never picks")
+        }
         guard inner != nil else { return select() }
         state = .delegating
         return delegate { $0.start(now: now) }
@@ -183,7 +191,10 @@ public struct AutoUpload: TransferStateMachine {
     }
 
     private mutating func delegate(_ event: (inout any TransferStateMachine) -> TransferStep) -> TransferStep {
-        var machine = inner!
+        guard var machine = inner else {
+            state = .idle
+            return .impossible("auto has no picked protocol to hand the step to")
+        }
         let step = event(&machine)
         inner = machine
         if case .send(let request) = step { lastURL = request.url }

@@ -8,6 +8,12 @@ import JSONValue
 public struct ChunkedUpload: TransferStateMachine {
     public static let defaultChunkSize: Int64 = 8 << 20
 
+    /// The size of a piece: the one asked for (at least a byte), no larger than the file, so that
+    /// an offset plus a chunk stays far from overflowing whatever the stored row says.
+    static func chunkSize(_ requested: Int64?, total: Int64) -> Int64 {
+        min(max(1, requested ?? defaultChunkSize), max(1, total))
+    }
+
     private enum State: Equatable {
         case idle
         case querying
@@ -24,20 +30,27 @@ public struct ChunkedUpload: TransferStateMachine {
     private let checksum: Bool
     /// Bytes the server has acknowledged (the next chunk starts here).
     public private(set) var offset: Int64
+    /// A stored offset below zero: no attempt can have written it.
+    private let brokenOffset: Int64?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         method = task.request.method
         url = task.request.url
         self.headers = headers
         total = task.file.size
-        chunkSize = max(1, task.upload.chunkSize ?? Self.defaultChunkSize)
+        chunkSize = Self.chunkSize(task.upload.chunkSize, total: task.file.size)
         checksum = task.upload.checksum == .sha256
         offset = min(checkpoint?.offset ?? 0, task.file.size)
+        brokenOffset = offset < 0 ? offset : nil
     }
 
     public var bytesAcknowledged: Int64 { state == .done ? total : offset }
 
     public mutating func start(now: Timestamp) -> TransferStep {
+        if let brokenOffset {
+            state = .idle
+            return .impossible("the stored checkpoint has the negative offset \(brokenOffset)")
+        }
         if total == 0 {
             // Nothing to range over: one empty request.
             state = .sending(first: 0, last: -1)
@@ -81,7 +94,7 @@ public struct ChunkedUpload: TransferStateMachine {
             if status == 308 && !isLast {
                 // Trust the server's account of what arrived, when it gives one.
                 offset = Self.acknowledgedEnd(response.headers["range"]) ?? (last + 1)
-                return nextChunk()
+                return offset >= total ? fail("the server has every byte but did not complete the upload") : nextChunk()
             }
             state = .idle
             return failHTTP(response, now: now)
@@ -114,9 +127,12 @@ public struct ChunkedUpload: TransferStateMachine {
 
     private static func isTransient(_ status: Int) -> Bool { RetryPlanner.transientStatuses.contains(status) }
 
-    /// `Range: bytes=0-n` → n + 1 (the count of bytes the server holds).
+    /// `Range: bytes=0-n` → n + 1 (the count of bytes the server holds); nil for anything else,
+    /// a negative or overflowing `n` included.
     static func acknowledgedEnd(_ range: String?) -> Int64? {
-        guard let range, range.hasPrefix("bytes=0-"), let last = Int64(range.dropFirst(8)) else { return nil }
+        guard let range, range.hasPrefix("bytes=0-"), let last = Int64(range.dropFirst(8)), last >= 0, last < .max else {
+            return nil
+        }
         return last + 1
     }
 

@@ -83,7 +83,8 @@ public struct DownloadMachine: TransferStateMachine {
         self.headers = headers.filter { !["range", "if-range"].contains($0.0.lowercased()) }
         durableOffset = checkpoint?.offset ?? 0
         validator = checkpoint?.validator
-        total = checkpoint?.total
+        // A size below zero is none that a server said: unknown.
+        total = checkpoint?.total.flatMap { $0 >= 0 ? $0 : nil }
         attemptOfOffset = checkpoint?.attempt ?? 0
     }
 
@@ -129,7 +130,7 @@ public struct DownloadMachine: TransferStateMachine {
             // The whole representation, from the start: a fresh download, or a ranged request the
             // server answered in full (it ignores ranges, or If-Range found a changed file).
             validator = Self.validator(of: head)
-            total = head.headers["content-length"].flatMap { Int64($0) }
+            total = head.headers["content-length"].flatMap { Int64($0) }.flatMap { $0 >= 0 ? $0 : nil }
             durableOffset = 0
             writeStart = 0
         case 416 where ranged:
@@ -240,7 +241,7 @@ struct ContentRange: Equatable {
         let spec = text.dropFirst(6).split(separator: "/", maxSplits: 1)
         guard spec.count == 2 else { return nil }
         total = spec[1] == "*" ? nil : Int64(spec[1].trimmed())
-        if spec[1] != "*", total == nil { return nil }
+        if spec[1] != "*", (total ?? -1) < 0 { return nil }
         if spec[0] == "*" { return }
         let bounds = spec[0].split(separator: "-", maxSplits: 1)
         guard bounds.count == 2, let first = Int64(bounds[0].trimmed()), let last = Int64(bounds[1].trimmed()),

@@ -61,6 +61,8 @@ public struct IETFUpload: TransferStateMachine {
     /// Versions the server refused in this attempt.
     private var refused: Set<Int> = []
     private var conflicts = 0
+    /// What makes the stored task or checkpoint one this protocol cannot have written (nil: none).
+    private let brokenState: String?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
@@ -75,6 +77,22 @@ public struct IETFUpload: TransferStateMachine {
         // An upload resource is only usable in the version it was created with.
         location = version != nil && version == stored ? checkpoint?.location : nil
         offset = location == nil ? 0 : min(checkpoint?.offset ?? 0, task.file.size)
+        brokenState = Self.brokenState(pinned: pinned, checkpoint: checkpoint)
+    }
+
+    /// A pinned version was checked against those spoken here when the task was made, and an
+    /// upload resource is stored with the version it was created in. (A stored version not
+    /// spoken here is no break: another build of the daemon may speak it; the upload starts over.)
+    static func brokenState(pinned: Int?, checkpoint: TransferCheckpoint?) -> String? {
+        if let pinned, !interopVersions.contains(pinned) {
+            return "the task pins interop version \(pinned), which is not one spoken here"
+        }
+        guard let checkpoint, checkpoint.location != nil else { return nil }
+        if checkpoint.interopVersion == nil {
+            return "the stored checkpoint names an upload resource but not the interop version it was created in"
+        }
+        if checkpoint.offset < 0 { return "the stored checkpoint has the negative offset \(checkpoint.offset)" }
+        return nil
     }
 
     public var bytesAcknowledged: Int64 { state == .done ? total : offset }
@@ -93,6 +111,7 @@ public struct IETFUpload: TransferStateMachine {
     }
 
     public mutating func start(now: Timestamp) -> TransferStep {
+        if let brokenState { return impossible(brokenState) }
         refused = []
         conflicts = 0
         if version == nil || (wantsChecksum && digestsWanted == nil) {
@@ -218,12 +237,17 @@ public struct IETFUpload: TransferStateMachine {
     }
 
     private mutating func probe() -> TransferStep {
+        guard let location, let version else {
+            return impossible("a HEAD is due but the upload resource or its interop version is not known")
+        }
         state = .probing
-        return .send(PlannedRequest(method: "HEAD", url: location!, headers: versioned(version!), body: .empty))
+        return .send(PlannedRequest(method: "HEAD", url: location, headers: versioned(version), body: .empty))
     }
 
     private mutating func append() -> TransferStep {
-        let version = version!
+        guard let location, let version else {
+            return impossible("a PATCH is due but the upload resource or its interop version is not known")
+        }
         state = .appending(from: offset)
         let headers =
             versioned(version).filter { $0.0.lowercased() != "content-type" } + [
@@ -233,7 +257,7 @@ public struct IETFUpload: TransferStateMachine {
         return .send(
             withDigest(
                 PlannedRequest(
-                    method: "PATCH", url: location!, headers: headers,
+                    method: "PATCH", url: location, headers: headers,
                     body: .file(offset: offset, length: total - offset))))
     }
 
@@ -270,6 +294,11 @@ public struct IETFUpload: TransferStateMachine {
     private mutating func fail(_ message: String) -> TransferStep {
         state = .idle
         return .protocolViolation(message)
+    }
+
+    private mutating func impossible(_ message: String) -> TransferStep {
+        state = .idle
+        return .impossible(message)
     }
 
     // MARK: Reading the server's answers

@@ -49,11 +49,13 @@ public struct S3Credentials: Sendable, Equatable {
 /// checksum, and a `BadDigest` answer sends the part again.
 public struct S3Upload: TransferStateMachine {
     public static let minimumPartSize: Int64 = 5 << 20
+    /// S3's largest part (and the largest `chunk_size` the API takes).
+    public static let maximumPartSize: Int64 = 5 << 30
     public static let maximumParts: Int64 = 10_000
 
-    /// The part size for a requested `chunk_size` (default 8 MiB, at least 5 MiB).
+    /// The part size for a requested `chunk_size` (default 8 MiB, at least 5 MiB, at most 5 GiB).
     public static func partSize(_ requested: Int64?) -> Int64 {
-        max(minimumPartSize, requested ?? ChunkedUpload.defaultChunkSize)
+        min(maximumPartSize, max(minimumPartSize, requested ?? ChunkedUpload.defaultChunkSize))
     }
 
     private enum State: Equatable {
@@ -76,6 +78,8 @@ public struct S3Upload: TransferStateMachine {
     private let checksum: Bool
     /// Whether an attempt began: only then can there be an upload whose id was never learned.
     private let ran: Bool
+    /// What makes the stored checkpoint one this protocol cannot have written (nil: none).
+    private let brokenCheckpoint: String?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
@@ -93,6 +97,13 @@ public struct S3Upload: TransferStateMachine {
         etags = checkpoint?.location == nil ? [] : (checkpoint?.parts ?? [])
         checksums = checkpoint?.location == nil ? [] : (checkpoint?.partChecksums ?? [])
         checksums = Array((checksums + Array(repeating: "", count: etags.count)).prefix(etags.count))
+        brokenCheckpoint = checkpoint.flatMap(Self.brokenCheckpoint)
+    }
+
+    /// Parts are stored only under the UploadId that holds them.
+    static func brokenCheckpoint(_ checkpoint: TransferCheckpoint) -> String? {
+        guard checkpoint.location == nil, !checkpoint.parts.isEmpty else { return nil }
+        return "the stored checkpoint lists \(checkpoint.parts.count) uploaded parts but no multipart UploadId"
     }
 
     /// The header each body carries when checksums are on.
@@ -172,6 +183,7 @@ public struct S3Upload: TransferStateMachine {
     }
 
     public mutating func start(now: Timestamp) -> TransferStep {
+        if let brokenCheckpoint { return impossible(brokenCheckpoint) }
         guard partCount <= Self.maximumParts else {
             return .failed(
                 .fatal(
@@ -248,6 +260,7 @@ public struct S3Upload: TransferStateMachine {
     }
 
     private mutating func nextPart() -> TransferStep {
+        guard let uploadID else { return impossible("a part is due but no multipart UploadId is known") }
         let number = etags.count + 1
         let first = Int64(number - 1) * partSize
         guard first < total else { return complete() }
@@ -255,13 +268,14 @@ public struct S3Upload: TransferStateMachine {
         let length = min(partSize, total - first)
         // Query keys already in sorted order, as SigV4 with libcurl 7.88 wants.
         var part = request(
-            "PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID!))",
+            "PUT", query: "partNumber=\(number)&uploadId=\(Self.escape(uploadID))",
             body: .file(offset: first, length: length))
         part.digestHeader = digestHeader
         return .send(part)
     }
 
     private mutating func complete() -> TransferStep {
+        guard let uploadID else { return impossible("the completion is due but no multipart UploadId is known") }
         state = .completing
         var document = "<CompleteMultipartUpload>"
         for (index, etag) in etags.enumerated() {
@@ -271,7 +285,7 @@ public struct S3Upload: TransferStateMachine {
             document += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(XMLText.escape(etag))</ETag>\(sum)</Part>"
         }
         document += "</CompleteMultipartUpload>"
-        var request = request("POST", query: "uploadId=\(Self.escape(uploadID!))", body: .bytes(Array(document.utf8)))
+        var request = request("POST", query: "uploadId=\(Self.escape(uploadID))", body: .bytes(Array(document.utf8)))
         request.headers.append(("Content-Type", "application/xml"))
         return .send(request)
     }
@@ -279,6 +293,11 @@ public struct S3Upload: TransferStateMachine {
     private func request(_ method: String, query: String?, body: PlannedBody) -> PlannedRequest {
         PlannedRequest(
             method: method, url: query.map { url + "?" + $0 } ?? url, headers: headers, body: body, signing: credentials)
+    }
+
+    private mutating func impossible(_ message: String) -> TransferStep {
+        state = .idle
+        return .impossible(message)
     }
 
     /// Ends the attempt on an error answer; a checksum mismatch sends the piece again.

@@ -41,6 +41,10 @@ public struct TaskError: Sendable, Equatable, Error {
         case cannotWriteToFile = -3003
         case cannotMoveFile = -3005
         case downloadChecksumMismatch = -3006
+        /// The task's protocol state is one its own rules cannot reach (a stored checkpoint that
+        /// counts acknowledged bytes but names no upload, an IETF upload resource without its
+        /// interop version): the task fails rather than the daemon (SPEC §5.1).
+        case internalError = -3100
         case fileChanged = -4001
 
         public var name: String {
@@ -63,6 +67,7 @@ public struct TaskError: Sendable, Equatable, Error {
             case .cannotWriteToFile: return "cannot_write_to_file"
             case .cannotMoveFile: return "cannot_move_file"
             case .downloadChecksumMismatch: return "download_checksum_mismatch"
+            case .internalError: return "internal_error"
             case .fileChanged: return "file_changed"
             }
         }

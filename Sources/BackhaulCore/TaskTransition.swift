@@ -69,6 +69,14 @@ public enum TaskInput: Sendable, Equatable {
 }
 
 extension TaskRecord {
+    /// An attempt count moved by `change`, kept within 0...Int.max: the count comes from the
+    /// stored row as it is, and one that is out of range must not trap the store's writer (the
+    /// daemon would meet the same row at every start).
+    static func counted(_ attempts: Int, plus change: Int) -> Int {
+        let (sum, overflow) = attempts.addingReportingOverflow(change)
+        return overflow ? (change > 0 ? .max : 0) : max(0, sum)
+    }
+
     /// The task after `input` at `now`, or why the input does not apply.
     public func applying(_ input: TaskInput, now: Timestamp) -> Result<TaskRecord, TransitionRefused> {
         var task = self
@@ -79,7 +87,7 @@ extension TaskRecord {
         case .attemptStarted:
             guard state == .queued else { return refused("start") }
             task.enter(.running, now: now)
-            task.attempts += 1
+            task.attempts = Self.counted(task.attempts, plus: 1)
             if task.startedAt == nil { task.startedAt = now }
 
         case .attemptEnded(let attempt, let bytesTransferred, let end):
@@ -107,10 +115,10 @@ extension TaskRecord {
                 if let response { task.response = response }
             case .interrupted:
                 task.enter(.queued, now: now)
-                task.attempts -= 1
+                task.attempts = Self.counted(task.attempts, plus: -1)
             case .held(let reason):
                 task.enter(.waiting, now: now, waitingReason: reason)
-                task.attempts -= 1
+                task.attempts = Self.counted(task.attempts, plus: -1)
             case .cancelled(let reason, let message):
                 task.cancel(reason, now: now, message: message)
             }
@@ -118,7 +126,7 @@ extension TaskRecord {
         case .requeued(let counted):
             guard state == .running else { return refused("requeue") }
             task.enter(.queued, now: now)
-            if !counted { task.attempts -= 1 }
+            if !counted { task.attempts = Self.counted(task.attempts, plus: -1) }
 
         case .command(let command, let reason):
             switch state.applying(command) {

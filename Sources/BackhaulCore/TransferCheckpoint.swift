@@ -47,7 +47,8 @@ public struct TransferCheckpoint: Sendable, Equatable {
     public init?(_ json: JSON?) {
         guard let json, let offset = json["offset"]?.intValue else { return nil }
         self.offset = offset
-        self.attempt = Int(json["attempt"]?.intValue ?? 0)
+        // Never below zero: the engine counts failures since this attempt by subtracting it.
+        self.attempt = Int(max(0, json["attempt"]?.intValue ?? 0))
         self.location = json["location"]?.stringValue
         self.parts = json["parts"]?.arrayValue?.compactMap(\.stringValue) ?? []
         self.partChecksums = json["part_checksums"]?.arrayValue?.compactMap(\.stringValue) ?? []

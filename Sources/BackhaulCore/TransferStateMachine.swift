@@ -127,6 +127,13 @@ extension TransferStep {
     public static func protocolViolation(_ message: String) -> TransferStep {
         .failed(.fatal(TaskError(.badServerResponse, message: message)))
     }
+
+    /// The machine is in a state its own rules cannot reach (what it needs was never stored, or
+    /// was stored broken): the task fails with `-3100 internal_error` and no retry, since the same
+    /// state would come back, and the daemon goes on with its other tasks (SPEC §5.1).
+    public static func impossible(_ message: String) -> TransferStep {
+        .failed(.fatal(TaskError(.internalError, message: message)))
+    }
 }
 
 /// One upload protocol as a pure state machine: no I/O, no clock, no randomness.

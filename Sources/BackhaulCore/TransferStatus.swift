@@ -54,6 +54,8 @@ public struct EngineMetrics: Sendable, Equatable {
         case corruptRecord = "corrupt_record"
         /// curl refused an option.
         case curl
+        /// A task's protocol state was one that should be impossible (the task failed -3100).
+        case internalError = "internal_error"
     }
 
     public init() {}

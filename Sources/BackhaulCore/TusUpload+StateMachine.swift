@@ -34,18 +34,32 @@ public struct TusUpload: TransferStateMachine {
     private let wantsChecksum: Bool
     /// Whether the server offers the checksum extension with sha256; nil until asked this attempt.
     public private(set) var checksumOffered: Bool?
+    /// What makes the stored checkpoint one this protocol cannot have written (nil: none): every
+    /// attempt then fails `internal_error` instead of guessing.
+    private let brokenCheckpoint: String?
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         creationURL = task.request.url
         self.headers = headers + [("Tus-Resumable", Self.version)]
         total = task.file.size
-        chunkSize = max(1, task.upload.chunkSize ?? ChunkedUpload.defaultChunkSize)
+        chunkSize = ChunkedUpload.chunkSize(task.upload.chunkSize, total: task.file.size)
         let name = task.upload.filename ?? String(task.file.path.split(separator: "/").last ?? "file")
         let type = task.upload.contentType ?? "application/octet-stream"
         metadata = "filename \(Base64.encode(Array(name.utf8))),filetype \(Base64.encode(Array(type.utf8)))"
         wantsChecksum = task.upload.checksum == .sha256
         location = checkpoint?.location
         offset = checkpoint?.location == nil ? 0 : min(checkpoint?.offset ?? 0, task.file.size)
+        brokenCheckpoint = checkpoint.flatMap(Self.brokenCheckpoint)
+    }
+
+    /// A tus checkpoint counts bytes only once the creation named the upload's URL, and never
+    /// fewer than none.
+    static func brokenCheckpoint(_ checkpoint: TransferCheckpoint) -> String? {
+        if checkpoint.offset < 0 { return "the stored checkpoint has the negative offset \(checkpoint.offset)" }
+        if checkpoint.offset > 0, checkpoint.location == nil {
+            return "the stored checkpoint counts \(checkpoint.offset) acknowledged bytes but names no tus upload URL"
+        }
+        return nil
     }
 
     public var bytesAcknowledged: Int64 { offset }
@@ -59,6 +73,7 @@ public struct TusUpload: TransferStateMachine {
     }
 
     public mutating func start(now: Timestamp) -> TransferStep {
+        if let brokenCheckpoint { return impossible(brokenCheckpoint) }
         if wantsChecksum, checksumOffered == nil {
             state = .discovering
             return .send(PlannedRequest(method: "OPTIONS", url: creationURL, headers: headers, body: .empty))
@@ -72,8 +87,9 @@ public struct TusUpload: TransferStateMachine {
     }
 
     private mutating func probe() -> TransferStep {
+        guard let location else { return impossible("a HEAD is due but no tus upload URL is known") }
         state = .probing
-        return .send(PlannedRequest(method: "HEAD", url: location!, headers: headers, body: .empty))
+        return .send(PlannedRequest(method: "HEAD", url: location, headers: headers, body: .empty))
     }
 
     public mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep {
@@ -90,8 +106,12 @@ public struct TusUpload: TransferStateMachine {
             return resume()
         case .creating:
             guard status == 201, let target = response.headers["location"] else { return failHTTP(response, now: now) }
+            let created = response.headers["upload-offset"].flatMap { Int64($0) } ?? 0
+            guard (0...total).contains(created) else {
+                return fail("the server created the upload at offset \(created) of \(total)")
+            }
             location = Self.resolve(target, against: creationURL)
-            offset = response.headers["upload-offset"].flatMap { Int64($0) } ?? 0
+            offset = created
             return next()
         case .probing:
             if status == 404 || status == 410 {
@@ -140,10 +160,11 @@ public struct TusUpload: TransferStateMachine {
             state = .done
             return .completed
         }
+        guard let location else { return impossible("a PATCH is due but no tus upload URL is known") }
         let last = min(total, offset + chunkSize) - 1
         state = .patching(first: offset, last: last)
         var patch = PlannedRequest(
-            method: "PATCH", url: location!,
+            method: "PATCH", url: location,
             headers: headers + [("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream")],
             body: .file(offset: offset, length: last - offset + 1))
         if checksumOffered == true { patch.digestHeader = DigestHeader(name: "Upload-Checksum", prefix: "sha256 ") }
@@ -158,6 +179,11 @@ public struct TusUpload: TransferStateMachine {
     private mutating func fail(_ message: String) -> TransferStep {
         state = .idle
         return .protocolViolation(message)
+    }
+
+    private mutating func impossible(_ message: String) -> TransferStep {
+        state = .idle
+        return .impossible(message)
     }
 
     /// An absolute `Location` as is; a path against the creation URL's origin.

@@ -84,6 +84,16 @@ extension EngineLoop {
                 record(transfer, bytesTransferred: bytes, .retry(at: at, failure.error, response))
                 nextTimer = min(nextTimer ?? at, at)
             case .fail(let error):
+                if error.code == TaskError.Kind.internalError.rawValue {
+                    // The machine met a state it cannot reach (a broken stored checkpoint, say): this
+                    // task ends here; the daemon and its other tasks go on.
+                    fault(
+                        .internalError, "a task's protocol state should be impossible; the task fails",
+                        [
+                            "task.id": "\(task.id)", "upload.protocol": "\(task.upload.protocolName.rawValue)",
+                            "error.message": "\(error.message)",
+                        ])
+                }
                 logger.info(
                     "task failed",
                     metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])

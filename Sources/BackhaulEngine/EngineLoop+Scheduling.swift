@@ -22,6 +22,13 @@ extension EngineLoop {
                     guard let read = try store.task(sequence: entry.sequence), read.state == .queued else { continue }
                     task = read
                 }
+            } catch .corrupt(let what) {
+                // A row this build cannot read stays unreadable: it is set aside for this run (not
+                // put back at the head of the queue, where it would hold every task behind it).
+                fault(
+                    .corruptRecord, "a queued task cannot be read; it is set aside and the queue goes on",
+                    ["task.seq": "\(entry.sequence)", "error": "\(what)"])
+                continue
             } catch {
                 fault(
                     .storeRead, "cannot read a queued task; trying again", ["task.seq": "\(entry.sequence)", "error": "\(error)"])

@@ -193,7 +193,7 @@ final class Transfer {
         guard disposition == nil, let part, let decision = withDownload({ $0.didReceiveHead(responseHead) }) else { return true }
         disposition = decision
         guard case .write(let offset, let total) = decision else { return true }
-        if let total, !part.hasRoom(for: total - offset) {
+        if let total, total > offset, !part.hasRoom(for: total - offset) {
             insufficientSpace = true
             return false
         }

@@ -20,6 +20,7 @@ const ERROR_WORDS = {
   cannot_write_to_file: 'The destination cannot be written (disk full?)',
   cannot_move_file: 'The finished download cannot be moved into place',
   download_checksum_mismatch: 'The download does not match its SHA-256',
+  internal_error: 'The task’s stored state is broken (see the daemon’s log); other tasks go on',
 };
 const STATUS_WORDS = {
   400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed', 408: 'Request Timeout',
