@@ -85,7 +85,9 @@ public final class Store: Sendable {
         self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
         self.walPolicy = walPolicy
-        salvage = try StoreSalvage.examine(path: self.path, policy: onCorruptState, now: clock.now())
+        let cleanlyStopped = scratch ? false : try CleanStop.take(beside: self.path)
+        salvage = try StoreSalvage.examine(
+            path: self.path, policy: onCorruptState, now: clock.now(), thorough: !cleanlyStopped)
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
@@ -140,8 +142,9 @@ public final class Store: Sendable {
         else { return }
         writer.stop()
         checkpointer.stop()
-        // The whole log back into the database file, which is then the state on its own.
-        _ = try? writer.emptyLog()
+        // The whole log back into the database file, which is then the state on its own; the next
+        // open may then skip reading every page for damage.
+        if (try? writer.emptyLog()) == true, !scratch { CleanStop.mark(beside: path) }
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
     }
 

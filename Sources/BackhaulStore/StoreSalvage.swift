@@ -119,9 +119,13 @@ enum StoreSalvage {
     /// that is sound (or absent); a damaged one is refused (`StoreError.corrupt`) or salvaged, by
     /// `policy`. Errors other than damage (a file that cannot be opened, a disk error) are thrown
     /// as they are. The report: this salvage's, else the newest an earlier start left.
-    static func examine(path: String, policy: CorruptStatePolicy, now: Timestamp) throws -> SalvageReport? {
+    /// `thorough`: every page is read (`quick_check`), which takes seconds on a large state; after a
+    /// clean stop only the cheap checks run (`CleanStop`).
+    static func examine(path: String, policy: CorruptStatePolicy, now: Timestamp, thorough: Bool = true) throws
+        -> SalvageReport?
+    {
         guard access(path, F_OK) == 0 else { return nil }
-        guard let damage = try damage(path: path) else { return lastReport(beside: path) }
+        guard let damage = try damage(path: path, thorough: thorough) else { return lastReport(beside: path) }
         guard policy == .salvage else { throw StoreError.corrupt(damage) }
         return try salvage(path: path, reason: damage, now: now)
     }
@@ -146,7 +150,7 @@ enum StoreSalvage {
 
     /// What is damaged in the database at `path`, or nil when nothing is. Reads it through a
     /// read-only connection, which neither checkpoints nor removes its WAL.
-    static func damage(path: String) throws -> String? {
+    static func damage(path: String, thorough: Bool = true) throws -> String? {
         if let fault = walHeaderFault(path + "-wal") { return fault }
         do {
             let db = try Connection(path: path, readOnly: true)
@@ -155,8 +159,10 @@ enum StoreSalvage {
             // A newer build's state is refused untouched (`StoreOpening.migrate`), damaged or not:
             // this build cannot copy what it does not know.
             guard version <= migrator.latest else { return nil }
-            let faults = try db.query("PRAGMA quick_check(5)", []) { $0.string(0) }
-            if faults != ["ok"] { return "quick_check: " + faults.joined(separator: "; ") }
+            if thorough {
+                let faults = try db.query("PRAGMA quick_check(5)", []) { $0.string(0) }
+                if faults != ["ok"] { return "quick_check: " + faults.joined(separator: "; ") }
+            }
             // The counts exist from schema version 6 on; `Store.verify` runs again after the migrations.
             if version >= 6 {
                 do {

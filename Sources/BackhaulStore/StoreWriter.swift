@@ -137,9 +137,10 @@ final class StoreWriter: @unchecked Sendable {
     /// Copies the whole log back into the database and empties it (`wal_checkpoint(TRUNCATE)`),
     /// after `stop`, so that the database file alone is the state. Not after a failed sync: the
     /// checkpoint would sync again what the disk may not hold.
-    func emptyLog() throws {
-        guard failedWith == nil else { return }
-        _ = try connection.checkpoint(.truncate)
+    /// Whether the log is empty now.
+    func emptyLog() throws -> Bool {
+        guard failedWith == nil, let result = try connection.checkpoint(.truncate) else { return false }
+        return result.copied >= result.frames
     }
 
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {

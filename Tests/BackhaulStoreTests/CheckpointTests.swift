@@ -218,6 +218,28 @@ struct CheckpointTests {
         #expect(try db.queryFirst("PRAGMA integrity_check") { $0.string(0) } == "ok")
     }
 
+    @Test("a clean close leaves the clean-stop mark for the database as it is; the next open takes it, and a changed file is not taken for clean")
+    func cleanStopMark() throws {
+        let directory = TemporaryDirectory("backhaul-clean-stop")
+        let path = directory.file("backhaul.db")
+        let marker = directory.file(CleanStop.name)
+        let store = try Store(path: path)
+        try relaxedWrite(store)
+        store.close()
+        #expect(fileSize(marker) > 0, "no mark after a clean close")
+        #expect(try CleanStop.take(beside: path))
+        #expect(fileSize(marker) == -1, "the mark stayed after it was taken")
+        #expect(try !CleanStop.take(beside: path), "a state with no mark was taken for a clean stop")
+        // A write to the file after the mark (a tool, a damaged restore) makes it count as unclean.
+        let again = try Store(path: path)
+        again.close()
+        let db = try Connection(path: path)
+        try db.execute("PRAGMA user_version = user_version")
+        try db.execute("CREATE TABLE later (x); DROP TABLE later")
+        _ = try db.checkpoint(.truncate)
+        #expect(try !CleanStop.take(beside: path), "a database changed after the mark was taken for a clean stop")
+    }
+
     @Test("the writes are not held by a checkpoint that runs")
     func besideTheWriter() throws {
         var policy = WALPolicy()
