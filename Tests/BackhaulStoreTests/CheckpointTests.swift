@@ -218,7 +218,9 @@ struct CheckpointTests {
         #expect(try db.queryFirst("PRAGMA integrity_check") { $0.string(0) } == "ok")
     }
 
-    @Test("a clean close leaves the clean-stop mark for the database as it is; the next open takes it, and a changed file is not taken for clean")
+    @Test(
+        "a clean close leaves the clean-stop mark for the database as it is; the next open takes it, and a changed file is not taken for clean"
+    )
     func cleanStopMark() throws {
         let directory = TemporaryDirectory("backhaul-clean-stop")
         let path = directory.file("backhaul.db")
