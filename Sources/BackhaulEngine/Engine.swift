@@ -82,8 +82,13 @@ public final class Engine: TransferStatus {
     /// started). With transfers disabled by the policy, unfinished tasks are cancelled first.
     public func start() throws {
         let recovered = try store.recoverInterrupted()
-        if recovered > 0 {
-            logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered)"])
+        if recovered.requeued > 0 {
+            logger.info("re-queued tasks interrupted by the last stop", metadata: ["tasks.count": "\(recovered.requeued)"])
+        }
+        for id in recovered.failed {
+            logger.error(
+                "a task's stored state cannot be read: it failed with internal_error (-3100)",
+                metadata: ["task.id": "\(id)"])
         }
         if !settings.policy.transfersEnabled {
             let count = try store.cancelUnfinished(reason: .backgroundUpdatesDisabled)

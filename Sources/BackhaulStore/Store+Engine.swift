@@ -16,14 +16,37 @@ public struct HeldTask: Sendable, Equatable {
 /// moved on meanwhile (cancelled, suspended, expired) changes nothing and says so with nil.
 extension Store {
     /// At start: tasks left `running` by a stop or a crash go back to the queue, their attempt
-    /// counted. Returns how many.
-    public func recoverInterrupted() throws(StoreError) -> Int {
+    /// counted; those whose row cannot be read as it is fail (`failUnreadable`). How many went
+    /// back, and the ids of those that failed.
+    public func recoverInterrupted() throws(StoreError) -> (requeued: Int, failed: [String]) {
         let now = self.now
         return try write { [self] db in
-            let running = try db.query("SELECT \(TaskRows.columns) FROM tasks WHERE state = 'running'", [], TaskRows.decode)
-            for task in running { try transition(db, task, .requeued(counted: true), now: now) }
-            return running.count
+            let running = try db.query("SELECT seq FROM tasks WHERE state = 'running'") { $0.int(0) }
+            var failed: [String] = []
+            for sequence in running {
+                do {
+                    guard let task = try TaskRows.fetch(db, sequence: sequence) else { continue }
+                    try transition(db, task, .requeued(counted: true), now: now)
+                } catch StoreError.corrupt(let message) {
+                    if let id = try failUnreadable(db, sequence: sequence, message, now: now) { failed.append(id) }
+                }
+            }
+            return (running.count - failed.count, failed)
         }
+    }
+
+    /// A running task whose row this build cannot read as it is (its checkpoint, most often) fails
+    /// with -3100 `internal_error`, read without its checkpoint (which is dropped), instead of stopping the start,
+    /// which every later start would meet again (docs/operations.md, "A damaged state"). A row
+    /// that cannot be read even so is left as it is and named in the error thrown.
+    private func failUnreadable(_ db: Connection, sequence: Int64, _ message: String, now: Timestamp) throws -> String? {
+        guard let task = try TaskRows.fetch(db, sequence: sequence, ignoringCheckpoint: true) else { return nil }
+        try TaskRows.dropCheckpoint(db, sequence: sequence)
+        let error = TaskError(.internalError, message: "the task's stored state cannot be read: \(message)")
+        let end = AttemptEnd.failed(error, nil)
+        try transition(
+            db, task, .attemptEnded(attempt: task.attempts, bytesTransferred: task.bytesTransferred, end), now: now)
+        return task.id
     }
 
     /// The queue as the scheduler needs it, in pages by sequence (a read: no writer waits).

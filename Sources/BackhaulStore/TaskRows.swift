@@ -238,6 +238,22 @@ enum TaskRows {
     static func fetch(_ db: Connection, sequence: Int64) throws -> TaskRecord? {
         try db.queryFirst("SELECT \(columns) FROM tasks WHERE seq = ?", [sequence], decode)
     }
+
+    /// The task at `sequence` read with no checkpoint (`ignoringCheckpoint`): what is left of a row
+    /// whose checkpoint this build cannot read, to fail it.
+    static func fetch(_ db: Connection, sequence: Int64, ignoringCheckpoint: Bool) throws -> TaskRecord? {
+        try db.queryFirst(
+            "SELECT \(ignoringCheckpoint ? columnsWithoutCheckpoint : columns) FROM tasks WHERE seq = ?", [sequence], decode)
+    }
+
+    /// Drops a task's checkpoint (no column the feed reports): what is left of a row whose
+    /// checkpoint cannot be read.
+    static func dropCheckpoint(_ db: Connection, sequence: Int64) throws {
+        try db.run("UPDATE tasks SET checkpoint = NULL WHERE seq = ?", [sequence])
+    }
+
+    /// `columns` with NULL for the checkpoint.
+    private static let columnsWithoutCheckpoint = columns.replacing("cancellation, checkpoint,", with: "cancellation, NULL,")
 }
 
 extension Optional {

@@ -354,7 +354,7 @@ struct StoreTests {
         _ = try store.startAttempt(id: "a")
         _ = try store.startAttempt(id: "b")
         _ = try store.finishAttempt(id: "b", attempt: 1, bytesTransferred: 10, result: .completed(nil))
-        #expect(try store.recoverInterrupted() == 1)
+        #expect(try store.recoverInterrupted().requeued == 1)
         #expect(try store.task(id: "a")?.state == .queued)
         #expect(try store.task(id: "a")?.attempts == 1)
         #expect(try store.task(id: "b")?.state == .completed)

@@ -55,24 +55,7 @@ extension EndToEndTests {
         statements.append(
             "UPDATE tasks SET state = 'queued', waiting_reason = NULL, earliest_begin_at = NULL, priority = 1, "
                 + "checkpoint = '{\"attempt\": 1}' WHERE id = '\(unreadable)'")
-        let edit = Process()
-        edit.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        edit.arguments =
-            [
-                "python3", "-c",
-                """
-                import sqlite3, sys
-                db = sqlite3.connect(sys.argv[1])
-                changed = 0
-                for statement in sys.argv[2:]:
-                    changed += db.execute(statement).rowcount
-                db.commit()
-                sys.exit(0 if changed == len(sys.argv) - 2 else 1)
-                """, fixture.daemon.stateDirectory + "/backhaul.db",
-            ] + statements
-        try edit.run()
-        edit.waitUntilExit()
-        try #require(edit.terminationStatus == 0, "the state edit failed")
+        try editState(fixture, statements)
 
         try fixture.daemon.start()
         let pid = fixture.daemon.pid
@@ -113,5 +96,52 @@ extension EndToEndTests {
         #expect(fixture.daemon.isRunning && fixture.daemon.pid == pid)
         let received = try #require(fixture.sink.requests.last)
         #expect(received.path == "/normal" && Bytes(received.body) == Bytes(fixture.contents(file)))
+    }
+
+    @Test("a running task whose stored checkpoint cannot be read at all fails -3100 at the start; the daemon starts")
+    func unreadableRunningTask() throws {
+        let fixture = try Fixture()
+        try fixture.session("s1")
+        let id = try fixture.enqueue(
+            fixture.makeFile("a.bin", size: 4096), path: "/a", extra: ["earliest_begin_at": "2099-01-01T00:00:00Z"])
+        #expect(fixture.daemon.terminate() == 0)
+        try editState(
+            fixture,
+            [
+                "UPDATE tasks SET state = 'running', waiting_reason = NULL, earliest_begin_at = NULL, attempts = 1, "
+                    + "started_at = created_at, checkpoint = '{not json' WHERE id = '\(id)'"
+            ])
+        try fixture.daemon.start()
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(task["error"]?["code"]?.intValue == -3100, "\(task.serialized())")
+        #expect(task["state"]?.stringValue == "failed")
+        let lines = fixture.daemon.log(lastLines: 1000).split(separator: "\n")
+        #expect(lines.contains { $0.contains("cannot be read") && $0.contains(id) }, "no log line names \(id)")
+        // A second start meets no running row: it starts as any other.
+        #expect(fixture.daemon.terminate() == 0)
+        try fixture.daemon.start()
+        #expect(try fixture.daemon.call("GET", "/readyz").0 == 200)
+    }
+
+    /// Runs SQL statements on the stopped daemon's state with Python's sqlite3 (each must change a row).
+    private func editState(_ fixture: Fixture, _ statements: [String]) throws {
+        let edit = Process()
+        edit.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        edit.arguments =
+            [
+                "python3", "-c",
+                """
+                import sqlite3, sys
+                db = sqlite3.connect(sys.argv[1])
+                changed = 0
+                for statement in sys.argv[2:]:
+                    changed += db.execute(statement).rowcount
+                db.commit()
+                sys.exit(0 if changed == len(sys.argv) - 2 else 1)
+                """, fixture.daemon.stateDirectory + "/backhaul.db",
+            ] + statements
+        try edit.run()
+        edit.waitUntilExit()
+        try #require(edit.terminationStatus == 0, "the state edit failed")
     }
 }
