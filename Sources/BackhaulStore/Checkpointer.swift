@@ -2,12 +2,14 @@ import BackhaulCore
 import SQLite
 import Threads
 
-/// Copies the WAL back into the database once the writes pause, on a thread and connection of
-/// its own, so that neither the writer nor the disk works at it in the middle of a burst
-/// (`CheckpointSchedule` says when). A checkpoint syncs the WAL, copies its newest pages into the
-/// database file and syncs that: on a disk 5–10 ms, most of it the writeback of every page the
-/// log took since the last. A PASSIVE checkpoint takes no lock a commit needs. The log's hard cap
-/// stays the writer's (`Store.keepWALBounded`).
+/// Copies the WAL back into the database: once the writes pause, on a thread and connection of
+/// its own, so that neither the writer nor the disk works at it in the middle of a burst of the
+/// engine's writes; and through the writer's own connection right after a commit that is synced
+/// anyway (`CheckpointSchedule` says which and when). A checkpoint syncs the WAL, copies its newest
+/// pages into the database file and syncs that: on a disk 5–10 ms, most of it the writeback of
+/// every page the log took since the last, which a synced commit has just paid. A PASSIVE
+/// checkpoint takes no lock a commit needs. The log's hard cap stays the writer's
+/// (`Store.keepWALBounded`).
 final class Checkpointer: @unchecked Sendable {
     // @unchecked: `connection` is used on the checkpointer's thread only; the rest is behind locks.
     private struct State {
@@ -47,14 +49,23 @@ final class Checkpointer: @unchecked Sendable {
         thread.join()
     }
 
-    /// After a commit of the writer's that left `frames` in the log: the checkpointer is woken
-    /// only when that makes a checkpoint due.
-    func committed(frames: Int) {
+    /// After a commit of the writer's (on its thread, with its connection `db`) that left `frames`
+    /// in the log (`synced`: the settler syncs the log for it): the checkpointer is woken only when
+    /// that makes a checkpoint due at the pause; when the schedule says so, the writer copies the
+    /// log back itself, here, and its next write starts the log over, in place.
+    func committed(frames: Int, synced: Bool, by db: Connection) {
         let now = monotonicSeconds()
-        state.withLockNotifyingAllIfNeeded { state in
-            let wake = state.schedule.committed(frames: frames, at: now)
-            if wake { state.wakes += 1 }
-            return ((), wake)
+        let step = state.withLockNotifyingAllIfNeeded { state in
+            let step = state.schedule.committed(frames: frames, synced: synced, at: now)
+            if step == .wake { state.wakes += 1 }
+            return (step, step == .wake)
+        }
+        guard step == .checkpointHere else { return }
+        let outcome = Checkpointer.run(.passive, on: db, figures: figures, report: report)
+        // The thread may be waiting for a commit: what this one left is for it to see.
+        state.withLockNotifyingAll { state in
+            state.schedule.finished(outcome, at: monotonicSeconds())
+            state.wakes += 1
         }
     }
 
@@ -136,6 +147,12 @@ enum CheckpointOutcome: Equatable {
 ///   commit came for `pauseSeconds`: a burst ends before its log is written back and copied, each
 ///   page once however often the burst rewrote it. A log of fewer frames waits for more (or for
 ///   the clean stop's TRUNCATE).
+/// - After a commit that the settler syncs anyway (a write a client waits for), past
+///   `pauseFrames` the writer copies the log back at once: the sync has written the log back
+///   already, so this costs little, and the log, started over at the next write, stays short and
+///   is rewritten in place. Without it, durable writes that never pause (single POSTs) grew the
+///   log to the cap, and every sync that extended the file also committed the file system's
+///   journal: 3,703 POSTs/s with a p99 of 66 ms, against 12,000 and 3.5 ms.
 /// - Writes that never pause reach the writer's hard cap (`WALPolicy.capFrames`), where it empties
 ///   the log itself (`Store.keepWALBounded`).
 /// - One that could not copy all it was given (readers held it) is not tried again before another
@@ -151,6 +168,12 @@ struct CheckpointSchedule {
         /// Nothing to do for this many seconds (nil: until a commit makes a checkpoint due).
         case wait(Double?)
         case passive
+    }
+
+    /// What a commit calls for: nothing, the checkpointer woken (one is due at the pause), or the
+    /// log copied back by the writer itself, at once.
+    enum CommitStep: Equatable {
+        case none, wake, checkpointHere
     }
 
     static let maxRetrySeconds = 30.0
@@ -172,14 +195,19 @@ struct CheckpointSchedule {
 
     private var due: Bool { !running && uncopied >= policy.pauseFrames }
 
-    /// A commit left `frames` in the log at `now`: whether the checkpointer is to be woken.
-    mutating func committed(frames: Int, at now: Double) -> Bool {
+    /// A commit left `frames` in the log at `now` (`synced`: the settler syncs the log for it).
+    mutating func committed(frames: Int, synced: Bool, at now: Double) -> CommitStep {
         if frames < self.frames { copied = 0 }
         self.frames = frames
         lastCommit = now
+        if synced, due, now >= notBefore {
+            running = true
+            signalled = false
+            return .checkpointHere
+        }
         let wake = due && !signalled
         signalled = due
-        return wake
+        return wake ? .wake : .none
     }
 
     /// What to do at `now`; a checkpoint returned is under way until `finished`.

@@ -51,12 +51,13 @@ public struct MaintenanceFigures: Sendable, Equatable {
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
 
-    /// After a commit (on the writer's thread): counted; past the cap the log emptied here
-    /// (TRUNCATE: it holds the writer, and waits for the readers of the moment); and told to the
-    /// checkpointer, which copies the log back once the writes pause (`Checkpointer`).
+    /// After a commit (on the writer's thread; `synced`: the settler syncs it): counted; past the
+    /// cap the log emptied here (TRUNCATE: it holds the writer, and waits for the readers of the
+    /// moment); and told to the checkpointer, which copies the log back once the writes pause, or
+    /// has the writer do it now after a synced commit (`Checkpointer`).
     static func keepWALBounded(
         _ db: Connection, _ policy: WALPolicy, _ figures: Locked<MaintenanceFigures>, _ checkpointer: Checkpointer,
-        frames: Int, report: @Sendable (CheckpointFailure) -> Void
+        frames: Int, synced: Bool, report: @Sendable (CheckpointFailure) -> Void
     ) {
         var frames = frames
         if frames >= policy.capFrames,
@@ -69,7 +70,7 @@ extension Store {
             figures.commits += 1
             figures.walFrames = frames
         }
-        checkpointer.committed(frames: frames)
+        checkpointer.committed(frames: frames, synced: synced, by: db)
     }
 
     /// Removes finished tasks kept longer than their retention (the session's

@@ -121,8 +121,9 @@ public final class Store: Sendable {
         let checkpointer = try Checkpointer(
             path: self.path, policy: walPolicy, figures: maintenance, report: checkpointFailed)
         self.checkpointer = checkpointer
-        writer.afterCommit = { [walPolicy, maintenance] db in
-            Store.keepWALBounded(db, walPolicy, maintenance, checkpointer, frames: frames.value, report: checkpointFailed)
+        writer.afterCommit = { [walPolicy, maintenance] db, synced in
+            Store.keepWALBounded(
+                db, walPolicy, maintenance, checkpointer, frames: frames.value, synced: synced, report: checkpointFailed)
         }
         writer.observe { [sessionCache] changes in
             if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }

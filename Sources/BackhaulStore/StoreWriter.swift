@@ -42,8 +42,9 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
-    /// Runs after every commit, on the writer's thread: keeps the WAL bounded.
-    var afterCommit: ((Connection) -> Void)?
+    /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
+    /// keeps the WAL bounded.
+    var afterCommit: ((Connection, _ synced: Bool) -> Void)?
 
     /// A committed (or failed) batch's remaining work, in commit order.
     private struct Settlement {
@@ -300,7 +301,7 @@ final class StoreWriter: @unchecked Sendable {
         let settlement = Settlement(
             durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
             jobs: batch, results: results)
-        afterCommit?(connection)
+        afterCommit?(connection, settlement.needsSync)
         handOver(settlement)
     }
 

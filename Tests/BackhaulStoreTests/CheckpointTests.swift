@@ -14,8 +14,11 @@ import Threads
 struct CheckpointScheduleTests {
     /// One event of a scenario, with what it must give.
     enum Event {
-        /// A commit left `frames` in the log; whether that wakes the checkpointer.
+        /// A commit (the engine's: not synced) left `frames` in the log; whether that wakes the
+        /// checkpointer.
         case commit(frames: Int, at: Double, wakes: Bool)
+        /// A synced commit left `frames` in the log; whether the writer copies it back at once.
+        case synced(frames: Int, at: Double, here: Bool)
         /// What is due at a time.
         case next(at: Double, CheckpointSchedule.Step)
         case finished(CheckpointOutcome, at: Double)
@@ -30,8 +33,11 @@ struct CheckpointScheduleTests {
         for (index, event) in events.enumerated() {
             switch event {
             case .commit(let frames, let time, let wakes):
-                let woken = schedule.committed(frames: frames, at: time)
-                #expect(woken == wakes, "event \(index): \(frames) frames", sourceLocation: sourceLocation)
+                let step = schedule.committed(frames: frames, synced: false, at: time)
+                #expect(step == (wakes ? .wake : .none), "event \(index): \(frames) frames", sourceLocation: sourceLocation)
+            case .synced(let frames, let time, let here):
+                let step = schedule.committed(frames: frames, synced: true, at: time)
+                #expect((step == .checkpointHere) == here, "event \(index): \(step)", sourceLocation: sourceLocation)
             case .next(let time, let expected):
                 let step = schedule.next(at: time)
                 if case .wait(let seconds?) = step, case .wait(let wanted?) = expected {
@@ -62,6 +68,17 @@ struct CheckpointScheduleTests {
             .commit(frames: 160, at: 0.2, wakes: false), .next(at: 0.3, .wait(0.15)),
             .next(at: 0.45, .passive), .finished(.ran(frames: 160, copied: 160), at: 0.5), .uncopied(0),
             .next(at: 10, .wait(nil)),
+        ])
+    }
+
+    @Test("after a synced commit past pauseFrames the writer copies the log back at once, and not while one runs")
+    func afterSynced() {
+        play([
+            .synced(frames: 50, at: 0, here: false), .synced(frames: 120, at: 0.01, here: true),
+            .synced(frames: 130, at: 0.02, here: false), .finished(.ran(frames: 120, copied: 120), at: 0.03),
+            .uncopied(10), .synced(frames: 20, at: 0.04, here: false), .uncopied(20),
+            .synced(frames: 125, at: 0.05, here: true), .finished(.busy, at: 0.06),
+            .synced(frames: 130, at: 0.1, here: false), .synced(frames: 140, at: 0.32, here: true),
         ])
     }
 
