@@ -245,6 +245,23 @@ struct APITests {
         #expect(try JSON.parse(Array(last.dataText.utf8), maxDepth: 64) == refused)
     }
 
+    @Test("a webhook secret that is not canonical base64 is refused with 422, naming the field")
+    func malformedSecret() {
+        #expect(api.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 200)
+        let url = "http://127.0.0.1:9/hook"
+        let valid = "whsec_QUJDREVGR0hJSktMTU5PUA=="
+        for secret in [
+            "whsec_QUJD=REVGR0hJSktMTU5PUA==", "whsec_QUJDREVGR0hJSktMTU5PUA=", "whsec_QUJDREVGR0hJSktMTU5PUB==", valid,
+        ] {
+            let (status, body, _) = api.call("POST", "/v1/sessions/s/webhooks", ["url": .string(url), "secret": .string(secret)])
+            if secret == valid {
+                #expect(status == 201, "\(secret): \(body.serialized())")
+            } else {
+                #expect(status == 422 && body["field"]?.stringValue == "secret", "\(secret): \(status) \(body.serialized())")
+            }
+        }
+    }
+
     @Test("sessions: ids, PUT semantics, 404, 405")
     func sessions() {
         #expect(api.call("PUT", "/v1/sessions/s", ["configuration": [:]]).0 == 200)

@@ -367,6 +367,27 @@ struct ConfigurationTests {
         }
         #expect(Base64.encode(Array("hello".utf8)) == "aGVsbG8=")
     }
+
+    /// Only canonical padded base64 decodes (RFC 4648 §3.5, §4): the old decoder dropped `=`
+    /// anywhere and checked no length, so all of these gave bytes.
+    @Test(
+        "base64 refuses what is not canonical",
+        arguments: [
+            "aGVsbG8", "aGVs=bG8=", "aGVsbG8==", "aGVsbG9=", "a===", "====", "aGVsbG8=\n", " aGVsbG8=", "aGVs*G8=", "aGVsbA=x",
+            "aGVsbG-=", "aGVsbG_=",
+        ])
+    func base64Refuses(_ text: String) {
+        #expect(Base64.decode(text) == nil, "\(text)")
+    }
+
+    @Test("base64 decodes the canonical forms")
+    func base64Canonical() {
+        #expect(Base64.decode("") == [])
+        #expect(Base64.decode("aGVsbG8=") == Array("hello".utf8))
+        #expect(Base64.decode("aGVsbA==") == Array("hell".utf8))
+        #expect(Base64.decode("aGVs") == Array("hel".utf8))
+        #expect(Base64.decode("+/+/") == [0xFB, 0xFF, 0xBF])
+    }
 }
 
 @Suite("Upload state machines")
