@@ -3,6 +3,7 @@ import BackhaulFiles
 import BackhaulStore
 import Curl
 import Logging
+import Systemd
 import Threads
 
 /// Tunables of the engine (from the daemon's configuration).
@@ -28,6 +29,13 @@ public struct EngineOptions: Sendable {
     public var writePacing: Double = 0.002
     public var pacedTransfers = 4
     public var pacedClaims = 3
+    /// The service manager's notify socket: the loop sends `WATCHDOG=1` at its interval and a
+    /// status line when what it shows changes (nil: nothing is sent).
+    public var notifier: ServiceNotifier?
+    /// A test hook, set only from `BACKHAUL_TEST_ENGINE_STALL_FILE`: when this file appears, the
+    /// loop removes it and sleeps on its own thread for the seconds it holds, as a hung engine
+    /// would (tests show the watchdog's keep-alives stop). Never set in production.
+    public var testStallFile: String?
 
     public init() {}
 }
