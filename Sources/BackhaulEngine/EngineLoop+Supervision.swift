@@ -31,6 +31,8 @@ extension EngineLoop {
         var line = "running \(active.count), queued \(scheduler.queuedCount), network \(network.type.rawValue)"
         if network.expensive { line += " expensive" }
         if network.constrained { line += " constrained" }
+        if network.roaming { line += " roaming" }
+        if network.connectivity != .full && network.connectivity != .unknown { line += " \(network.connectivity.rawValue)" }
         return line + " (\(network.source.rawValue))"
     }
 
