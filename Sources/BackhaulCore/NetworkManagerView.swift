@@ -66,7 +66,8 @@ public struct NetworkManagerReading: Sendable, Equatable {
             connectivity: connectivity, source: .networkManager)
     }
 
-    var type: NetworkType {
+    /// The type the connection reads as (before metering, roaming and connectivity).
+    public var type: NetworkType {
         switch connectionType {
         case "gsm", "cdma": return .cellular
         case "802-11-wireless": return .wifi

@@ -104,6 +104,7 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.writePacing = configuration.writePacing
         engineOptions.routeFile = configuration.routeFile
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
+        engineOptions.networkSource = configuration.networkSource
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         engineOptions.notifier = notifier
         engineOptions.testStallFile = getenv("BACKHAUL_TEST_ENGINE_STALL_FILE").map { String(cString: $0) }
