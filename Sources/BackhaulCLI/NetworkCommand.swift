@@ -30,7 +30,8 @@ struct Network: ParsableCommand {
                     ? state.json.serialized()
                     : [
                         "type \(state.type)", "interface \(state.interface ?? "-")", "expensive \(state.expensive)",
-                        "constrained \(state.constrained)", "source \(state.source)",
+                        "constrained \(state.constrained)", "roaming \(state.roaming)",
+                        "connectivity \(state.connectivity ?? "-")", "source \(state.source)",
                     ].joined(separator: "  "))
         }
     }

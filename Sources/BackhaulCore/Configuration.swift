@@ -19,6 +19,9 @@ public struct TransferConfiguration: Sendable, Equatable {
     public var allowsCellularAccess = true
     public var allowsExpensiveNetworkAccess = true
     public var allowsConstrainedNetworkAccess = true
+    /// false: a roaming network holds the task (`roaming_not_allowed`), whatever
+    /// `allowsExpensiveNetworkAccess` says (SPEC §5.2).
+    public var allowsRoaming = true
     public var discretionary = false
     public var waitsForConnectivity = true
     public var timeoutIntervalForRequest: Double = 60
@@ -39,7 +42,8 @@ public struct TransferConfiguration: Sendable, Equatable {
     public static func == (lhs: TransferConfiguration, rhs: TransferConfiguration) -> Bool {
         lhs.allowsCellularAccess == rhs.allowsCellularAccess
             && lhs.allowsExpensiveNetworkAccess == rhs.allowsExpensiveNetworkAccess
-            && lhs.allowsConstrainedNetworkAccess == rhs.allowsConstrainedNetworkAccess && lhs.discretionary == rhs.discretionary
+            && lhs.allowsConstrainedNetworkAccess == rhs.allowsConstrainedNetworkAccess && lhs.allowsRoaming == rhs.allowsRoaming
+            && lhs.discretionary == rhs.discretionary
             && lhs.waitsForConnectivity == rhs.waitsForConnectivity
             && lhs.timeoutIntervalForRequest == rhs.timeoutIntervalForRequest
             && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource
@@ -51,7 +55,7 @@ public struct TransferConfiguration: Sendable, Equatable {
 
     static let fields: Set<String> = [
         "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
-        "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
+        "allows_roaming", "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
         "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
         "quota_bytes", "finished_task_retention",
     ]
@@ -65,6 +69,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         if let value = try reader.bool("allows_cellular_access") { result.allowsCellularAccess = value }
         if let value = try reader.bool("allows_expensive_network_access") { result.allowsExpensiveNetworkAccess = value }
         if let value = try reader.bool("allows_constrained_network_access") { result.allowsConstrainedNetworkAccess = value }
+        if let value = try reader.bool("allows_roaming") { result.allowsRoaming = value }
         if let value = try reader.bool("discretionary") { result.discretionary = value }
         if let value = try reader.bool("waits_for_connectivity") { result.waitsForConnectivity = value }
         if let value = try reader.number("timeout_interval_for_request", in: 0.1...86_400) {
@@ -111,6 +116,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         object["allows_cellular_access"] = .bool(allowsCellularAccess)
         object["allows_expensive_network_access"] = .bool(allowsExpensiveNetworkAccess)
         object["allows_constrained_network_access"] = .bool(allowsConstrainedNetworkAccess)
+        object["allows_roaming"] = .bool(allowsRoaming)
         object["discretionary"] = .bool(discretionary)
         object["waits_for_connectivity"] = .bool(waitsForConnectivity)
         object["timeout_interval_for_request"] = .double(timeoutIntervalForRequest)

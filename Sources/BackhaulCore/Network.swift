@@ -5,24 +5,49 @@ public enum NetworkType: String, Sendable, CaseIterable {
     case wired, wifi, cellular, other, none
 }
 
+/// Whether the network reaches the internet, as NetworkManager checks it (SPEC §5.2).
+public enum Connectivity: String, Sendable, CaseIterable {
+    /// Checked and reachable.
+    case full
+    /// Connected, but the internet is not reachable.
+    case limited
+    /// A captive portal holds the link.
+    case portal
+    /// Not connected.
+    case none
+    /// Not checked (the routing table, or NetworkManager with its checks disabled): not offline.
+    case unknown
+}
+
 /// The active network as the policy sees it: `GET /v1/network`.
 public struct NetworkState: Sendable, Equatable {
-    public enum Source: String, Sendable { case detected, override }
+    /// Where the view comes from, in the order sources win (SPEC §5.2).
+    public enum Source: String, Sendable {
+        case override
+        case networkManager = "networkmanager"
+        case routingTable = "routing_table"
+    }
 
     public var type: NetworkType
     public var interface: String?
     public var expensive: Bool
     public var constrained: Bool
+    /// A cellular network away from home (always expensive).
+    public var roaming: Bool
+    public var connectivity: Connectivity
     public var source: Source
 
     public init(
         type: NetworkType, interface: String? = nil, expensive: Bool = false, constrained: Bool = false,
-        source: Source = .detected
+        roaming: Bool = false, connectivity: Connectivity = .unknown, source: Source = .routingTable
     ) {
         self.type = type
         self.interface = interface
         self.expensive = expensive
         self.constrained = constrained
+        self.roaming = roaming
+        // No network is no connectivity, whatever a check said last.
+        self.connectivity = type == .none ? Connectivity.none : connectivity
         self.source = source
     }
 
@@ -39,24 +64,34 @@ public struct NetworkState: Sendable, Equatable {
     public var overrideJSON: JSON {
         [
             "type": .string(type.rawValue), "interface": interface.map { .string($0) } ?? .null, "expensive": .bool(expensive),
-            "constrained": .bool(constrained),
+            "constrained": .bool(constrained), "roaming": .bool(roaming), "connectivity": .string(connectivity.rawValue),
         ]
     }
 
     /// A `PUT /v1/network` body: `type` required; `expensive` defaults to the classifier's rule for
-    /// the type (cellular is expensive), `constrained` to false.
+    /// the type (cellular is expensive) or true when roaming, `constrained` and `roaming` to false,
+    /// `connectivity` to `unknown` (not offline; the type `none` is always `none`).
     public static func decodeOverride(_ value: JSON, classifier: NetworkClassifier) throws(ValidationError) -> NetworkState {
         let reader = try FieldReader(value, path: "")
-        try reader.rejectUnknown(["type", "interface", "expensive", "constrained"])
+        try reader.rejectUnknown(["type", "interface", "expensive", "constrained", "roaming", "connectivity"])
         let name = try reader.requiredString("type", maxLength: 16)
         guard let type = NetworkType(rawValue: name) else {
             throw ValidationError(reader.field("type"), "must be one of wired, wifi, cellular, other, none")
         }
         let interface = try reader.string("interface", maxLength: 64)
+        let roaming = try reader.bool("roaming") ?? false
+        var connectivity = Connectivity.unknown
+        if let text = try reader.string("connectivity", maxLength: 16) {
+            guard let value = Connectivity(rawValue: text) else {
+                throw ValidationError(reader.field("connectivity"), "must be one of full, limited, portal, none, unknown")
+            }
+            connectivity = value
+        }
         return NetworkState(
             type: type, interface: interface,
-            expensive: try reader.bool("expensive") ?? classifier.expensiveTypes.contains(type),
-            constrained: try reader.bool("constrained") ?? false, source: .override)
+            expensive: try reader.bool("expensive") ?? (roaming || classifier.expensiveTypes.contains(type)),
+            constrained: try reader.bool("constrained") ?? false, roaming: roaming, connectivity: connectivity,
+            source: .override)
     }
 }
 

@@ -181,7 +181,8 @@ public enum PolicyDecision: Sendable, Equatable {
 public enum Policy {
     /// Waiting reasons this function gives (and takes back when conditions change).
     public static let reasons: Set<WaitingReason> = [
-        .noConnectivity, .cellularNotAllowed, .expensiveNetworkNotAllowed, .constrainedNetworkNotAllowed,
+        .noConnectivity, .limitedConnectivity, .roamingNotAllowed, .cellularNotAllowed, .expensiveNetworkNotAllowed,
+        .constrainedNetworkNotAllowed,
         .discretionaryDeferred, .budgetExhausted,
     ]
 
@@ -195,9 +196,17 @@ public enum Policy {
         func forbidden(_ reason: WaitingReason, _ kind: TaskError.Kind, _ message: String) -> PolicyDecision {
             configuration.waitsForConnectivity ? .wait(reason) : .fail(TaskError(kind, message: message))
         }
-        if network.type == .none {
+        if network.type == .none || network.connectivity == .none {
             return forbidden(
                 .noConnectivity, .notConnectedToInternet, "no network is connected and waits_for_connectivity is false")
+        }
+        if network.connectivity == .limited || network.connectivity == .portal {
+            return forbidden(
+                .limitedConnectivity, .notConnectedToInternet,
+                "the network's connectivity is \(network.connectivity.rawValue) and waits_for_connectivity is false")
+        }
+        if network.roaming, !configuration.allowsRoaming {
+            return forbidden(.roamingNotAllowed, .dataNotAllowed, "the network is roaming and allows_roaming is false")
         }
         if network.type == .cellular, !configuration.allowsCellularAccess {
             return forbidden(.cellularNotAllowed, .dataNotAllowed, "the network is cellular and allows_cellular_access is false")

@@ -12,6 +12,9 @@ public enum TaskState: String, Sendable, CaseIterable, Codable {
 /// Why a `waiting` task is held (SPEC §2.2).
 public enum WaitingReason: String, Sendable, CaseIterable {
     case noConnectivity = "no_connectivity"
+    /// Connected, but NetworkManager sees a captive portal or no way to the internet.
+    case limitedConnectivity = "limited_connectivity"
+    case roamingNotAllowed = "roaming_not_allowed"
     case cellularNotAllowed = "cellular_not_allowed"
     case expensiveNetworkNotAllowed = "expensive_network_not_allowed"
     case constrainedNetworkNotAllowed = "constrained_network_not_allowed"

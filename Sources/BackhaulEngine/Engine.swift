@@ -3,6 +3,7 @@ import BackhaulFiles
 import BackhaulStore
 import Curl
 import Logging
+import Systemd
 import Threads
 
 /// Tunables of the engine (from the daemon's configuration).
@@ -19,6 +20,9 @@ public struct EngineOptions: Sendable {
     /// The routing table the network is detected from, and how often it is read (seconds).
     public var routeFile = "/proc/net/route"
     public var networkCheckInterval: Double = 1
+    /// Where the network comes from besides an override: NetworkManager on the system bus, the
+    /// routing table, or NetworkManager whenever it is on the bus (`--network-source`).
+    public var networkSource = NetworkSourceMode.routingTable
     /// Refuse to send to a peer whose address is not public, checked once connected.
     public var denyPrivateDestinations = false
     /// While at least `pacedTransfers` transfers run, the engine's writes (attempts ended and
@@ -28,6 +32,13 @@ public struct EngineOptions: Sendable {
     public var writePacing: Double = 0.002
     public var pacedTransfers = 4
     public var pacedClaims = 3
+    /// The service manager's notify socket: the loop sends `WATCHDOG=1` at its interval and a
+    /// status line when what it shows changes (nil: nothing is sent).
+    public var notifier: ServiceNotifier?
+    /// A test hook, set only from `BACKHAUL_TEST_ENGINE_STALL_FILE`: when this file appears, the
+    /// loop removes it and sleeps on its own thread for the seconds it holds, as a hung engine
+    /// would (tests show the watchdog's keep-alives stop). Never set in production.
+    public var testStallFile: String?
 
     public init() {}
 }
@@ -46,6 +57,8 @@ public final class Engine: TransferStatus {
         var live: [String: LiveProgress] = [:]
         var saturated: Set<String> = []
         var detected = NetworkState.disconnected
+        /// NetworkManager's view; nil while it is not on the bus (or not followed).
+        var managed: NetworkState?
         var metrics = EngineMetrics()
     }
 
@@ -59,6 +72,7 @@ public final class Engine: TransferStatus {
     /// What the store and the writer's answers hand over to the loop, taken on its thread.
     let inbox: EngineInbox
     private nonisolated(unsafe) var loop: EngineLoop?
+    private nonisolated(unsafe) var watcher: NetworkManagerWatcher?
 
     public init(
         store: Store, settings: ServiceSettings, worker: CurlWorker, logger: Logger, options: EngineOptions = EngineOptions(),
@@ -96,9 +110,37 @@ public final class Engine: TransferStatus {
                 logger.notice("transfers are disabled: unfinished tasks cancelled", metadata: ["tasks.count": "\(count)"])
             }
         }
+        if options.networkSource != .routingTable {
+            let watcher = NetworkManagerWatcher(logger: logger, classifier: settings.classifier) { [weak self] state in
+                self?.networkManagerSaid(state)
+            }
+            self.watcher = watcher
+            watcher.start()
+        }
         let loop = EngineLoop(engine: self)
         self.loop = loop
         worker.register(loop)
+    }
+
+    /// NetworkManager's view changed (nil: it left the bus): the loop decides again at once.
+    func networkManagerSaid(_ state: NetworkState?) {
+        let changed = shared.withLock { shared in
+            defer { shared.managed = state }
+            return shared.managed != state
+        }
+        guard changed else { return }
+        logger.info(
+            state == nil
+                ? "NetworkManager is not on the bus: the network is read from the routing table"
+                : "NetworkManager: the network changed",
+            metadata: state.map {
+                [
+                    "network.type": "\($0.type.rawValue)", "network.expensive": "\($0.expensive)",
+                    "network.constrained": "\($0.constrained)", "network.roaming": "\($0.roaming)",
+                    "network.connectivity": "\($0.connectivity.rawValue)",
+                ]
+            } ?? [:])
+        inbox.requestPolicyReview()
     }
 
     /// Stops starting transfers, lets running ones finish within `grace` seconds, puts the rest
@@ -107,6 +149,7 @@ public final class Engine: TransferStatus {
         shared.withLock { $0.stopDeadline = monotonicSeconds() + grace }
         worker.wake()
         shared.wait(until: { $0.stopped }, timeout: grace + 30) { _ in }
+        watcher?.stop()
     }
 
     // MARK: TransferStatus
@@ -124,10 +167,17 @@ public final class Engine: TransferStatus {
     /// The network as detected; `refresh` reads the routing table now (a change wakes the loop to
     /// decide again).
     public func detectedNetwork(refresh: Bool) -> NetworkState {
-        if refresh, refreshDetectedNetwork() {
+        if options.networkSource != .networkManager, refresh, refreshDetectedNetwork() {
             inbox.requestPolicyReview()
         }
-        return shared.withLock { $0.detected }
+        return shared.withLock { sourced($0) }
+    }
+
+    /// NetworkManager's view while it is on the bus, else the routing table's (with
+    /// `networkmanager` alone: none).
+    private func sourced(_ shared: Shared) -> NetworkState {
+        if let managed = shared.managed { return managed }
+        return options.networkSource == .networkManager ? NetworkState(type: .none, source: .networkManager) : shared.detected
     }
 
     /// Reads the routing table; true when the detected network changed.
@@ -140,7 +190,7 @@ public final class Engine: TransferStatus {
     }
 
     /// The network in force: the override if a host agent set one, else what was detected.
-    var network: NetworkState { settings.networkOverride ?? shared.withLock { $0.detected } }
+    var network: NetworkState { settings.networkOverride ?? shared.withLock { sourced($0) } }
 }
 
 /// What other threads hand the engine's loop, in the order it happened: the store's changes

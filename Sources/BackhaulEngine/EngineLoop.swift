@@ -70,6 +70,10 @@ final class EngineLoop: CurlClient {
     /// When the engine's held writes last went to the store (monotonic seconds).
     var writesReleasedAt = 0.0
     var lastPublish = 0.0
+    // What the service manager was last told (EngineLoop+Supervision).
+    var lastWatchdog = -Double.infinity
+    var lastStatus = -Double.infinity
+    var lastStatusLine = ""
     /// The shutdown is complete (the loop has stopped for good).
     private(set) var isDone = false
     /// The worker's multi handle, as the worker hands it to each call.
@@ -103,6 +107,8 @@ final class EngineLoop: CurlClient {
         curl = driver
         store.holdWrites()
         defer { releaseWritesWhenDue() }
+        stallIfAsked()
+        superviseIfDue(monotonicSeconds())
         let (items, review) = engine.inbox.take()
         if review { policyReviewNeeded = true }
         for item in items {
@@ -176,6 +182,7 @@ final class EngineLoop: CurlClient {
         var limit = options.tick
         if store.holdsWrites { limit = min(limit, max(0, writesReleasedAt + options.writePacing - monotonicSeconds())) }
         if let nextTimer { limit = min(limit, max(0, nextTimer - clock.now())) }
+        if let untilWatchdog { limit = min(limit, untilWatchdog) }
         if stopDeadline != nil { limit = min(limit, 0.1) }
         return limit
     }

@@ -10,6 +10,7 @@ import Glibc
 import JSON
 import Logging
 import MicroHTTP
+import Systemd
 import Threads
 
 /// The daemon: services started in dependency order (store, engine, HTTP) and stopped in reverse.
@@ -25,6 +26,8 @@ public final class BackhaulDaemon: Sendable {
     let feed = EventFeed()
     let http: Daemon
     let lockDescriptor: Int32
+    /// systemd's notify socket (`Type=notify`; nothing is sent without `NOTIFY_SOCKET`).
+    let notifier = ServiceNotifier()
     /// The sync failure the state failed closed on, once one did (the process then stops).
     private let failedClosed = Locked<SyncFailure?>(nil)
     private let failStop = WorkerThread(name: "bh-failstop")
@@ -105,7 +108,10 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.writePacing = configuration.writePacing
         engineOptions.routeFile = configuration.routeFile
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
+        engineOptions.networkSource = configuration.networkSource
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
+        engineOptions.notifier = notifier
+        engineOptions.testStallFile = getenv("BACKHAUL_TEST_ENGINE_STALL_FILE").map { String(cString: $0) }
         engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
@@ -169,6 +175,8 @@ public final class BackhaulDaemon: Sendable {
                 "http.address": "\(configuration.listenHost)", "http.port": "\(http.port)",
                 "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
             ])
+        // The state is open, the engine runs and the API listens.
+        notifier.ready(status: "listening on \(configuration.listenHost):\(http.port)")
     }
 
     public var port: UInt16 { http.port }
@@ -180,6 +188,7 @@ public final class BackhaulDaemon: Sendable {
     /// state is persisted, then HTTP closes.
     public func stop() {
         logger.info("stopping", metadata: ["shutdown.grace_seconds": "\(configuration.shutdownGraceSeconds)"])
+        notifier.stopping(status: "stopping: transfers reach a checkpoint within \(configuration.shutdownGraceSeconds) s")
         http.quiesce()
         feed.close()
         engine.shutdown(grace: configuration.shutdownGraceSeconds)

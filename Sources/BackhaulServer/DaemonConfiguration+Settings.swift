@@ -1,5 +1,6 @@
 import BackhaulAPI
 import BackhaulCore
+import BackhaulEngine
 import BackhaulFiles
 import BackhaulStore
 import JSON
@@ -10,7 +11,7 @@ extension DaemonConfiguration {
     enum Settings {
         static let all: [any AnySetting] = [
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
-            webhookRetrySchedule, progressInterval, writePacing, routeFile, tokens, uploadHosts, webhookHosts,
+            webhookRetrySchedule, progressInterval, writePacing, routeFile, networkSource, tokens, uploadHosts, webhookHosts,
             denyPrivateDestinations,
             maxOpenTasks, finishedTaskRetention, onCorruptState, walCapFrames, ui, network, policy,
         ]
@@ -131,6 +132,14 @@ extension DaemonConfiguration {
             "max_open_tasks", flag: FlagSpelling("--max-open-tasks", "N"), environment: nil, file: FileSpelling("max_open_tasks"),
             default: 1_000_000, help: "unfinished tasks one session may hold (more: 429)", value: .integer(1...Int.max),
             property: \.maxOpenTasksPerSession)
+
+        static let networkSource: Setting<NetworkSourceMode> = Setting(
+            "network_source", flag: FlagSpelling("--network-source", "SOURCE"),
+            environment: EnvironmentSpelling("BACKHAUL_NETWORK_SOURCE"), file: FileSpelling("network_source"),
+            default: .auto,
+            help:
+                "where the network is read: auto (NetworkManager on the system bus whenever it is there, else the routing table), networkmanager or routing-table (docs/network.md)",
+            value: .oneOfCases, property: \.networkSource)
 
         static let onCorruptState: Setting<CorruptStatePolicy> = Setting(
             "on_corrupt_state", flag: FlagSpelling("--on-corrupt-state", "MODE"),

@@ -1,5 +1,6 @@
 import BackhaulAPI
 import BackhaulCore
+import BackhaulEngine
 import BackhaulStore
 import JSON
 
@@ -32,6 +33,7 @@ public struct DaemonConfiguration: Sendable {
     public var writePacing = Settings.writePacing.defaultValue
     /// Network detection: the routing table, how often it is read, how interfaces are classified.
     public var routeFile = Settings.routeFile.defaultValue
+    public var networkSource = Settings.networkSource.defaultValue
     public var networkCheckInterval = Settings.network.defaultValue.checkInterval
     public var classifier = Settings.network.defaultValue.classifier
     /// The service policy (config file `policy`; `PUT /v1/policy` replaces it at run time).

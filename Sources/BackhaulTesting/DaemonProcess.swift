@@ -140,7 +140,10 @@ public final class DaemonProcess {
             [
                 "--listen", "127.0.0.1:0", "--state-dir", stateDirectory, "--allow-root", allowedRoot,
                 "--log-level", "debug", "--route-file", routeFile,
-            ] + extraArguments
+            ]
+            // The machine's own system bus is not the test's: the routing table fixture unless a
+            // test names a source (a private bus with dbusmock, say).
+            + (extraArguments.contains("--network-source") ? [] : ["--network-source", "routing-table"]) + extraArguments
         process.standardError = logHandle
         process.standardOutput = logHandle
         if !environment.isEmpty {

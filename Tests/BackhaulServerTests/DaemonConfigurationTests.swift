@@ -130,6 +130,9 @@ struct DaemonConfigurationTests {
             read: { .double($0.finishedTaskRetention) },
             expected: [604_800, 60, 3600.5, 86400]),
         Sample(
+            setting: "network_source", file: "networkmanager", environment: "routing-table", flags: ["auto"],
+            read: { .string($0.networkSource.rawValue) }, expected: ["auto", "networkmanager", "routing-table", "auto"]),
+        Sample(
             setting: "on_corrupt_state", file: "refuse", environment: "salvage", flags: ["refuse"],
             read: { .string($0.onCorruptState.rawValue) }, expected: ["salvage", "refuse", "salvage", "refuse"]),
         Sample(
@@ -328,7 +331,8 @@ struct DaemonConfigurationTests {
             info.keys == [
                 "listen", "state_dir", "allowed_roots", "log_level", "max_transfers", "max_body_bytes", "shutdown_grace",
                 "ca_bundle",
-                "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "authentication", "upload_hosts",
+                "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "network_source", "authentication",
+                "upload_hosts",
                 "webhook_hosts",
                 "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "wal_cap_frames",
                 "ui",

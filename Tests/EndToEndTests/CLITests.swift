@@ -76,7 +76,7 @@ extension EndToEndTests {
         // The network: override, then back to detection.
         let network = try cli(fixture, ["network", "set", "cellular", "--json"])
         #expect((try JSON.parse(network.output))["type"]?.stringValue == "cellular")
-        #expect(try cli(fixture, ["network", "auto"]).output.contains("source detected"))
+        #expect(try cli(fixture, ["network", "auto"]).output.contains("source routing_table"))
 
         // Webhooks: add shows the secret once, the list does not.
         let added = try cli(fixture, ["webhooks", "add", "http://127.0.0.1:9/hooks"])

@@ -47,7 +47,7 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.assembled("/v")) == Bytes(fixture.contents(file)))
         let resent = fixture.sink.totalBodyBytes - Int64(size)
         #expect(resent < 2 * 1_048_576, "re-sent \(resent) bytes")
-        #expect(try fixture.daemon.call("DELETE", "/v1/network").1["source"]?.stringValue == "detected")
+        #expect(try fixture.daemon.call("DELETE", "/v1/network").1["source"]?.stringValue == "routing_table")
     }
 
     @Test("detection: the default route moving to wwan0 holds the task, back to eth0 releases it; no route is no_connectivity")

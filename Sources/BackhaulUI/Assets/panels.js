@@ -14,10 +14,17 @@ function facts(list, pairs) {
 }
 
 export function renderNetwork(network) {
-  const flags = [network.expensive && 'expensive', network.constrained && 'constrained'].filter(Boolean).join(', ');
+  const flags = [network.expensive && 'expensive', network.constrained && 'constrained', network.roaming && 'roaming']
+    .filter(Boolean).join(', ');
+  const sources = {
+    override: 'set by a host agent or operator (override)',
+    networkmanager: 'NetworkManager (the system bus)',
+    routing_table: 'the routing table',
+  };
   facts($('network'), [
     ['Network', `${network.type}${network.interface ? ' (' + network.interface + ')' : ''}${flags ? ', ' + flags : ''}`],
-    ['Source', network.source === 'override' ? 'set by a host agent or operator (override)' : 'detected from the routing table'],
+    ['Connectivity', network.connectivity || 'unknown'],
+    ['Source', sources[network.source] || network.source],
   ]);
   if (document.activeElement === null || !$('override').contains(document.activeElement)) {
     $('net-type').value = network.type;

@@ -28,7 +28,8 @@ const STATUS_WORDS = {
   500: 'Internal Server Error', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout', 507: 'Insufficient Storage',
 };
 const WAITING_WORDS = {
-  no_connectivity: 'no network', cellular_not_allowed: 'cellular not allowed', expensive_network_not_allowed: 'expensive network not allowed',
+  no_connectivity: 'no network', limited_connectivity: 'limited connectivity (a portal?)',
+  roaming_not_allowed: 'roaming not allowed', cellular_not_allowed: 'cellular not allowed', expensive_network_not_allowed: 'expensive network not allowed',
   constrained_network_not_allowed: 'constrained network not allowed', discretionary_deferred: 'discretionary: waiting for a good moment',
   budget_exhausted: 'today’s budget is spent', scheduled: 'scheduled for later', host_connection_limit: 'host connection limit',
   session_finishing: 'session finishing', session_disabled: 'session paused',
