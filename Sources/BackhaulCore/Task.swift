@@ -230,18 +230,22 @@ extension TaskRecord {
         }
     }
 
+    /// A task's error as `GET` shows it and the store keeps it; `reason` only when there is one.
     public static func errorJSON(_ error: TaskError) -> JSON {
-        [
+        var object: JSONObject = [
             "code": .int(Int64(error.code)), "name": .string(error.name), "message": .string(error.message),
             "http_status": error.httpStatus.map { .int(Int64($0)) } ?? .null,
         ]
+        if let reason = error.reason { object["reason"] = .string(reason.rawValue) }
+        return .object(object)
     }
 
     public static func decodeError(_ value: JSON) -> TaskError? {
         guard let code = value["code"]?.intValue else { return nil }
         return TaskError(
             code: Int(code), name: value["name"]?.stringValue ?? "", message: value["message"]?.stringValue ?? "",
-            httpStatus: value["http_status"]?.intValue.map { Int($0) })
+            httpStatus: value["http_status"]?.intValue.map { Int($0) },
+            reason: value["reason"]?.stringValue.map(TaskError.Reason.init(rawValue:)))
     }
 
     private static func redactedOverrides(_ overrides: JSONObject) -> JSON {

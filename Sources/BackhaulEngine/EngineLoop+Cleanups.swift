@@ -50,6 +50,16 @@ extension EngineLoop {
                 }
                 continue
             }
+            if let refusal = options.destinations.allowListRefusal(plan.request.url, for: .upload) {
+                // A server-given upload URL the allow-list does not admit: nothing goes there.
+                logger.warning(
+                    "dropping a cleanup outside the upload allow-list",
+                    metadata: ["cleanup.seq": "\(sequence)", "refusal": "\(refusal)"])
+                do { try store.recordCleanup(sequence: sequence, retryAt: nil) } catch {
+                    fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])
+                }
+                continue
+            }
             do {
                 let cleanup = try Cleanup(sequence: sequence, attempts: attempts, plan: plan)
                 let request = plan.request

@@ -129,13 +129,14 @@ extension EngineLoop {
         var machine = makeMachine(for: task, headers: headers, key: key)
         let transfer: Transfer
         do {
-            let step = machine.start(now: clock.now())
+            var step = machine.start(now: clock.now())
             transfer = try Transfer(
                 task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
                 file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
             active[task.id] = transfer
             watchInformational(transfer)
             bandwidthDirty = true
+            if let refused = locationRefusal(transfer, step) { step = .failed(.fatal(refused)) }
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)
                 return true

@@ -50,6 +50,9 @@ final class Transfer {
     var fileChangedDuringRead = false
     /// Set when the connected peer's address was private and those are denied.
     var destinationRefused = false
+    /// Set when a response named an upload resource the allow-list does not admit (SPEC §5.3):
+    /// the attempt stops and the task fails with this error.
+    var refusedLocation: TaskError?
     /// Set when no byte moved either way for `timeout_interval_for_request`.
     var idleTimedOut = false
     private var lastActivity = monotonicSeconds()
@@ -138,6 +141,8 @@ final class Transfer {
         // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
         easy.onProgress = { [unowned self] uploaded, downloaded in
             requestBytesSent = uploaded
+            // A `Location` refused mid-request (an IETF `104`): the request stops here.
+            if refusedLocation != nil { return false }
             let now = monotonicSeconds()
             if (uploaded, downloaded) != lastCounters {
                 lastCounters = (uploaded, downloaded)

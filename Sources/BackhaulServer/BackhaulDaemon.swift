@@ -106,6 +106,7 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.routeFile = configuration.routeFile
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
+        engineOptions.destinations = configuration.destinations
         engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle

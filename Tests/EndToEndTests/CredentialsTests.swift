@@ -1,0 +1,99 @@
+import BackhaulTesting
+import Foundation
+import JSON
+import Testing
+
+/// SPEC §5.3: credentials that expire, and where a task's requests may go.
+extension EndToEndTests {
+    /// A sink on 127.0.0.2: another host to an allow-list that admits 127.0.0.1 only.
+    func otherHostSink(_ fixture: Fixture) throws -> RecordingSink {
+        try RecordingSink(directory: fixture.scratch.file("other-host"), host: "127.0.0.2")
+    }
+
+    @Test("tus: a creation whose Location names a host outside the allow-list fails the task; nothing goes there")
+    func tusLocationOutsideAllowList() throws {
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        let other = try otherHostSink(fixture)
+        try fixture.session()
+        fixture.sink.enqueue(
+            .respond(
+                status: 201,
+                headers: [("Location", other.url("/files/1")), ("Tus-Resumable", "1.0.0"), ("Upload-Offset", "0")]))
+        let file = fixture.makeFile("a.bin", size: 256 * 1024)
+        let id = try fixture.enqueue(
+            file,
+            extra: [
+                "request": [
+                    "url": .string(fixture.sink.url("/files/")), "method": "POST",
+                    "headers": ["Authorization": "Bearer tus-secret"],
+                ],
+                "upload": ["protocol": "tus"],
+            ])
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(task["state"]?.stringValue == "failed", task.serialized())
+        #expect(task["error"]?["code"]?.intValue == -1011)
+        #expect(task["error"]?["reason"]?.stringValue == "location_host_not_allowed")
+        #expect(fixture.sink.requests.map(\.method) == ["POST"])
+        // A cancel of a failed task sends no termination either.
+        _ = try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel")
+        Thread.sleep(forTimeInterval: 1)
+        #expect(other.requests.isEmpty, "\(other.requests.map { "\($0.method) \($0.path)" })")
+    }
+
+    @Test("ietf: a 104 whose Location names a host outside the allow-list fails the task; nothing goes there")
+    func ietfLocationOutsideAllowList() throws {
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        let other = try otherHostSink(fixture)
+        let server = try IETFServer(directory: fixture.scratch.path, origin: "http://127.0.0.2:\(other.port)")
+        try fixture.session()
+        let file = fixture.makeFile("a.bin", size: 8 * 1024 * 1024)
+        let id = try enqueueIETF(fixture, url: server.url("/upload"), file: file)
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(
+            task["state"]?.stringValue == "failed", "\(task.serialized()) \(server.requests.map { $0.serialized() })")
+        #expect(task["error"]?["code"]?.intValue == -1011)
+        #expect(task["error"]?["reason"]?.stringValue == "location_host_not_allowed")
+        #expect(server.requests.contains { $0["location"]?.stringValue?.contains("127.0.0.2") == true })
+        #expect(other.requests.isEmpty, "\(other.requests.map { "\($0.method) \($0.path)" })")
+    }
+
+    @Test("a Location on a host the allow-list admits is followed, headers and all")
+    func tusLocationInsideAllowList() throws {
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1", "--allow-upload-host", "127.0.0.2"])
+        let other = try otherHostSink(fixture)
+        try fixture.session()
+        fixture.sink.enqueue(
+            .respond(
+                status: 201,
+                headers: [("Location", other.url("/files/1")), ("Tus-Resumable", "1.0.0"), ("Upload-Offset", "0")]))
+        let size = 256 * 1024
+        other.setFallback(.respond(status: 204, headers: [("Tus-Resumable", "1.0.0"), ("Upload-Offset", String(size))]))
+        let file = fixture.makeFile("a.bin", size: size)
+        let id = try fixture.enqueue(
+            file,
+            extra: [
+                "request": [
+                    "url": .string(fixture.sink.url("/files/")), "method": "POST",
+                    "headers": ["Authorization": "Bearer tus-secret"],
+                ],
+                "upload": ["protocol": "tus"],
+            ])
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(other.requests.map(\.method) == ["PATCH"])
+        #expect(other.requests.first?.headers["authorization"] == "Bearer tus-secret")
+    }
+
+    @Test("a redirect is an answer, not followed: the task's body and headers stay at its own origin")
+    func redirectNotFollowed() throws {
+        let fixture = try Fixture()
+        let other = try otherHostSink(fixture)
+        try fixture.session()
+        fixture.sink.setFallback(.respond(status: 307, headers: [("Location", other.url("/moved"))]))
+        let file = fixture.makeFile("a.bin", size: 64 * 1024)
+        let task = try fixture.daemon.waitForTask(try fixture.enqueue(file))
+        fixture.expectLog(task["state"]?.stringValue == "failed", task.serialized())
+        #expect(task["error"]?["http_status"]?.intValue == 307)
+        #expect(other.requests.isEmpty)
+    }
+}
