@@ -163,6 +163,14 @@ extension TaskRecord {
             json.string(state.rawValue)
             json.key("waiting_reason")
             json.string((shown ?? waitingReason)?.rawValue)
+            if state == .authRequired {
+                // SPEC §5.3: why new credentials (or a new URL) are wanted.
+                json.key("auth")
+                json.object { object in
+                    object.key("reason")
+                    object.string(authReason.rawValue)
+                }
+            }
             json.key("file")
             if download == nil { file.writeJSON(to: &json) } else { json.null() }
             json.key("request")
@@ -228,6 +236,13 @@ extension TaskRecord {
                 json.null()
             }
         }
+    }
+
+    /// Why the task wants new credentials: what its last failed attempt said (`credentials_expired`
+    /// for an expired signature or token), else the server's 401.
+    public var authReason: TaskError.Reason {
+        guard let reason = lastError?.error.reason, reason == .credentialsExpired else { return .unauthorized }
+        return reason
     }
 
     /// A task's error as `GET` shows it and the store keeps it; `reason` only when there is one.

@@ -5,7 +5,8 @@ public enum AttemptEnd: Sendable, Equatable {
     case failed(TaskError, ResponseRecord?)
     /// Failed with `error`; tried again at `at`.
     case retry(at: Timestamp, TaskError, ResponseRecord?)
-    case authenticationRequired(ResponseRecord?)
+    /// New credentials are wanted: the server answered 401, or `expired` it said they expired.
+    case authenticationRequired(ResponseRecord?, expired: Bool = false)
     /// Stopped without fault (shutdown): back to the queue, no attempt counted.
     case interrupted
     /// Stopped because the policy no longer allows it: waiting, no attempt counted.
@@ -30,6 +31,8 @@ public enum AttemptEnd: Sendable, Equatable {
     public var error: TaskError? {
         switch self {
         case .failed(let error, _), .invalidConfiguration(let error), .retry(_, let error, _): return error
+        case .authenticationRequired(let response, true):
+            return AttemptFailure.credentialsExpired(status: response?.status ?? 403).error
         case .authenticationRequired:
             return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
         case .completed, .interrupted, .held, .cancelled: return nil
@@ -110,7 +113,7 @@ extension TaskRecord {
                 task.enter(.retrying, now: now)
                 task.nextAttemptAt = at
                 if let response { task.response = response }
-            case .authenticationRequired(let response):
+            case .authenticationRequired(let response, _):
                 task.enter(.authRequired, now: now)
                 if let response { task.response = response }
             case .interrupted:
@@ -147,13 +150,19 @@ extension TaskRecord {
             guard !state.isFinal else { return refused("expire") }
             let wasAuth = state == .authRequired
             task.enter(.failed, now: now)
-            task.error =
-                wasAuth
-                ? TaskError(
+            if !wasAuth {
+                task.error = TaskError(.timedOut, message: "the resource timeout was reached")
+            } else if authReason == .credentialsExpired {
+                task.error = TaskError(
+                    .userAuthenticationRequired,
+                    message: "the credentials expired and no new ones (nor a new URL) came before the resource timeout",
+                    httpStatus: lastError?.error.httpStatus, reason: .credentialsExpired)
+            } else {
+                task.error = TaskError(
                     .userAuthenticationRequired,
                     message: "the server asked for authentication and no new credentials came before the resource timeout",
                     httpStatus: 401)
-                : TaskError(.timedOut, message: "the resource timeout was reached")
+            }
 
         case .policy(let decision):
             guard state == .queued || state == .waiting && Policy.reasons.contains(waitingReason ?? .scheduled) else {

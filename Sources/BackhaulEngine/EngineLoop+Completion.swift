@@ -123,7 +123,11 @@ extension EngineLoop {
                     ])
                 record(transfer, bytesTransferred: bytes, .failed(error, response))
             case .authenticationRequired:
-                record(transfer, bytesTransferred: bytes, .authenticationRequired(response))
+                let expired = failure.error.reason == .credentialsExpired
+                logger.info(
+                    "the task waits for new credentials",
+                    metadata: ["task.id": "\(task.id)", "auth.reason": "\(expired ? "credentials_expired" : "unauthorized")"])
+                record(transfer, bytesTransferred: bytes, .authenticationRequired(response, expired: expired))
             }
         }
     }

@@ -43,3 +43,70 @@ struct LocationRuleTests {
         #expect(TaskRecord.errorJSON(TaskError(.timedOut, message: "m"))["reason"] == nil)
     }
 }
+
+@Suite("Expired credentials")
+struct CredentialExpiryTests {
+    static func s3Error(_ code: String, _ message: String) -> [UInt8] {
+        Array(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>\(code)</Code><Message>\(message)</Message></Error>".utf8)
+    }
+
+    /// (status, body, what the attempt's failure is)
+    static let rows: [(Int, [UInt8], AttemptFailure)] = [
+        (403, s3Error("AccessDenied", "Request has expired"), .credentialsExpired(status: 403)),
+        (403, s3Error("ExpiredToken", "The provided token has expired."), .credentialsExpired(status: 403)),
+        (400, s3Error("ExpiredToken", "The provided token has expired."), .credentialsExpired(status: 400)),
+        (400, s3Error("TokenRefreshRequired", "The provided token must be refreshed."), .credentialsExpired(status: 400)),
+        (403, s3Error("AccessDenied", "Access Denied"), .http(status: 403, retryAfter: nil)),
+        (403, s3Error("SignatureDoesNotMatch", "Request has expired"), .http(status: 403, retryAfter: nil)),
+        (400, s3Error("AccessDenied", "Request has expired"), .http(status: 400, retryAfter: nil)),
+        (403, [], .http(status: 403, retryAfter: nil)),
+        (403, Array("Request has expired".utf8), .http(status: 403, retryAfter: nil)),
+        (401, s3Error("ExpiredToken", "expired"), .http(status: 401, retryAfter: nil)),
+    ]
+
+    @Test("a refusal saying the credentials expired is told apart from others", arguments: rows.indices)
+    func recognised(_ index: Int) {
+        let (status, body, expected) = Self.rows[index]
+        #expect(TransferStep.failed(ResponseHead(status: status, body: body), now: 0) == .failed(expected))
+    }
+
+    @Test("expiry and a 401 both want new credentials; the task says which")
+    func reasons() throws {
+        let policy = RetryPolicy(maxAttempts: nil, initialBackoff: 2, maxBackoff: 600)
+        for failure in [AttemptFailure.credentialsExpired(status: 403), .http(status: 401, retryAfter: nil)] {
+            #expect(
+                RetryPlanner.decide(failure, attempts: 1, policy: policy, now: 0, deadline: 1e9, random: { 0.5 })
+                    == .authenticationRequired)
+        }
+        #expect(AttemptFailure.credentialsExpired(status: 403).error.reason == .credentialsExpired)
+        #expect(AttemptFailure.credentialsExpired(status: 403).error.code == -1013)
+        #expect(AttemptEnd.authenticationRequired(nil).error?.reason == nil)
+        #expect(AttemptEnd.authenticationRequired(nil, expired: true).error?.reason == .credentialsExpired)
+    }
+}
+
+extension CredentialExpiryTests {
+    @Test("auth.reason follows the attempt that led to auth_required; the resource timeout keeps it")
+    func authReasonOfTheTask() throws {
+        var task = TaskRecord(
+            id: "t", sessionID: "s", file: FileInfo(path: "/f", size: 100, modifiedAtNanoseconds: 0),
+            request: RequestSpec(url: "http://h/x", method: "PUT"), upload: UploadSpec(), createdAt: 0, deadlineAt: 5_000)
+        task.state = .running
+        task.attempts = 1
+        let expired = try task.applying(
+            .attemptEnded(attempt: 1, bytesTransferred: 0, .authenticationRequired(nil, expired: true)), now: 10
+        ).get()
+        #expect(expired.state == .authRequired)
+        #expect(expired.authReason == .credentialsExpired)
+        #expect(expired.jsonText().contains("\"auth\":{\"reason\":\"credentials_expired\"}"))
+        let timedOut = try expired.applying(.deadlinePassed, now: 5_000).get()
+        #expect(timedOut.error?.reason == .credentialsExpired)
+        #expect(!timedOut.jsonText().contains("\"auth\""))
+        let unauthorized = try task.applying(
+            .attemptEnded(attempt: 1, bytesTransferred: 0, .authenticationRequired(nil)), now: 10
+        ).get()
+        #expect(unauthorized.authReason == .unauthorized)
+        #expect(unauthorized.jsonText().contains("\"auth\":{\"reason\":\"unauthorized\"}"))
+    }
+}

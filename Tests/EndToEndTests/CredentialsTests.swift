@@ -97,3 +97,24 @@ extension EndToEndTests {
         #expect(other.requests.isEmpty)
     }
 }
+
+extension EndToEndTests {
+    static let expiredBody =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>AccessDenied</Code><Message>Request has expired</Message>"
+        + "<Expires>2026-11-27T08:00:00Z</Expires><ServerTime>2026-11-27T09:00:00Z</ServerTime></Error>"
+
+    @Test("a 403 'Request has expired' holds the task in auth_required with credentials_expired")
+    func expiredURLWantsNewCredentials() throws {
+        let fixture = try Fixture()
+        try fixture.session()
+        fixture.sink.enqueue(.respond(status: 403, headers: [("Content-Type", "application/xml")], body: Self.expiredBody))
+        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 1000), path: "/old?X-Amz-Expires=60")
+        let held = try fixture.daemon.waitForTask(id, state: "auth_required")
+        fixture.expectLog(held["state"]?.stringValue == "auth_required", held.serialized())
+        #expect(held["auth"]?["reason"]?.stringValue == "credentials_expired")
+        #expect(held["last_error"]?["reason"]?.stringValue == "credentials_expired")
+        #expect(held["last_error"]?["http_status"]?.intValue == 403)
+        let events = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1
+        #expect(events.serialized().contains("credentials_expired"))
+    }
+}
