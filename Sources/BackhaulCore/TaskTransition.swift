@@ -218,6 +218,19 @@ extension TaskRecord {
         return task
     }
 
+    /// Points a task that is not running at a new URL and method (SPEC §5.3, PATCH). A resumable
+    /// upload starts a new upload resource there: what it knew of the old one goes (its release is
+    /// the store's, `TaskTransition.abandonsUploadResource`). `chunked` keeps its offset, so that
+    /// its next attempt first asks the new URL where it stands. A download starts over.
+    public mutating func retarget(url: String, method: String) {
+        guard url != request.url || method != request.method else { return }
+        request.url = url
+        request.method = method
+        guard kind == .download || upload.protocolName != .chunked else { return }
+        checkpoint = nil
+        bytesTransferred = 0
+    }
+
     /// Sets the state and the fields that go with it.
     mutating func enter(_ next: TaskState, now: Timestamp, waitingReason reason: WaitingReason? = nil) {
         state = next
@@ -247,6 +260,14 @@ public enum TaskTransition {
     /// holds a resumable upload): its protocol's release is queued with it.
     public static func releasesServerSide(from before: TaskRecord?, to after: TaskRecord) -> Bool {
         after.state == .cancelled && before?.state.isFinal != true && (after.attempts > 0 || after.checkpoint != nil)
+    }
+
+    /// Whether a change of the task's URL or method (PATCH) leaves an upload resource at the old
+    /// one (a tus or IETF upload, an S3 multipart upload): it is released as on cancel, queued with
+    /// the change.
+    public static func abandonsUploadResource(from before: TaskRecord, to after: TaskRecord) -> Bool {
+        before.request.url != after.request.url || before.request.method != after.request.method
+            ? before.checkpoint?.location != nil : false
     }
 
     /// Whether the change ended the task (its session may now be drained).

@@ -118,3 +118,72 @@ extension EndToEndTests {
         #expect(events.serialized().contains("credentials_expired"))
     }
 }
+
+extension EndToEndTests {
+    @Test("after an expired URL, a PATCH of request.url lets the task complete there; the old URL gets nothing more")
+    func newURLForAWaitingTask() throws {
+        let fixture = try Fixture()
+        try fixture.session()
+        fixture.sink.enqueue(.respond(status: 403, headers: [("Content-Type", "application/xml")], body: Self.expiredBody))
+        let file = fixture.makeFile("a.bin", size: 300 * 1024)
+        let id = try fixture.enqueue(file, path: "/old?X-Amz-Signature=aaaa")
+        _ = try fixture.daemon.waitForTask(id, state: "auth_required")
+        // Refused: a URL that is not http(s), and a method a download would use.
+        #expect(try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["request": ["url": "ftp://x/y"]]).0 == 422)
+        #expect(try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["request": ["method": "GET"]]).0 == 422)
+        let (status, patched) = try fixture.daemon.call(
+            "PATCH", "/v1/tasks/\(id)",
+            ["request": ["url": .string(fixture.sink.url("/new?X-Amz-Signature=bbbb")), "method": "POST"]])
+        #expect(status == 200, "\(patched.serialized())")
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(task["request"]?["url"]?.stringValue == fixture.sink.url("/new?X-Amz-Signature=bbbb"))
+        let requests = fixture.sink.requests
+        #expect(requests.map(\.path) == ["/old", "/new"])
+        #expect(requests.last?.method == "POST")
+        #expect(Bytes(requests.last?.body ?? Data()) == Bytes(fixture.contents(file)))
+    }
+
+    @Test("a running task's URL cannot change; outside the allow-list is refused like at enqueue")
+    func newURLRefused() throws {
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        try fixture.session()
+        fixture.sink.setFallback(.stall(seconds: 3, status: 201))
+        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 1000))
+        _ = try fixture.daemon.waitForTask(id, state: "running")
+        let (running, problem) = try fixture.daemon.call(
+            "PATCH", "/v1/tasks/\(id)", ["request": ["url": .string(fixture.sink.url("/b"))]])
+        #expect(running == 409, "\(problem.serialized())")
+        _ = try fixture.daemon.call("POST", "/v1/tasks/\(id)/suspend")
+        let (outside, refusal) = try fixture.daemon.call("PATCH", "/v1/tasks/\(id)", ["request": ["url": "http://127.0.0.2:9/x"]])
+        #expect(outside == 403, "\(refusal.serialized())")
+        #expect(refusal["code"]?.stringValue == "destination_not_allowed")
+    }
+
+    @Test("tus: a new URL for a suspended upload creates a new upload there; the old one is terminated, nothing else")
+    func tusNewURL() throws {
+        let fixture = try Fixture()
+        let old = try TusServer(directory: fixture.scratch.file("old"))
+        let new = try TusServer(directory: fixture.scratch.file("new"))
+        try fixture.session()
+        let file = fixture.makeFile("big.mp4", size: 24 * 1024 * 1024)
+        let id = try enqueueTus(fixture, old, file: file, chunk: 1 << 20)
+        try #require(eventually(timeout: 30) { old.requests.filter { $0["method"]?.stringValue == "PATCH" }.count >= 2 })
+        _ = try fixture.daemon.call("POST", "/v1/tasks/\(id)/suspend")
+        _ = try fixture.daemon.waitForTask(id, state: "suspended")
+        let (status, body) = try fixture.daemon.call(
+            "PATCH", "/v1/tasks/\(id)", ["request": ["url": .string(new.creationURL)]])
+        #expect(status == 200, "\(body.serialized())")
+        #expect(body["bytes_sent"]?.intValue == 0 || body["progress"]?["bytes_sent"]?.intValue == 0)
+        let deleted = eventually(timeout: 15) { old.requests.contains { $0["method"]?.stringValue == "DELETE" } }
+        fixture.expectLog(deleted, "old: \(old.requests.map { $0.serialized() })")
+        let oldCount = old.requests.count
+        _ = try fixture.daemon.call("POST", "/v1/tasks/\(id)/resume")
+        let task = try fixture.daemon.waitForTask(id, timeout: 60)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(Bytes(fixture.contents(new.uploads.first ?? "")) == Bytes(fixture.contents(file)))
+        #expect(new.requests.first?["method"]?.stringValue == "POST")
+        #expect(old.requests.count == oldCount, "the old server got nothing after its DELETE")
+        #expect(old.uploads.isEmpty)
+    }
+}
