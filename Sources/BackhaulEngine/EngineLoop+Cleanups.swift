@@ -67,7 +67,13 @@ extension EngineLoop {
                 options.timeoutSeconds = 30
                 options.caBundle = self.options.caBundle
                 options.headers = request.headers.map { "\($0.0): \($0.1)" }
-                if let signing = request.signing {
+                if var signing = request.signing {
+                    if signing.isFromChain {
+                        guard let chain = self.options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
+                        let keys = try chain.credentials()
+                        signing = signing.resolved(with: keys)
+                        if let token = keys.sessionToken { options.headers.append("x-amz-security-token: \(token)") }
+                    }
                     options.awsSigV4 = .init(
                         region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
                 }

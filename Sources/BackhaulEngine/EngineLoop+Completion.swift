@@ -89,7 +89,13 @@ extension EngineLoop {
                 return
             }
             record(transfer, bytesTransferred: bytes, .completed(response))
-        case .failed(let failure):
+        case .failed(var failure):
+            if case .credentialsExpired = failure, task.upload.s3?.isFromChain == true, let chain = options.awsCredentials {
+                // The chain's keys expired early (SPEC §5.3): asked again at once, and the attempt
+                // retried like a transient failure instead of waiting for a client.
+                chain.invalidate()
+                failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")
+            }
             let decision = RetryPlanner.decide(
                 failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
                 now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)

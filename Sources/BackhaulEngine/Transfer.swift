@@ -326,8 +326,16 @@ final class Transfer {
         if sendSpeed > 0 { if part == nil { curl.maxSendSpeed = sendSpeed } else { curl.maxReceiveSpeed = sendSpeed } }
         curl.connectTimeoutMilliseconds = Int(configuration.timeoutIntervalForRequest * 1000)
         curl.caBundle = options.caBundle
-        if let signing = request.signing {
-            // libcurl computes the SigV4 signature over the headers it sends.
+        var chainToken: String?
+        if var signing = request.signing {
+            if signing.isFromChain {
+                guard let chain = options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
+                let keys = try chain.credentials()
+                signing = signing.resolved(with: keys)
+                chainToken = keys.sessionToken
+            }
+            // libcurl computes the SigV4 signature over the headers it sends, the session token's
+            // (`x-amz-security-token`) included.
             curl.awsSigV4 = .init(
                 region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
         }
@@ -335,6 +343,7 @@ final class Transfer {
         digest = nil
         easy.trailers = nil
         var lines = request.headers.map { "\($0.0): \($0.1)" }
+        if let chainToken { lines.append("x-amz-security-token: \(chainToken)") }
         switch request.body {
         case .empty:
             (bodyStart, bodyOffset, bodyEnd) = (0, 0, 0)

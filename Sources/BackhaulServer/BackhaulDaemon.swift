@@ -107,6 +107,7 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.networkCheckInterval = configuration.networkCheckInterval
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         engineOptions.destinations = configuration.destinations
+        engineOptions.awsCredentials = AWSCredentialChain(environment: processEnvironment(), imds: configuration.awsIMDS)
         engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
@@ -207,8 +208,8 @@ public enum ExitStatus {
     public static let stateSyncFailed: Int32 = 75
 }
 
-/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
-public func runBackhauld(arguments: [String]) -> Int32 {
+/// The process's environment variables.
+func processEnvironment() -> [String: String] {
     var environment: [String: String] = [:]
     var pointer = environ
     while let entry = pointer.pointee {
@@ -218,6 +219,12 @@ public func runBackhauld(arguments: [String]) -> Int32 {
         }
         pointer += 1
     }
+    return environment
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
+public func runBackhauld(arguments: [String]) -> Int32 {
+    let environment = processEnvironment()
     var cwd = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let workingDirectory =
         getcwd(&cwd, cwd.count) != nil ? cwd.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : "/"

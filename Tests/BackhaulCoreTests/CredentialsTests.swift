@@ -110,3 +110,71 @@ extension CredentialExpiryTests {
         #expect(unauthorized.jsonText().contains("\"auth\":{\"reason\":\"unauthorized\"}"))
     }
 }
+
+@Suite("AWS credential sources")
+struct AWSCredentialSourceTests {
+    @Test("the container endpoint's and credential_process's answers")
+    func answers() throws {
+        let container = try JSON.parse(
+            #"{"AccessKeyId":"ASIA1","SecretAccessKey":"s","Token":"t","Expiration":"2026-11-27T10:00:00Z"}"#)
+        let keys = try #require(AWSCredentials.fromContainerAnswer(container))
+        #expect(keys.sessionToken == "t" && keys.expiration == RFC3339.parse("2026-11-27T10:00:00Z"))
+        let expiration = try #require(keys.expiration)
+        #expect(!keys.due(now: expiration - 301) && keys.due(now: expiration - 299))
+        #expect(keys.valid(now: expiration - 1) && !keys.valid(now: expiration))
+        let process = try JSON.parse(#"{"Version":1,"AccessKeyId":"AKIA1","SecretAccessKey":"s","SessionToken":"t2"}"#)
+        #expect(AWSCredentials.fromProcessOutput(process)?.sessionToken == "t2")
+        #expect(AWSCredentials.fromProcessOutput(process)?.due(now: 1e12) == false)
+        #expect(
+            AWSCredentials.fromProcessOutput(try JSON.parse(#"{"Version":2,"AccessKeyId":"a","SecretAccessKey":"s"}"#)) == nil)
+        #expect(AWSCredentials.fromContainerAnswer(try JSON.parse(#"{"AccessKeyId":"a"}"#)) == nil)
+        #expect(
+            AWSCredentials.fromContainerAnswer(try JSON.parse(#"{"AccessKeyId":"a","SecretAccessKey":"s","Expiration":"soon"}"#))
+                == nil)
+    }
+
+    @Test("profiles of the shared credentials and config files")
+    func sharedFiles() {
+        let credentials = """
+            # comment
+            [default]
+            aws_access_key_id = AKIADEFAULT
+            aws_secret_access_key = secret1
+
+            [work]
+            aws_access_key_id=AKIAWORK
+            aws_secret_access_key=secret2
+            aws_session_token = token2
+            """
+        #expect(
+            AWSSharedFiles.profile("default", in: credentials, config: false).flatMap(AWSSharedFiles.keys)?.accessKeyID
+                == "AKIADEFAULT")
+        #expect(
+            AWSSharedFiles.profile("work", in: credentials, config: false).flatMap(AWSSharedFiles.keys)?.sessionToken == "token2")
+        #expect(AWSSharedFiles.profile("none", in: credentials, config: false) == nil)
+        let config = """
+            [default]
+            region = us-east-1
+            [profile  edge]
+            credential_process = /usr/local/bin/get-keys --role edge
+            ; comment
+            """
+        #expect(
+            AWSSharedFiles.profile("edge", in: config, config: true)?["credential_process"]
+                == "/usr/local/bin/get-keys --role edge")
+        #expect(AWSSharedFiles.profile("edge", in: config, config: false) == nil)
+        #expect(AWSSharedFiles.profile("default", in: config, config: true).flatMap(AWSSharedFiles.keys) == nil)
+    }
+
+    @Test("an s3 task may give a region only: its keys then come from the chain")
+    func regionOnly() throws {
+        let chain = try UploadSpec.decode(JSON.parse(#"{"protocol":"s3","s3":{"region":"eu-west-1"}}"#))
+        #expect(chain.s3?.isFromChain == true)
+        #expect(throws: ValidationError.self) {
+            try UploadSpec.decode(JSON.parse(#"{"protocol":"s3","s3":{"region":"eu-west-1","secret_access_key":"s"}}"#))
+        }
+        let given = try UploadSpec.decode(
+            JSON.parse(#"{"protocol":"s3","s3":{"region":"eu-west-1","access_key_id":"AKIA","secret_access_key":"s"}}"#))
+        #expect(given.s3?.isFromChain == false)
+    }
+}

@@ -187,3 +187,103 @@ extension EndToEndTests {
         #expect(old.uploads.isEmpty)
     }
 }
+
+/// `s3` tasks that give a region only: the daemon's AWS credential chain (SPEC §5.3) against moto
+/// checking SigV4, with temporary credentials from moto's STS.
+extension EndToEndTests {
+    /// Every place a secret could leak to: the task as GET shows it, its events, the daemon's log,
+    /// and the state directory once the task ended.
+    func expectNowhere(_ secrets: [String], _ fixture: Fixture, task id: String) throws {
+        let shown = try fixture.daemon.call("GET", "/v1/tasks/\(id)").1.serialized()
+        let events = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1.serialized()
+        let log = fixture.daemon.log(lastLines: 100_000)
+        var state = Data()
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: fixture.scratch.file("state"))) ?? [] {
+            state += FileManager.default.contents(atPath: fixture.scratch.file("state/\(name)")) ?? Data()
+        }
+        let stateText = String(decoding: state, as: UTF8.self)
+        for secret in secrets where !secret.isEmpty {
+            #expect(!shown.contains(secret) && !events.contains(secret), "a secret in GET")
+            #expect(!log.contains(secret), "a secret in the log")
+            #expect(!stateText.contains(secret), "a secret in the state")
+        }
+    }
+
+    func enqueueS3FromChain(_ fixture: Fixture, url: String, file: String) throws -> String {
+        try fixture.enqueue(
+            file,
+            extra: [
+                "request": ["url": .string(url), "method": "PUT"],
+                "upload": ["protocol": "s3", "chunk_size": .int(8 << 20)], "s3": ["region": "us-east-1"],
+            ])
+    }
+
+    /// No source but the one a test names: the machine's own files and variables stay out.
+    func chainEnvironment(_ scratch: TemporaryDirectory, _ variables: [String: String]) -> [String: String] {
+        [
+            "AWS_SHARED_CREDENTIALS_FILE": scratch.file("no-credentials"), "AWS_CONFIG_FILE": scratch.file("no-config"),
+            "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONTAINER_CREDENTIALS_FULL_URI": "",
+        ].merging(variables) { $1 }
+    }
+
+    /// The secrets a credentials helper handed out (its log).
+    func handedOut(_ log: String) -> [String] {
+        PythonPeer.lines(log).flatMap { [$0["secret"]?.stringValue ?? "", $0["token"]?.stringValue ?? ""] }
+    }
+
+    @Test("s3 from the chain: a credential_process profile gives STS keys; signed with the session token")
+    func s3CredentialProcess() throws {
+        let scratch = TemporaryDirectory("backhaul-aws")
+        let s3 = try S3Server(directory: scratch.path)
+        let config = scratch.file("config")
+        let issued = scratch.file("issued.jsonl")
+        let helper = PythonPeer.script("aws_credentials.py")
+        try "[profile edge]\ncredential_process = python3 \(helper) --process --s3 \(s3.credentialsFile) --log \(issued)\n".write(
+            toFile: config, atomically: true, encoding: .utf8)
+        let fixture = try Fixture(environment: chainEnvironment(scratch, ["AWS_CONFIG_FILE": config, "AWS_PROFILE": "edge"]))
+        try fixture.session()
+        let file = fixture.makeFile("big.bin", size: 12 * 1024 * 1024 + 3)
+        let id = try enqueueS3FromChain(fixture, url: s3.objectURL("edge/big.bin"), file: file)
+        let task = try fixture.daemon.waitForTask(id, timeout: 90)
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(s3.requests.suffix(5))")
+        #expect(Bytes(s3.object("edge/big.bin")) == Bytes(fixture.contents(file)))
+        let secrets = handedOut(issued)
+        #expect(secrets.count >= 2)
+        try expectNowhere(secrets, fixture, task: id)
+    }
+
+    @Test("s3 from the chain: a container endpoint rotating STS keys every 10 s; 40 MiB at 3 MiB/s spans the renewals")
+    func s3ContainerCredentialsRotate() throws {
+        let scratch = TemporaryDirectory("backhaul-aws")
+        let s3 = try S3Server(directory: scratch.path)
+        let proxy = try ThrottleProxy(target: s3.peer.port, rate: 3 << 20)
+        let fetches = scratch.file("fetches.jsonl")
+        let token = "container-token-\(UInt32.random(in: 0...UInt32.max))"
+        let endpoint = try PythonPeer(
+            script: "aws_credentials.py",
+            arguments: ["--s3", s3.credentialsFile, "--token", token, "--log", fetches, "--rotate", "10"])
+        let tokenFile = scratch.file("token")
+        try token.write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        let fixture = try Fixture(
+            environment: chainEnvironment(
+                scratch,
+                [
+                    "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:\(endpoint.port)/creds",
+                    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": tokenFile,
+                ]))
+        try fixture.session()
+        let file = fixture.makeFile("big.bin", size: 40 * 1024 * 1024)
+        let started = Date()
+        let url = "http://127.0.0.1:\(proxy.port)/\(s3.bucket)/rotating/big.bin"
+        let id = try enqueueS3FromChain(fixture, url: url, file: file)
+        let task = try fixture.daemon.waitForTask(id, timeout: 120)
+        let seconds = Date().timeIntervalSince(started)
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
+        #expect(Bytes(s3.object("rotating/big.bin")) == Bytes(fixture.contents(file)))
+        let keys = PythonPeer.lines(fetches).compactMap { $0["access_key_id"]?.stringValue }
+        print("container credentials: \(keys.count) fetches, \(Set(keys).count) key sets over \(Int(seconds)) s")
+        #expect(Set(keys).count >= 2, "the upload spanned at least one rotation: \(keys)")
+        #expect(seconds > 10)
+        try expectNowhere([token] + handedOut(fetches), fixture, task: id)
+    }
+}
