@@ -51,8 +51,9 @@ extension EngineLoop {
     }
 
     /// Why the transfer may not go where its machine now points (SPEC §5.3): the upload resource
-    /// a server named, or the next request's URL, on a host the upload allow-list does not admit.
-    func locationRefusal(_ transfer: Transfer, _ step: TransferStep) -> TaskError? {
+    /// a server named, or the next request's URL (when `step` sends one), on a host the upload
+    /// allow-list does not admit.
+    func locationRefusal(_ transfer: Transfer, _ step: TransferStep? = nil) -> TaskError? {
         let rules = options.destinations
         let own = transfer.task.request.url
         // An S3 checkpoint's `location` is its upload id, not a URL.
@@ -61,7 +62,7 @@ extension EngineLoop {
         {
             return refused
         }
-        guard case .send(let request) = step else { return nil }
+        guard case .send(let request)? = step else { return nil }
         return rules.locationRefusal(request.url, taskURL: own)
     }
 

@@ -53,7 +53,7 @@ extension EngineLoop {
         let known = transfer.checkpoint.location
         let head = ResponseHead(status: status, received: transfer.response.headers)
         guard transfer.machine.didReceiveInformational(head) else { return }
-        if let refused = locationRefusal(transfer, .completed) {
+        if let refused = locationRefusal(transfer) {
             // Not persisted, never asked: the request stops at the next progress call.
             transfer.refusedLocation = refused
             return

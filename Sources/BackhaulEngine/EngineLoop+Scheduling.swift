@@ -142,6 +142,16 @@ extension EngineLoop {
                 return true
             }
             try send(transfer, request)
+        } catch let error as AWSCredentialError {
+            // No keys to sign with yet (a credential source down, say): retried with backoff like
+            // any transient failure, not the task's end.
+            logger.warning("no AWS credentials for the task", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+            if let transfer = active[task.id] {
+                conclude(transfer, step: .failed(.transport(.other, message: error.description)))
+                return true
+            }
+            record(started, bytesTransferred: 0, .failed(TaskError(.unknown, message: error.description), nil))
+            return false
         } catch {
             logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
             if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }

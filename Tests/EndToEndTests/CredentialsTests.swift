@@ -287,3 +287,29 @@ extension EndToEndTests {
         try expectNowhere([token] + handedOut(fetches), fixture, task: id)
     }
 }
+
+extension EndToEndTests {
+    @Test("s3 from the chain: no source yet is a transient failure; once a credentials file appears the task completes")
+    func s3ChainWithoutSourceRetries() throws {
+        let scratch = TemporaryDirectory("backhaul-aws")
+        let s3 = try S3Server(directory: scratch.path)
+        let credentials = scratch.file("credentials")
+        let fixture = try Fixture(environment: chainEnvironment(scratch, ["AWS_SHARED_CREDENTIALS_FILE": credentials]))
+        try fixture.session("s1", quickRetry)
+        let file = fixture.makeFile("small.bin", size: 100_000)
+        let id = try enqueueS3FromChain(fixture, url: s3.objectURL("later/small.bin"), file: file)
+        let waiting = eventually(timeout: 20) {
+            (try? fixture.daemon.task(id))?["last_error"]?["message"]?.stringValue?.contains("no AWS credentials") == true
+        }
+        let seen = try fixture.daemon.task(id)
+        fixture.expectLog(waiting && seen["state"]?.stringValue != "failed", seen.serialized())
+        let key = s3.credentials["access_key_id"]?.stringValue ?? ""
+        let secret = s3.credentials["secret_access_key"]?.stringValue ?? ""
+        try "[default]\naws_access_key_id = \(key)\naws_secret_access_key = \(secret)\n".write(
+            toFile: credentials, atomically: true, encoding: .utf8)
+        let task = try fixture.daemon.waitForTask(id, timeout: 60)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(Bytes(s3.object("later/small.bin")) == Bytes(fixture.contents(file)))
+        try expectNowhere([secret], fixture, task: id)
+    }
+}
