@@ -313,3 +313,27 @@ extension EndToEndTests {
         try expectNowhere([secret], fixture, task: id)
     }
 }
+
+extension EndToEndTests {
+    @Test("s3 from the chain: an ExpiredToken is retried with the chain asked again, not auth_required")
+    func s3ChainExpiredTokenRetries() throws {
+        let scratch = TemporaryDirectory("backhaul-aws")
+        let fixture = try Fixture(
+            environment: chainEnvironment(scratch, ["AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "env-secret"]))
+        try fixture.session("s1", quickRetry)
+        let body =
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>ExpiredToken</Code>"
+            + "<Message>The provided token has expired.</Message></Error>"
+        fixture.sink.enqueue(.respond(status: 400, headers: [("Content-Type", "application/xml")], body: body))
+        fixture.sink.setFallback(.respond(status: 200, headers: [("ETag", "\"e\"")]))
+        let id = try enqueueS3FromChain(
+            fixture, url: fixture.sink.url("/bucket/key"), file: fixture.makeFile("a.bin", size: 1000))
+        let task = try fixture.daemon.waitForTask(id)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(fixture.sink.requests.count == 2)
+        #expect(fixture.sink.requests.allSatisfy { $0.headers["authorization"]?.contains("Credential=AKIAEXAMPLE/") == true })
+        let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue ?? []
+        #expect(attempts.contains { $0["outcome"]?.stringValue == "retry" })
+        try expectNowhere(["env-secret"], fixture, task: id)
+    }
+}
