@@ -191,9 +191,10 @@ extension EndToEndTests {
 /// `s3` tasks that give a region only: the daemon's AWS credential chain (SPEC §5.3) against moto
 /// checking SigV4, with temporary credentials from moto's STS.
 extension EndToEndTests {
-    /// Every place a secret could leak to: the task as GET shows it, its events, the daemon's log,
-    /// and the state directory once the task ended.
-    func expectNowhere(_ secrets: [String], _ fixture: Fixture, task id: String) throws {
+    /// Every place a secret could leak to: the task as GET shows it, its attempts, the daemon's
+    /// log, the webhook deliveries (their bodies), and the state directory (with its events) once
+    /// the task ended.
+    func expectNowhere(_ secrets: [String], _ fixture: Fixture, task id: String, webhooks: WebhookReceiver? = nil) throws {
         let shown = try fixture.daemon.call("GET", "/v1/tasks/\(id)").1.serialized()
         let events = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1.serialized()
         let log = fixture.daemon.log(lastLines: 100_000)
@@ -202,7 +203,15 @@ extension EndToEndTests {
             state += FileManager.default.contents(atPath: fixture.scratch.file("state/\(name)")) ?? Data()
         }
         let stateText = String(decoding: state, as: UTF8.self)
+        if let webhooks {
+            let delivered = eventually(timeout: 15) { webhooks.accepted.contains { $0["task_id"]?.stringValue == id } }
+            #expect(delivered, "the task's webhook came")
+        }
+        let deliveries =
+            webhooks.map { String(decoding: FileManager.default.contents(atPath: $0.logFile) ?? Data(), as: UTF8.self) } ?? ""
+        #expect(webhooks == nil || deliveries.contains(id))
         for secret in secrets where !secret.isEmpty {
+            #expect(!deliveries.contains(secret), "a secret in a webhook")
             #expect(!shown.contains(secret) && !events.contains(secret), "a secret in GET")
             #expect(!log.contains(secret), "a secret in the log")
             #expect(!stateText.contains(secret), "a secret in the state")
@@ -240,8 +249,12 @@ extension EndToEndTests {
         let helper = PythonPeer.script("aws_credentials.py")
         try "[profile edge]\ncredential_process = python3 \(helper) --process --s3 \(s3.credentialsFile) --log \(issued)\n".write(
             toFile: config, atomically: true, encoding: .utf8)
-        let fixture = try Fixture(environment: chainEnvironment(scratch, ["AWS_CONFIG_FILE": config, "AWS_PROFILE": "edge"]))
+        let fixture = try Fixture(
+            daemonArguments: fastWebhookRetries,
+            environment: chainEnvironment(scratch, ["AWS_CONFIG_FILE": config, "AWS_PROFILE": "edge"]))
         try fixture.session()
+        let webhooks = try WebhookReceiver(directory: scratch.path, secrets: [WebhookRecordSecret.fixed])
+        try fixture.subscribe(webhooks.url, secret: WebhookRecordSecret.fixed)
         let file = fixture.makeFile("big.bin", size: 12 * 1024 * 1024 + 3)
         let id = try enqueueS3FromChain(fixture, url: s3.objectURL("edge/big.bin"), file: file)
         let task = try fixture.daemon.waitForTask(id, timeout: 90)
@@ -249,7 +262,7 @@ extension EndToEndTests {
         #expect(Bytes(s3.object("edge/big.bin")) == Bytes(fixture.contents(file)))
         let secrets = handedOut(issued)
         #expect(secrets.count >= 2)
-        try expectNowhere(secrets, fixture, task: id)
+        try expectNowhere(secrets, fixture, task: id, webhooks: webhooks)
     }
 
     @Test("s3 from the chain: a container endpoint rotating STS keys every 10 s; 40 MiB at 3 MiB/s spans the renewals")
