@@ -233,6 +233,9 @@ extension API {
         let value = try body(request)
         let updated = try validated {
             let change = try TaskPatch.decode(value, session: session.configuration)
+            if let url = change.url, let refusal = options.destinations.refusal(url, for: .upload) {
+                throw Problem(.destinationNotAllowed, "request.url: \(refusal)", extra: ["field": "request.url"])
+            }
             return try store.updateTask(id: current.id) { task in try change.apply(to: &task, session: session.configuration) }
         }
         return taskResponse(200, updated)

@@ -82,6 +82,10 @@ extension AttemptFailure {
         switch self {
         case .http(401, _):
             return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
+        case .credentialsExpired(let status):
+            return TaskError(
+                .userAuthenticationRequired, message: "the server answered \(status): the credentials or the signed URL expired",
+                httpStatus: status, reason: .credentialsExpired)
         case .http(let status, _):
             return TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
         case .checksumMismatch(let status):
@@ -98,7 +102,7 @@ extension AttemptFailure {
     /// The HTTP status of the answer that ended the attempt, if one did.
     public var httpStatus: Int? {
         switch self {
-        case .http(let status, _), .checksumMismatch(let status): return status
+        case .http(let status, _), .checksumMismatch(let status), .credentialsExpired(let status): return status
         case .fatal(let error): return error.httpStatus
         case .transport: return nil
         }

@@ -18,15 +18,49 @@ public struct DestinationRules: Sendable, Equatable {
     /// Why the URL may not be used, or nil when it may.
     public func refusal(_ url: String, for purpose: Purpose) -> String? {
         guard let parts = URLParts(url) else { return "is not an absolute http or https URL" }
-        let host = parts.host.hasPrefix("[") ? String(parts.host.dropFirst().dropLast()) : parts.host
-        let patterns = purpose == .upload ? uploadHosts : webhookHosts
-        if !patterns.isEmpty, !patterns.contains(where: { Self.matches($0, scheme: parts.scheme, host: host) }) {
-            return "\(parts.scheme)://\(host) is not in the allowed \(purpose.rawValue) hosts"
-        }
-        if denyPrivate, Self.isPrivate(address: host) {
-            return "\(host) is a private address and private destinations are denied"
+        if let refusal = allowListRefusal(parts, for: purpose) { return refusal }
+        if denyPrivate, Self.isPrivate(address: Self.bareHost(parts)) {
+            return "\(Self.bareHost(parts)) is a private address and private destinations are denied"
         }
         return nil
+    }
+
+    /// Why the allow-list for `purpose` does not admit the URL's host, or nil when it does (or is
+    /// not set).
+    public func allowListRefusal(_ url: String, for purpose: Purpose) -> String? {
+        guard let parts = URLParts(url) else { return "is not an absolute http or https URL" }
+        return allowListRefusal(parts, for: purpose)
+    }
+
+    private func allowListRefusal(_ parts: URLParts, for purpose: Purpose) -> String? {
+        let host = Self.bareHost(parts)
+        let patterns = purpose == .upload ? uploadHosts : webhookHosts
+        guard patterns.isEmpty || patterns.contains(where: { Self.matches($0, scheme: parts.scheme, host: host) }) else {
+            return "\(parts.scheme)://\(host) is not in the allowed \(purpose.rawValue) hosts"
+        }
+        return nil
+    }
+
+    /// The host without the brackets of an IPv6 literal.
+    private static func bareHost(_ parts: URLParts) -> String {
+        parts.host.hasPrefix("[") ? String(parts.host.dropFirst().dropLast()) : parts.host
+    }
+
+    /// Whether a task whose own URL is `taskURL` may send a request, with its headers, to `url`
+    /// (SPEC §5.3): a server-given URL (a tus or IETF `Location`) on another origin needs the
+    /// upload allow-list's admission when the list is set. The task's own origin passed it at
+    /// enqueue; private addresses are refused when connecting, for every request alike. Nil when
+    /// it may; else the task's error, `-1011` with `location_host_not_allowed`.
+    public func locationRefusal(_ url: String, taskURL: String) -> TaskError? {
+        guard !uploadHosts.isEmpty else { return nil }
+        let parts = URLParts(url)
+        if let parts, parts.hostKey == URLParts(taskURL)?.hostKey || allowListRefusal(parts, for: .upload) == nil {
+            return nil
+        }
+        let shown = parts.map { "\($0.scheme)://\($0.host):\($0.port)" } ?? "a URL that is not absolute http(s)"
+        return TaskError(
+            .badServerResponse, message: "the server named \(shown), which is not in the allowed upload hosts",
+            reason: .locationHostNotAllowed)
     }
 
     static func matches(_ pattern: String, scheme: String, host: String) -> Bool {

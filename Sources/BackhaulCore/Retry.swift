@@ -2,6 +2,10 @@
 public enum AttemptFailure: Sendable, Equatable {
     /// The server answered with a status that does not complete the task.
     case http(status: Int, retryAfter: Double?)
+    /// The server said the credentials or the signed URL expired (S3 `ExpiredToken`,
+    /// `TokenRefreshRequired`, `AccessDenied` "Request has expired"): new ones are wanted, as
+    /// after a 401.
+    case credentialsExpired(status: Int)
     /// The server computed a different checksum of the body than the one sent with it (tus 460,
     /// S3 `BadDigest`): the bytes were damaged on the way, so the piece is sent again.
     case checksumMismatch(status: Int)
@@ -52,7 +56,7 @@ public enum RetryPlanner {
         switch failure {
         case .fatal(let error):
             return .fail(error)
-        case .http(401, _):
+        case .http(401, _), .credentialsExpired:
             return .authenticationRequired
         case .http(let status, let retryAfter):
             let error = TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)

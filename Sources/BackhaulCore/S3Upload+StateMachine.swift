@@ -15,6 +15,21 @@ public struct S3Credentials: Sendable, Equatable {
         self.sessionToken = sessionToken
     }
 
+    /// Credentials the daemon takes from the AWS chain (SPEC §5.3) when it signs: the task gave a
+    /// region only.
+    public static func fromChain(region: String) -> S3Credentials {
+        S3Credentials(region: region, accessKeyID: "", secretAccessKey: "")
+    }
+
+    /// Whether the keys come from the daemon's AWS credential chain rather than the task.
+    public var isFromChain: Bool { accessKeyID.isEmpty }
+
+    /// These credentials with the chain's keys, for one request.
+    public func resolved(with keys: AWSCredentials) -> S3Credentials {
+        S3Credentials(
+            region: region, accessKeyID: keys.accessKeyID, secretAccessKey: keys.secretAccessKey, sessionToken: keys.sessionToken)
+    }
+
     public func json(redacted: Bool) -> JSON {
         var object: JSONObject = ["region": .string(region), "access_key_id": .string(accessKeyID)]
         if !redacted {
@@ -30,8 +45,15 @@ public struct S3Credentials: Sendable, Equatable {
         guard !region.isEmpty, region.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) else {
             throw ValidationError(reader.field("region"), "is not an AWS region name")
         }
+        guard reader.has("access_key_id") || reader.has("secret_access_key") || reader.has("session_token") else {
+            // No keys: the daemon's AWS credential chain signs (environment, shared files,
+            // container endpoint, IMDS).
+            return .fromChain(region: region)
+        }
         let key = try reader.requiredString("access_key_id", maxLength: 256)
-        guard !key.contains(":") else { throw ValidationError(reader.field("access_key_id"), "must not contain ':'") }
+        guard !key.isEmpty, !key.contains(":") else {
+            throw ValidationError(reader.field("access_key_id"), "must be non-empty and must not contain ':'")
+        }
         return S3Credentials(
             region: region, accessKeyID: key,
             secretAccessKey: try reader.requiredString("secret_access_key", maxLength: 1024),
@@ -87,6 +109,7 @@ public struct S3Upload: TransferStateMachine {
         credentials = task.upload.s3
         var signed = headers
         signed.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))
+        // A chain's session token is added by the engine, with the keys it signs with.
         if let token = task.upload.s3?.sessionToken { signed.append(("x-amz-security-token", token)) }
         self.headers = signed
         total = task.file.size

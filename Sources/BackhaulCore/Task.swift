@@ -163,6 +163,14 @@ extension TaskRecord {
             json.string(state.rawValue)
             json.key("waiting_reason")
             json.string((shown ?? waitingReason)?.rawValue)
+            if state == .authRequired {
+                // SPEC §5.3: why new credentials (or a new URL) are wanted.
+                json.key("auth")
+                json.object { object in
+                    object.key("reason")
+                    object.string(authReason.rawValue)
+                }
+            }
             json.key("file")
             if download == nil { file.writeJSON(to: &json) } else { json.null() }
             json.key("request")
@@ -230,18 +238,29 @@ extension TaskRecord {
         }
     }
 
+    /// Why the task wants new credentials: what its last failed attempt said (`credentials_expired`
+    /// for an expired signature or token), else the server's 401.
+    public var authReason: TaskError.Reason {
+        guard let reason = lastError?.error.reason, reason == .credentialsExpired else { return .unauthorized }
+        return reason
+    }
+
+    /// A task's error as `GET` shows it and the store keeps it; `reason` only when there is one.
     public static func errorJSON(_ error: TaskError) -> JSON {
-        [
+        var object: JSONObject = [
             "code": .int(Int64(error.code)), "name": .string(error.name), "message": .string(error.message),
             "http_status": error.httpStatus.map { .int(Int64($0)) } ?? .null,
         ]
+        if let reason = error.reason { object["reason"] = .string(reason.rawValue) }
+        return .object(object)
     }
 
     public static func decodeError(_ value: JSON) -> TaskError? {
         guard let code = value["code"]?.intValue else { return nil }
         return TaskError(
             code: Int(code), name: value["name"]?.stringValue ?? "", message: value["message"]?.stringValue ?? "",
-            httpStatus: value["http_status"]?.intValue.map { Int($0) })
+            httpStatus: value["http_status"]?.intValue.map { Int($0) },
+            reason: value["reason"]?.stringValue.map(TaskError.Reason.init(rawValue:)))
     }
 
     private static func redactedOverrides(_ overrides: JSONObject) -> JSON {

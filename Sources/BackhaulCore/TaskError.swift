@@ -4,19 +4,39 @@ public struct TaskError: Sendable, Equatable, Error {
     public var name: String
     public var message: String
     public var httpStatus: Int?
+    /// A stable word for what, within the code, went wrong (`location_host_not_allowed`,
+    /// `credentials_expired`), for clients that act on it; nil when the code says enough.
+    public var reason: Reason?
 
-    public init(_ kind: Kind, message: String, httpStatus: Int? = nil) {
+    public init(_ kind: Kind, message: String, httpStatus: Int? = nil, reason: Reason? = nil) {
         self.code = kind.rawValue
         self.name = kind.name
         self.message = message
         self.httpStatus = httpStatus
+        self.reason = reason
     }
 
-    public init(code: Int, name: String, message: String, httpStatus: Int?) {
+    public init(code: Int, name: String, message: String, httpStatus: Int?, reason: Reason? = nil) {
         self.code = code
         self.name = name
         self.message = message
         self.httpStatus = httpStatus
+        self.reason = reason
+    }
+
+    /// The reasons of SPEC §5.3, in one place.
+    public struct Reason: RawRepresentable, Sendable, Hashable, ExpressibleByStringLiteral {
+        public var rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(stringLiteral value: String) { rawValue = value }
+
+        /// A server-given `Location` named a host the upload allow-list does not admit.
+        public static let locationHostNotAllowed: Reason = "location_host_not_allowed"
+        /// The server said the task's credentials or signed URL expired (S3 `ExpiredToken`,
+        /// `AccessDenied` "Request has expired", `TokenRefreshRequired`).
+        public static let credentialsExpired: Reason = "credentials_expired"
+        /// The server answered 401.
+        public static let unauthorized: Reason = "unauthorized"
     }
 
     /// The SPEC §2.3 table, in one place.

@@ -5,7 +5,8 @@ public enum AttemptEnd: Sendable, Equatable {
     case failed(TaskError, ResponseRecord?)
     /// Failed with `error`; tried again at `at`.
     case retry(at: Timestamp, TaskError, ResponseRecord?)
-    case authenticationRequired(ResponseRecord?)
+    /// New credentials are wanted: the server answered 401, or `expired` it said they expired.
+    case authenticationRequired(ResponseRecord?, expired: Bool = false)
     /// Stopped without fault (shutdown): back to the queue, no attempt counted.
     case interrupted
     /// Stopped because the policy no longer allows it: waiting, no attempt counted.
@@ -30,6 +31,8 @@ public enum AttemptEnd: Sendable, Equatable {
     public var error: TaskError? {
         switch self {
         case .failed(let error, _), .invalidConfiguration(let error), .retry(_, let error, _): return error
+        case .authenticationRequired(let response, true):
+            return AttemptFailure.credentialsExpired(status: response?.status ?? 403).error
         case .authenticationRequired:
             return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
         case .completed, .interrupted, .held, .cancelled: return nil
@@ -110,7 +113,7 @@ extension TaskRecord {
                 task.enter(.retrying, now: now)
                 task.nextAttemptAt = at
                 if let response { task.response = response }
-            case .authenticationRequired(let response):
+            case .authenticationRequired(let response, _):
                 task.enter(.authRequired, now: now)
                 if let response { task.response = response }
             case .interrupted:
@@ -147,13 +150,19 @@ extension TaskRecord {
             guard !state.isFinal else { return refused("expire") }
             let wasAuth = state == .authRequired
             task.enter(.failed, now: now)
-            task.error =
-                wasAuth
-                ? TaskError(
+            if !wasAuth {
+                task.error = TaskError(.timedOut, message: "the resource timeout was reached")
+            } else if authReason == .credentialsExpired {
+                task.error = TaskError(
+                    .userAuthenticationRequired,
+                    message: "the credentials expired and no new ones (nor a new URL) came before the resource timeout",
+                    httpStatus: lastError?.error.httpStatus, reason: .credentialsExpired)
+            } else {
+                task.error = TaskError(
                     .userAuthenticationRequired,
                     message: "the server asked for authentication and no new credentials came before the resource timeout",
                     httpStatus: 401)
-                : TaskError(.timedOut, message: "the resource timeout was reached")
+            }
 
         case .policy(let decision):
             guard state == .queued || state == .waiting && Policy.reasons.contains(waitingReason ?? .scheduled) else {
@@ -209,6 +218,19 @@ extension TaskRecord {
         return task
     }
 
+    /// Points a task that is not running at a new URL and method (SPEC §5.3, PATCH). A resumable
+    /// upload starts a new upload resource there: what it knew of the old one goes (its release is
+    /// the store's, `TaskTransition.abandonsUploadResource`). `chunked` keeps its offset, so that
+    /// its next attempt first asks the new URL where it stands. A download starts over.
+    public mutating func retarget(url: String, method: String) {
+        guard url != request.url || method != request.method else { return }
+        request.url = url
+        request.method = method
+        guard kind == .download || upload.protocolName != .chunked else { return }
+        checkpoint = nil
+        bytesTransferred = 0
+    }
+
     /// Sets the state and the fields that go with it.
     mutating func enter(_ next: TaskState, now: Timestamp, waitingReason reason: WaitingReason? = nil) {
         state = next
@@ -238,6 +260,14 @@ public enum TaskTransition {
     /// holds a resumable upload): its protocol's release is queued with it.
     public static func releasesServerSide(from before: TaskRecord?, to after: TaskRecord) -> Bool {
         after.state == .cancelled && before?.state.isFinal != true && (after.attempts > 0 || after.checkpoint != nil)
+    }
+
+    /// Whether a change of the task's URL or method (PATCH) leaves an upload resource at the old
+    /// one (a tus or IETF upload, an S3 multipart upload): it is released as on cancel, queued with
+    /// the change.
+    public static func abandonsUploadResource(from before: TaskRecord, to after: TaskRecord) -> Bool {
+        before.request.url != after.request.url || before.request.method != after.request.method
+            ? before.checkpoint?.location != nil : false
     }
 
     /// Whether the change ended the task (its session may now be drained).

@@ -114,6 +114,7 @@ public enum TransferStep: Sendable, Equatable {
 extension TransferStep {
     /// A response that ends the attempt: the status (and `Retry-After`) go to the retry policy.
     public static func failed(_ response: ResponseHead, now: Timestamp) -> TransferStep {
+        if CredentialExpiry.says(response) { return .failed(.credentialsExpired(status: response.status)) }
         let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
         return .failed(.http(status: response.status, retryAfter: retryAfter))
     }

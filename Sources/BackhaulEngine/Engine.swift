@@ -25,6 +25,12 @@ public struct EngineOptions: Sendable {
     public var networkSource = NetworkSourceMode.routingTable
     /// Refuse to send to a peer whose address is not public, checked once connected.
     public var denyPrivateDestinations = false
+    /// The upload allow-list: a server-given URL (a `Location`) outside it is not followed, and a
+    /// cleanup is not sent there (SPEC §5.3).
+    public var destinations = DestinationRules()
+    /// Where `s3` tasks without keys take theirs (SPEC §5.3); nil: nowhere, such a task fails its
+    /// attempts.
+    public var awsCredentials: AWSCredentialChain?
     /// While at least `pacedTransfers` transfers run, the engine's writes (attempts ended and
     /// started) wait for those of the next turns, together one commit, until `pacedClaims` slots
     /// wait for their next task's claim or `writePacing` seconds passed since the last went (see

@@ -50,6 +50,16 @@ extension EngineLoop {
                 }
                 continue
             }
+            if let refusal = options.destinations.allowListRefusal(plan.request.url, for: .upload) {
+                // A server-given upload URL the allow-list does not admit: nothing goes there.
+                logger.warning(
+                    "dropping a cleanup outside the upload allow-list",
+                    metadata: ["cleanup.seq": "\(sequence)", "refusal": "\(refusal)"])
+                do { try store.recordCleanup(sequence: sequence, retryAt: nil) } catch {
+                    fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])
+                }
+                continue
+            }
             do {
                 let cleanup = try Cleanup(sequence: sequence, attempts: attempts, plan: plan)
                 let request = plan.request
@@ -57,7 +67,13 @@ extension EngineLoop {
                 options.timeoutSeconds = 30
                 options.caBundle = self.options.caBundle
                 options.headers = request.headers.map { "\($0.0): \($0.1)" }
-                if let signing = request.signing {
+                if var signing = request.signing {
+                    if signing.isFromChain {
+                        guard let chain = self.options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
+                        let keys = try chain.credentials()
+                        signing = signing.resolved(with: keys)
+                        if let token = keys.sessionToken { options.headers.append("x-amz-security-token: \(token)") }
+                    }
                     options.awsSigV4 = .init(
                         region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
                 }

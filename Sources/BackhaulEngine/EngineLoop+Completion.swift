@@ -8,8 +8,10 @@ import Curl
 extension EngineLoop {
     func finished(_ transfer: Transfer, code: CurlCode, _ driver: CurlDriver) {
         let now = clock.now()
-        let step: TransferStep
-        if transfer.idleTimedOut {
+        var step: TransferStep
+        if let refused = transfer.refusedLocation {
+            step = .failed(.fatal(refused))
+        } else if transfer.idleTimedOut {
             let seconds = transfer.configuration.timeoutIntervalForRequest
             step = .failed(.transport(.timedOut, message: "no bytes moved for \(seconds) s (timeout_interval_for_request)"))
         } else if transfer.destinationRefused {
@@ -28,7 +30,11 @@ extension EngineLoop {
         } else {
             transfer.endDownloadBody()
             step = transfer.machine.didReceive(transfer.responseHead, now: now)
-            persistCheckpoint(transfer)
+            if let refused = locationRefusal(transfer, step) {
+                step = .failed(.fatal(refused))
+            } else {
+                persistCheckpoint(transfer)
+            }
             rememberSelection(transfer)
         }
         if case .send(let next) = step {
@@ -42,6 +48,22 @@ extension EngineLoop {
             }
         }
         conclude(transfer, step: step)
+    }
+
+    /// Why the transfer may not go where its machine now points (SPEC §5.3): the upload resource
+    /// a server named, or the next request's URL (when `step` sends one), on a host the upload
+    /// allow-list does not admit.
+    func locationRefusal(_ transfer: Transfer, _ step: TransferStep? = nil) -> TaskError? {
+        let rules = options.destinations
+        let own = transfer.task.request.url
+        // An S3 checkpoint's `location` is its upload id, not a URL.
+        if transfer.task.upload.protocolName != .s3, let location = transfer.machine.checkpoint?.location,
+            let refused = rules.locationRefusal(location, taskURL: own)
+        {
+            return refused
+        }
+        guard case .send(let request)? = step else { return nil }
+        return rules.locationRefusal(request.url, taskURL: own)
     }
 
     /// Writes the end of an attempt and frees its slot. A download whose body is complete is first
@@ -68,7 +90,13 @@ extension EngineLoop {
                 return
             }
             record(transfer, bytesTransferred: bytes, .completed(response))
-        case .failed(let failure):
+        case .failed(var failure):
+            if case .credentialsExpired = failure, task.upload.s3?.isFromChain == true, let chain = options.awsCredentials {
+                // The chain's keys expired early (SPEC §5.3): asked again at once, and the attempt
+                // retried like a transient failure instead of waiting for a client.
+                chain.invalidate()
+                failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")
+            }
             let decision = RetryPlanner.decide(
                 failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
                 now: clock.now(), deadline: task.deadlineAt, random: RandomID.unit)
@@ -96,10 +124,17 @@ extension EngineLoop {
                 }
                 logger.info(
                     "task failed",
-                    metadata: ["task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)"])
+                    metadata: [
+                        "task.id": "\(task.id)", "error.code": "\(error.code)", "error.name": "\(error.name)",
+                        "error.reason": "\(error.reason?.rawValue ?? "-")",
+                    ])
                 record(transfer, bytesTransferred: bytes, .failed(error, response))
             case .authenticationRequired:
-                record(transfer, bytesTransferred: bytes, .authenticationRequired(response))
+                let expired = failure.error.reason == .credentialsExpired
+                logger.info(
+                    "the task waits for new credentials",
+                    metadata: ["task.id": "\(task.id)", "auth.reason": "\(expired ? "credentials_expired" : "unauthorized")"])
+                record(transfer, bytesTransferred: bytes, .authenticationRequired(response, expired: expired))
             }
         }
     }

@@ -53,6 +53,11 @@ extension EngineLoop {
         let known = transfer.checkpoint.location
         let head = ResponseHead(status: status, received: transfer.response.headers)
         guard transfer.machine.didReceiveInformational(head) else { return }
+        if let refused = locationRefusal(transfer) {
+            // Not persisted, never asked: the request stops at the next progress call.
+            transfer.refusedLocation = refused
+            return
+        }
         persistCheckpoint(transfer)
         if transfer.checkpoint.location != known {
             logger.info(

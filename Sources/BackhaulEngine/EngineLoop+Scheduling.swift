@@ -129,18 +129,29 @@ extension EngineLoop {
         var machine = makeMachine(for: task, headers: headers, key: key)
         let transfer: Transfer
         do {
-            let step = machine.start(now: clock.now())
+            var step = machine.start(now: clock.now())
             transfer = try Transfer(
                 task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
                 file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
             active[task.id] = transfer
             watchInformational(transfer)
             bandwidthDirty = true
+            if let refused = locationRefusal(transfer, step) { step = .failed(.fatal(refused)) }
             guard case .send(let request) = step else {
                 conclude(transfer, step: step)
                 return true
             }
             try send(transfer, request)
+        } catch let error as AWSCredentialError {
+            // No keys to sign with yet (a credential source down, say): retried with backoff like
+            // any transient failure, not the task's end.
+            logger.warning("no AWS credentials for the task", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
+            if let transfer = active[task.id] {
+                conclude(transfer, step: .failed(.transport(.other, message: error.description)))
+                return true
+            }
+            record(started, bytesTransferred: 0, .failed(TaskError(.unknown, message: error.description), nil))
+            return false
         } catch {
             logger.error("cannot start the transfer", metadata: ["task.id": "\(task.id)", "error": "\(error)"])
             if let transfer = active.removeValue(forKey: task.id) { hashing[transfer.task.id] = nil }

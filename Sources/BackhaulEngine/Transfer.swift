@@ -50,6 +50,9 @@ final class Transfer {
     var fileChangedDuringRead = false
     /// Set when the connected peer's address was private and those are denied.
     var destinationRefused = false
+    /// Set when a response named an upload resource the allow-list does not admit (SPEC §5.3):
+    /// the attempt stops and the task fails with this error.
+    var refusedLocation: TaskError?
     /// Set when no byte moved either way for `timeout_interval_for_request`.
     var idleTimedOut = false
     private var lastActivity = monotonicSeconds()
@@ -138,6 +141,8 @@ final class Transfer {
         // here, exactly, rather than with CURLOPT_LOW_SPEED_TIME's averaged window.
         easy.onProgress = { [unowned self] uploaded, downloaded in
             requestBytesSent = uploaded
+            // A `Location` refused mid-request (an IETF `104`): the request stops here.
+            if refusedLocation != nil { return false }
             let now = monotonicSeconds()
             if (uploaded, downloaded) != lastCounters {
                 lastCounters = (uploaded, downloaded)
@@ -321,8 +326,16 @@ final class Transfer {
         if sendSpeed > 0 { if part == nil { curl.maxSendSpeed = sendSpeed } else { curl.maxReceiveSpeed = sendSpeed } }
         curl.connectTimeoutMilliseconds = Int(configuration.timeoutIntervalForRequest * 1000)
         curl.caBundle = options.caBundle
-        if let signing = request.signing {
-            // libcurl computes the SigV4 signature over the headers it sends.
+        var chainToken: String?
+        if var signing = request.signing {
+            if signing.isFromChain {
+                guard let chain = options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
+                let keys = try chain.credentials()
+                signing = signing.resolved(with: keys)
+                chainToken = keys.sessionToken
+            }
+            // libcurl computes the SigV4 signature over the headers it sends, the session token's
+            // (`x-amz-security-token`) included.
             curl.awsSigV4 = .init(
                 region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
         }
@@ -330,6 +343,7 @@ final class Transfer {
         digest = nil
         easy.trailers = nil
         var lines = request.headers.map { "\($0.0): \($0.1)" }
+        if let chainToken { lines.append("x-amz-security-token: \(chainToken)") }
         switch request.body {
         case .empty:
             (bodyStart, bodyOffset, bodyEnd) = (0, 0, 0)

@@ -112,6 +112,8 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
         engineOptions.notifier = notifier
         engineOptions.testStallFile = getenv("BACKHAUL_TEST_ENGINE_STALL_FILE").map { String(cString: $0) }
+        engineOptions.destinations = configuration.destinations
+        engineOptions.awsCredentials = AWSCredentialChain(environment: processEnvironment(), imds: configuration.awsIMDS)
         engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
@@ -215,8 +217,8 @@ public enum ExitStatus {
     public static let stateSyncFailed: Int32 = 75
 }
 
-/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
-public func runBackhauld(arguments: [String]) -> Int32 {
+/// The process's environment variables.
+func processEnvironment() -> [String: String] {
     var environment: [String: String] = [:]
     var pointer = environ
     while let entry = pointer.pointee {
@@ -226,6 +228,12 @@ public func runBackhauld(arguments: [String]) -> Int32 {
         }
         pointer += 1
     }
+    return environment
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
+public func runBackhauld(arguments: [String]) -> Int32 {
+    let environment = processEnvironment()
     var cwd = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
     let workingDirectory =
         getcwd(&cwd, cwd.count) != nil ? cwd.withUnsafeBufferPointer { String(cString: $0.baseAddress!) } : "/"

@@ -12,7 +12,7 @@ extension DaemonConfiguration {
         static let all: [any AnySetting] = [
             listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, writePacing, routeFile, networkSource, tokens, uploadHosts, webhookHosts,
-            denyPrivateDestinations,
+            denyPrivateDestinations, awsIMDS,
             maxOpenTasks, finishedTaskRetention, onCorruptState, walCapFrames, ui, network, policy,
         ]
 
@@ -127,6 +127,13 @@ extension DaemonConfiguration {
             file: FileSpelling("deny_private_destinations"), default: false, defaultText: "off",
             help: "refuse loopback, private and link-local destinations (checked on connect too)", value: .onOff,
             property: \.destinations.denyPrivate)
+
+        static let awsIMDS: Setting<Bool> = Setting(
+            "aws_imds", flag: FlagSpelling("--aws-imds", nil),
+            environment: EnvironmentSpelling("BACKHAUL_AWS_IMDS", note: "`1` or `true`"), file: FileSpelling("aws_imds"),
+            default: false, defaultText: "off",
+            help: "let s3 tasks without keys take them from EC2 IMDSv2 (after the environment, files, container endpoint)",
+            value: .onOff, property: \.awsIMDS)
 
         static let maxOpenTasks: Setting<Int> = Setting(
             "max_open_tasks", flag: FlagSpelling("--max-open-tasks", "N"), environment: nil, file: FileSpelling("max_open_tasks"),

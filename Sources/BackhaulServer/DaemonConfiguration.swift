@@ -43,6 +43,8 @@ public struct DaemonConfiguration: Sendable {
     public var tokenFile = Settings.tokens.defaultValue?.file
     /// Upload and webhook host allow-lists and the private-address switch.
     public var destinations = DestinationRules()
+    /// Whether the AWS credential chain may ask EC2's IMDSv2 (SPEC §5.3).
+    public var awsIMDS = false
     /// Serve the dashboard at `/` (`--no-ui`, `BACKHAUL_UI=0` or config `"ui": false` turn it off).
     public var dashboard = Settings.ui.defaultValue
     /// Seconds a finished task is kept before it is removed (`--finished-task-retention`).
@@ -57,6 +59,7 @@ public struct DaemonConfiguration: Sendable {
         destinations.uploadHosts = Settings.uploadHosts.defaultValue
         destinations.webhookHosts = Settings.webhookHosts.defaultValue
         destinations.denyPrivate = Settings.denyPrivateDestinations.defaultValue
+        awsIMDS = Settings.awsIMDS.defaultValue
     }
 
     public var listen: String { listenAddress.text }

@@ -207,6 +207,10 @@ extension Store {
             guard !current.state.isFinal else { throw StoreError.conflict("the task is \(current.state.rawValue)") }
             var changed = current
             try change(&changed)
+            if TaskTransition.abandonsUploadResource(from: current, to: changed) {
+                // The old upload resource is released as on cancel, durably with the change.
+                try scheduleCleanup(db, for: current, now: now)
+            }
             guard case .success(let next) = changed.applying(.patched, now: now) else {
                 throw StoreError.conflict("the task is \(current.state.rawValue)")
             }

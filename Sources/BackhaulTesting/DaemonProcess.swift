@@ -85,7 +85,11 @@ public final class DaemonProcess {
     /// depend on the machine's network); `setDefaultRoute` changes it.
     public let routeFile: String
 
-    public init(stateDirectory: String, allowedRoot: String, arguments: [String] = []) throws {
+    /// `environment`: variables added to the daemon's (an AWS credential source, say).
+    public init(
+        stateDirectory: String, allowedRoot: String, arguments: [String] = [], environment: [String: String] = [:]
+    ) throws {
+        self.environment = environment
         self.stateDirectory = stateDirectory
         self.logFile = stateDirectory + ".log"
         self.routeFile = stateDirectory + ".route"

@@ -102,7 +102,7 @@ public final class S3Server {
     public let peer: PythonPeer
     public let logFile: String
     public let credentials: JSON
-    let credentialsFile: String
+    public let credentialsFile: String
 
     /// `failPart`: the Nth UploadPart (1-based) is answered 503. `corruptPart`: one byte of the
     /// Nth UploadPart body is flipped on its way in (the server checks `x-amz-checksum-sha256`).

@@ -3,7 +3,7 @@ import Foundation
 import MicroHTTP
 import Threads
 
-/// An HTTP server on 127.0.0.1 that records every request (method, path, headers, the exact
+/// An HTTP server on 127.0.0.1 (or another loopback address) that records every request (method, path, headers, the exact
 /// body bytes in a file) and misbehaves on cue: status codes, dropped connections, stalls,
 /// throttled reads. One thread per connection, so stalls and throttles block only their request.
 public final class RecordingSink: Sendable {
@@ -66,20 +66,23 @@ public final class RecordingSink: Sendable {
     private let fallback: Locked<Behaviour>
     private let directory: String
     private nonisolated(unsafe) var server: Daemon!
+    public let host: String
 
     public var port: UInt16 { server.port }
-    public func url(_ path: String) -> String { "http://127.0.0.1:\(port)\(path)" }
+    public func url(_ path: String) -> String { "http://\(host):\(port)\(path)" }
 
-    /// `port`: a fixed port (a state fixture's sink); 0 picks a free one.
+    /// `port`: a fixed port (a state fixture's sink); 0 picks a free one. `host`: the loopback
+    /// address it listens on (127.0.0.2 is another host to an allow-list).
     public init(
         directory: String, fallback: Behaviour = .respond(status: 201, body: "{\"ok\":true}"),
-        port: UInt16 = 0
+        port: UInt16 = 0, host: String = "127.0.0.1"
     ) throws {
         self.directory = directory
+        self.host = host
         self.fallback = Locked(fallback)
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         server = try Daemon(
-            host: "127.0.0.1", port: port, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
+            host: host, port: port, threading: .threadPerConnection, connectionTimeoutSeconds: 60,
             handler: Handler(sink: self))
     }
 

@@ -123,6 +123,9 @@ struct DaemonConfigurationTests {
             read: { .bool($0.destinations.denyPrivate) },
             expected: [false, true, false, true]),
         Sample(
+            setting: "aws_imds", file: true, environment: "0", flags: ["true"], read: { .bool($0.awsIMDS) },
+            expected: [false, true, false, true]),
+        Sample(
             setting: "max_open_tasks", file: 5, flags: ["7"], read: { .int(Int64($0.maxOpenTasksPerSession)) },
             expected: [1_000_000, 5, 7]),
         Sample(
@@ -334,7 +337,8 @@ struct DaemonConfigurationTests {
                 "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "network_source", "authentication",
                 "upload_hosts",
                 "webhook_hosts",
-                "deny_private_destinations", "max_open_tasks", "finished_task_retention", "on_corrupt_state", "wal_cap_frames",
+                "deny_private_destinations", "aws_imds", "max_open_tasks", "finished_task_retention", "on_corrupt_state",
+                "wal_cap_frames",
                 "ui",
                 "network_check_interval",
             ])

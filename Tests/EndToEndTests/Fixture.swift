@@ -10,13 +10,15 @@ final class Fixture {
     let sink: RecordingSink
     let daemon: DaemonProcess
 
-    init(daemonArguments: [String] = [], sink fallback: RecordingSink.Behaviour = .respond(status: 201, body: "{\"ok\":true}"))
-        throws
-    {
+    init(
+        daemonArguments: [String] = [], sink fallback: RecordingSink.Behaviour = .respond(status: 201, body: "{\"ok\":true}"),
+        environment: [String: String] = [:]
+    ) throws {
         data = scratch.file("data")
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
         sink = try RecordingSink(directory: scratch.file("sink"), fallback: fallback)
-        daemon = try DaemonProcess(stateDirectory: scratch.file("state"), allowedRoot: data, arguments: daemonArguments)
+        daemon = try DaemonProcess(
+            stateDirectory: scratch.file("state"), allowedRoot: data, arguments: daemonArguments, environment: environment)
     }
 
     @discardableResult

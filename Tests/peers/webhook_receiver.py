@@ -62,6 +62,7 @@ def main():
                     "state": payload and isinstance(payload.get("data"), dict) and payload["data"].get("state"),
                     "finished_at": payload and isinstance(payload.get("data"), dict) and payload["data"].get("finished_at"),
                     "received_at": received_at,
+                    "body": body.decode("utf-8", "replace"),
                 }
                 with open(args.log, "a") as log:
                     log.write(json.dumps(record) + "\n")
