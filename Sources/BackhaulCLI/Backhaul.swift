@@ -1,4 +1,5 @@
 import ArgumentParser
+import BackhaulCore
 import FoundationEssentials
 import Glibc
 
@@ -15,6 +16,7 @@ public struct Backhaul: ParsableCommand {
             Exit codes: 0 done, 1 the API refused, 3 a waited-for task failed or was cancelled,
             4 the daemon cannot be reached, 64 bad usage.
             """,
+        version: "backhaul \(BackhaulVersion.string)",
         subcommands: [
             Upload.self, Download.self, List.self, Show.self, Cancel.self, Suspend.self, Resume.self, Sessions.self, Network.self,
             Webhooks.self, Watch.self, Info.self, Backup.self,

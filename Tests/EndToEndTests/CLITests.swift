@@ -1,4 +1,5 @@
 import BackhaulCLI
+import BackhaulCore
 import BackhaulTesting
 import Curl
 import Foundation
@@ -25,6 +26,23 @@ extension EndToEndTests {
         let err = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         return (process.terminationStatus, out, err)
+    }
+
+    @Test("one version: backhaul --version, backhauld --version and GET /v1/info agree")
+    func oneVersion() throws {
+        let fixture = try Fixture()
+        let (status, output, _) = try cli(fixture, ["--version"])
+        #expect(status == 0 && output.trimmingCharacters(in: .whitespacesAndNewlines) == "backhaul \(BackhaulVersion.string)")
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: DaemonProcess.binary)
+        daemon.arguments = ["--version"]
+        let pipe = Pipe()
+        daemon.standardOutput = pipe
+        try daemon.run()
+        let printed = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        daemon.waitUntilExit()
+        #expect(printed.trimmingCharacters(in: .whitespacesAndNewlines) == "backhauld \(BackhaulVersion.string)")
+        #expect(try fixture.daemon.call("GET", "/v1/info").1["version"]?.stringValue == BackhaulVersion.string)
     }
 
     /// SPEC §4.2 in the CLI: `ls` marks a task whose latest attempt failed, `show` prints the
