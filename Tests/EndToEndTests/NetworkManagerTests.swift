@@ -188,4 +188,53 @@ extension EndToEndTests {
         #expect(back.map { $0 < 1 } == true, "after NetworkManager came back: \(network(fixture).serialized())")
         print("networkmanager: its return was followed in \(String(format: "%.3f", back ?? -1)) s")
     }
+
+    @Test(
+        "NetworkManager: a property of the wrong type falls back for that field with one log line; a bus that stops answering blocks neither the start, the API nor the transfers"
+    )
+    func networkManagerBadInput() throws {
+        let scratch = TemporaryDirectory("nm-bus")
+        let bus = try NetworkBus(directory: scratch.path)
+        try bus.send(["op": "connect", "type": "802-11-wireless", "device_type": 2, "interface": "wlan0", "metered": 4])
+        let fixture = try Fixture(daemonArguments: ["--network-source", "auto"])
+        fixture.daemon.environment = ["DBUS_SYSTEM_BUS_ADDRESS": bus.address]
+        _ = fixture.daemon.terminate()
+        try fixture.daemon.start()
+        #expect(
+            untilNetwork(fixture) { $0["source"]?.stringValue == "networkmanager" && $0["type"]?.stringValue == "wifi" } != nil)
+
+        // Metered as a string: that field falls back (the manager's, unknown: wifi is not expensive).
+        try bus.send(["op": "set", "object": "device", "name": "Metered", "value": ["string": "yes"]])
+        try bus.send(["op": "set", "object": "device", "name": "Interface", "value": "wlan1"])
+        #expect(untilNetwork(fixture) { $0["interface"]?.stringValue == "wlan1" } != nil, "\(network(fixture).serialized())")
+        #expect(network(fixture)["expensive"]?.boolValue == false && network(fixture)["source"]?.stringValue == "networkmanager")
+        try bus.send(["op": "set", "object": "device", "name": "Interface", "value": "wlan2"])
+        #expect(untilNetwork(fixture) { $0["interface"]?.stringValue == "wlan2" } != nil)
+        let lines = fixture.daemon.log(lastLines: 100_000).split(separator: "\n").filter {
+            $0.contains("of another type") && $0.contains("\"dbus.property\":\"Metered\"")
+        }
+        #expect(lines.count == 1, "\(lines)")
+
+        // NetworkManager stops answering: the daemon still starts, answers and uploads.
+        try bus.send(["op": "freeze-nm"])
+        #expect(fixture.daemon.terminate() == 0)
+        let started = Date()
+        try fixture.daemon.start()
+        print(
+            "networkmanager: started beside a NetworkManager that does not answer in \(String(format: "%.3f", Date().timeIntervalSince(started))) s"
+        )
+        #expect(Date().timeIntervalSince(started) < 10)
+        for _ in 0..<5 {
+            let asked = Date()
+            _ = try fixture.daemon.call("GET", "/v1/network", timeout: 5)
+            #expect(Date().timeIntervalSince(asked) < 1, "GET /v1/network waited for the bus")
+        }
+        try fixture.session("s1")
+        let id = try fixture.enqueue(fixture.makeFile("a.bin", size: 10_000), path: "/frozen")
+        #expect(try fixture.daemon.waitForTask(id)["state"]?.stringValue == "completed")
+        #expect(untilNetwork(fixture, timeout: 10) { $0["source"]?.stringValue == "routing_table" } != nil)
+        try bus.send(["op": "thaw-nm"])
+        try bus.send(["op": "set", "object": "device", "name": "Interface", "value": "wlan3"])
+        #expect(untilNetwork(fixture, timeout: 10) { $0["source"]?.stringValue == "networkmanager" } != nil)
+    }
 }

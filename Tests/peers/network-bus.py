@@ -9,11 +9,13 @@ Then reads one JSON command per line on stdin and answers `ok` (or `error ...`) 
   {"op": "set", "object": "manager|connection|device|modem|modem3gpp", "name": N, "value": V}
                                      UpdateProperties (emits PropertiesChanged); V an int is uint32
   {"op": "stop-nm"} / {"op": "start-nm"}   NetworkManager leaves the bus / comes back
+  {"op": "freeze-nm"} / {"op": "thaw-nm"}  NetworkManager stops answering (SIGSTOP) / answers again
 Runs on Debian's python3 (dbus and gi bindings) with PyPI's python-dbusmock 0.38 or later.
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +69,8 @@ def wait_for_name(bus, name, timeout=10):
 
 
 def value(v):
+    if isinstance(v, dict) and "string" in v:  # a string kept as a string (a wrong type on cue)
+        return dbus.String(v["string"])
     if isinstance(v, bool):
         return dbus.Boolean(v)
     if isinstance(v, int):
@@ -185,6 +189,10 @@ def main():
                     bus.stop_nm()
                 elif op == "start-nm":
                     bus.start_nm()
+                elif op == "freeze-nm":
+                    os.kill(bus.nm.pid, signal.SIGSTOP)
+                elif op == "thaw-nm":
+                    os.kill(bus.nm.pid, signal.SIGCONT)
                 print("ok", flush=True)
             except Exception as error:  # the test reads the reason
                 print("error " + str(error).replace("\n", " "), flush=True)
