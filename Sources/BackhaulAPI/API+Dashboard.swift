@@ -1,7 +1,7 @@
 import BackhaulUI
 import MicroHTTP
 
-/// `GET /` and `GET /ui/{file}`: the dashboard's files (SPEC §4.3). They are open like
+/// `GET /` and `GET /ui/{file}`: the dashboard's files (docs/dashboard.md). They are open like
 /// `/healthz`: they hold no data, and the page asks for a token when the API wants one. Off with
 /// `--no-ui` (the routes are then absent: 404).
 extension API {

@@ -3,7 +3,7 @@ import BackhaulStore
 import JSON
 
 /// A validated `PATCH /v1/tasks/{id}`: priority, request headers (merged; null removes), the
-/// request's URL and method (a task that is not running: SPEC §5.3), earliest_begin_at (null
+/// request's URL and method (a task that is not running: docs/credentials.md), earliest_begin_at (null
 /// clears), configuration (merged; null removes an override).
 struct TaskPatch: Sendable {
     var priority: Double?

@@ -1,6 +1,6 @@
 import JSONValue
 
-/// AWS credentials as a source gave them (SPEC §5.3): long-lived keys, or temporary ones with a
+/// AWS credentials as a source gave them (docs/credentials.md): long-lived keys, or temporary ones with a
 /// session token and an `Expiration`.
 public struct AWSCredentials: Sendable, Equatable {
     public var accessKeyID: String

@@ -20,7 +20,7 @@ public struct TransferConfiguration: Sendable, Equatable {
     public var allowsExpensiveNetworkAccess = true
     public var allowsConstrainedNetworkAccess = true
     /// false: a roaming network holds the task (`roaming_not_allowed`), whatever
-    /// `allowsExpensiveNetworkAccess` says (SPEC §5.2).
+    /// `allowsExpensiveNetworkAccess` says (docs/network.md).
     public var allowsRoaming = true
     public var discretionary = false
     public var waitsForConnectivity = true

@@ -1,4 +1,4 @@
-/// Whether a refusal says the request's credentials or signature expired (SPEC §5.3), as S3 and
+/// Whether a refusal says the request's credentials or signature expired (docs/credentials.md), as S3 and
 /// the services that copy its errors say it: `ExpiredToken` (a session token past its
 /// `Expiration`), `TokenRefreshRequired`, and `AccessDenied` with "Request has expired" (a
 /// presigned URL past its `X-Amz-Expires`). A 401 is the other way to want new credentials.

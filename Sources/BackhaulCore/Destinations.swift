@@ -47,7 +47,7 @@ public struct DestinationRules: Sendable, Equatable {
     }
 
     /// Whether a task whose own URL is `taskURL` may send a request, with its headers, to `url`
-    /// (SPEC §5.3): a server-given URL (a tus or IETF `Location`) on another origin needs the
+    /// (docs/credentials.md): a server-given URL (a tus or IETF `Location`) on another origin needs the
     /// upload allow-list's admission when the list is set. The task's own origin passed it at
     /// enqueue; private addresses are refused when connecting, for every request alike. Nil when
     /// it may; else the task's error, `-1011` with `location_host_not_allowed`.

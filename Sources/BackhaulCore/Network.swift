@@ -5,7 +5,7 @@ public enum NetworkType: String, Sendable, CaseIterable {
     case wired, wifi, cellular, other, none
 }
 
-/// Whether the network reaches the internet, as NetworkManager checks it (SPEC §5.2).
+/// Whether the network reaches the internet, as NetworkManager checks it (docs/network.md).
 public enum Connectivity: String, Sendable, CaseIterable {
     /// Checked and reachable.
     case full
@@ -21,7 +21,7 @@ public enum Connectivity: String, Sendable, CaseIterable {
 
 /// The active network as the policy sees it: `GET /v1/network`.
 public struct NetworkState: Sendable, Equatable {
-    /// Where the view comes from, in the order sources win (SPEC §5.2).
+    /// Where the view comes from, in the order sources win (docs/network.md).
     public enum Source: String, Sendable {
         case override
         case networkManager = "networkmanager"

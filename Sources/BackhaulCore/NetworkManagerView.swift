@@ -1,5 +1,5 @@
 /// What NetworkManager and ModemManager publish about the primary connection, as read from the
-/// bus (SPEC §5.2); nil where a property could not be read. `network(classifier:)` is the whole
+/// bus (docs/network.md); nil where a property could not be read. `network(classifier:)` is the whole
 /// mapping, a pure function.
 public struct NetworkManagerReading: Sendable, Equatable {
     /// The manager's `PrimaryConnection` object path; `/` (or nil) means none.

@@ -15,7 +15,7 @@ public struct S3Credentials: Sendable, Equatable {
         self.sessionToken = sessionToken
     }
 
-    /// Credentials the daemon takes from the AWS chain (SPEC §5.3) when it signs: the task gave a
+    /// Credentials the daemon takes from the AWS chain (docs/credentials.md) when it signs: the task gave a
     /// region only.
     public static func fromChain(region: String) -> S3Credentials {
         S3Credentials(region: region, accessKeyID: "", secretAccessKey: "")

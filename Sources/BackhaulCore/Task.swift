@@ -164,7 +164,7 @@ extension TaskRecord {
             json.key("waiting_reason")
             json.string((shown ?? waitingReason)?.rawValue)
             if state == .authRequired {
-                // SPEC §5.3: why new credentials (or a new URL) are wanted.
+                // docs/credentials.md: why new credentials (or a new URL) are wanted.
                 json.key("auth")
                 json.object { object in
                     object.key("reason")

@@ -24,7 +24,7 @@ public struct TaskError: Sendable, Equatable, Error {
         self.reason = reason
     }
 
-    /// The reasons of SPEC §5.3, in one place.
+    /// The reasons of docs/credentials.md, in one place.
     public struct Reason: RawRepresentable, Sendable, Hashable, ExpressibleByStringLiteral {
         public var rawValue: String
         public init(rawValue: String) { self.rawValue = rawValue }
@@ -63,7 +63,7 @@ public struct TaskError: Sendable, Equatable, Error {
         case downloadChecksumMismatch = -3006
         /// The task's protocol state is one its own rules cannot reach (a stored checkpoint that
         /// counts acknowledged bytes but names no upload, an IETF upload resource without its
-        /// interop version): the task fails rather than the daemon (SPEC §5.1).
+        /// interop version): the task fails rather than the daemon (docs/operations.md).
         case internalError = -3100
         case fileChanged = -4001
 

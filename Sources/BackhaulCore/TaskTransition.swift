@@ -218,7 +218,7 @@ extension TaskRecord {
         return task
     }
 
-    /// Points a task that is not running at a new URL and method (SPEC §5.3, PATCH). A resumable
+    /// Points a task that is not running at a new URL and method (docs/credentials.md, PATCH). A resumable
     /// upload starts a new upload resource there: what it knew of the old one goes (its release is
     /// the store's, `TaskTransition.abandonsUploadResource`). `chunked` keeps its offset, so that
     /// its next attempt first asks the new URL where it stands. A download starts over.

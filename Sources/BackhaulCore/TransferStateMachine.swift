@@ -131,7 +131,7 @@ extension TransferStep {
 
     /// The machine is in a state its own rules cannot reach (what it needs was never stored, or
     /// was stored broken): the task fails with `-3100 internal_error` and no retry, since the same
-    /// state would come back, and the daemon goes on with its other tasks (SPEC §5.1).
+    /// state would come back, and the daemon goes on with its other tasks (docs/operations.md).
     public static func impossible(_ message: String) -> TransferStep {
         .failed(.fatal(TaskError(.internalError, message: message)))
     }

@@ -10,7 +10,7 @@ public struct AWSCredentialError: Error, Sendable, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// The standard AWS credential chain (SPEC §5.3), for `s3` tasks that give a region only:
+/// The standard AWS credential chain (docs/credentials.md), for `s3` tasks that give a region only:
 ///
 /// 1. `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` (/ `AWS_SESSION_TOKEN`);
 /// 2. the shared credentials and config files (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`,

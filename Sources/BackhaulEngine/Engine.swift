@@ -26,9 +26,9 @@ public struct EngineOptions: Sendable {
     /// Refuse to send to a peer whose address is not public, checked once connected.
     public var denyPrivateDestinations = false
     /// The upload allow-list: a server-given URL (a `Location`) outside it is not followed, and a
-    /// cleanup is not sent there (SPEC §5.3).
+    /// cleanup is not sent there (docs/credentials.md).
     public var destinations = DestinationRules()
-    /// Where `s3` tasks without keys take theirs (SPEC §5.3); nil: nowhere, such a task fails its
+    /// Where `s3` tasks without keys take theirs (docs/credentials.md); nil: nowhere, such a task fails its
     /// attempts.
     public var awsCredentials: AWSCredentialChain?
     /// While at least `pacedTransfers` transfers run, the engine's writes (attempts ended and

@@ -50,7 +50,7 @@ extension EngineLoop {
         conclude(transfer, step: step)
     }
 
-    /// Why the transfer may not go where its machine now points (SPEC §5.3): the upload resource
+    /// Why the transfer may not go where its machine now points (docs/credentials.md): the upload resource
     /// a server named, or the next request's URL (when `step` sends one), on a host the upload
     /// allow-list does not admit.
     func locationRefusal(_ transfer: Transfer, _ step: TransferStep? = nil) -> TaskError? {
@@ -92,7 +92,7 @@ extension EngineLoop {
             record(transfer, bytesTransferred: bytes, .completed(response))
         case .failed(var failure):
             if case .credentialsExpired = failure, task.upload.s3?.isFromChain == true, let chain = options.awsCredentials {
-                // The chain's keys expired early (SPEC §5.3): asked again at once, and the attempt
+                // The chain's keys expired early (docs/credentials.md): asked again at once, and the attempt
                 // retried like a transient failure instead of waiting for a client.
                 chain.invalidate()
                 failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")

@@ -4,7 +4,7 @@ import Logging
 import Systemd
 import Threads
 
-/// Where the engine takes the network from (`--network-source`, SPEC §5.2).
+/// Where the engine takes the network from (`--network-source`, docs/network.md).
 public enum NetworkSourceMode: String, Sendable, CaseIterable {
     /// NetworkManager whenever its name is on the system bus, else the routing table.
     case auto

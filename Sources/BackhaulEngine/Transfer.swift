@@ -50,7 +50,7 @@ final class Transfer {
     var fileChangedDuringRead = false
     /// Set when the connected peer's address was private and those are denied.
     var destinationRefused = false
-    /// Set when a response named an upload resource the allow-list does not admit (SPEC §5.3):
+    /// Set when a response named an upload resource the allow-list does not admit (docs/credentials.md):
     /// the attempt stops and the task fails with this error.
     var refusedLocation: TaskError?
     /// Set when no byte moved either way for `timeout_interval_for_request`.

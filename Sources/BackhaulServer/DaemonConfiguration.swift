@@ -43,7 +43,7 @@ public struct DaemonConfiguration: Sendable {
     public var tokenFile = Settings.tokens.defaultValue?.file
     /// Upload and webhook host allow-lists and the private-address switch.
     public var destinations = DestinationRules()
-    /// Whether the AWS credential chain may ask EC2's IMDSv2 (SPEC §5.3).
+    /// Whether the AWS credential chain may ask EC2's IMDSv2 (docs/credentials.md).
     public var awsIMDS = false
     /// Serve the dashboard at `/` (`--no-ui`, `BACKHAUL_UI=0` or config `"ui": false` turn it off).
     public var dashboard = Settings.ui.defaultValue

@@ -167,7 +167,7 @@ enum Schema {
                 DELETE FROM attempts WHERE task_seq = OLD.seq;
             END;
             """),
-        // Months of uptime (SPEC §4.4): finished tasks found by age for retention, and their
+        // Months of uptime (docs/uptime.md): finished tasks found by age for retention, and their
         // events and deliveries by task; freed pages returned to the file system.
         // The partial indexes' conditions are written without IN lists: SQLite evaluates an IN list
         // through an ephemeral table, which for a partial index meant two of them built on every

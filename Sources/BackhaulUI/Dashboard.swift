@@ -1,6 +1,6 @@
 import Digest
 
-/// The dashboard (SPEC §4.3): a page, its stylesheet, its script (ES modules) and its icon,
+/// The dashboard (docs/dashboard.md): a page, its stylesheet, its script (ES modules) and its icon,
 /// embedded in the binary at build time (`Assets/`, SwiftPM's `embedInCode`). Nothing is read
 /// from disk and nothing is fetched from another host; the page talks only to the API it came from.
 public enum Dashboard {

@@ -1,4 +1,4 @@
-// Backhaul dashboard (SPEC §4.3), the entry point: the token form, the start, the timers. It
+// Backhaul dashboard (docs/dashboard.md), the entry point: the token form, the start, the timers. It
 // talks only to the daemon that served it: the REST API for snapshots and actions, GET /v1/events
 // for live changes. The page loads this file as an ES module; the rest it imports:
 //   api.js        requests and the bearer token
