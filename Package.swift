@@ -42,7 +42,7 @@ let package = Package(
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         /// systemd's notify protocol and the D-Bus system bus through sd-bus.
         .target(name: "Systemd", dependencies: ["CSystemd", "Threads"], swiftSettings: swiftSettings),
-        /// pthread locks and threads.
+        /// pthread locks and threads, and the kernel's random bytes.
         .target(name: "Threads", dependencies: ["CGlibc"], swiftSettings: swiftSettings),
 
         // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
@@ -58,7 +58,7 @@ let package = Package(
             swiftSettings: swiftSettings),
 
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
-        .target(name: "BackhaulCore", dependencies: ["JSONValue", "CGlibc"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulCore", dependencies: ["JSONValue", "Threads"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(

@@ -1,5 +1,5 @@
-import CGlibc
 import Synchronization
+import Threads
 
 /// Identifiers (time-ordered, with random bits from the kernel's generator) and random numbers.
 public enum RandomID {
@@ -89,7 +89,7 @@ public enum RandomID {
 
         mutating func next() -> UInt64 {
             if used == words.count {
-                let filled = words.withUnsafeMutableBytes { bh_getrandom($0.baseAddress, $0.count) }
+                let filled = words.withUnsafeMutableBytes { KernelRandom.fill($0) }
                 if filled != words.count * 8 {
                     // A read of more than 256 bytes can come back short when a signal interrupts
                     // it: word by word then.

@@ -12,75 +12,6 @@ public enum CorruptStatePolicy: String, Sendable, CaseIterable {
     case refuse
 }
 
-/// A salvage of a damaged state database: when it ran, where the damaged files went, why, and what
-/// was copied and lost. Written as `salvage.json` beside the damaged files, so that a later start
-/// still shows the last one.
-public struct SalvageReport: Sendable, Equatable {
-    /// When the salvage ran.
-    public var at: Timestamp
-    /// The directory the damaged files were moved into (`<state dir>/corrupt-<UTC time>`).
-    public var directory: String
-    /// What was found damaged, in SQLite's words where it said.
-    public var reason: String
-    /// Rows copied into the fresh database (derived tables, recomputed, not counted).
-    public var rowsCopied: Int
-    /// Rows known to be lost, or nil when some damaged part could not be counted (a WAL whose
-    /// header is damaged; a damaged range of a table no intact index covers).
-    public var rowsLost: Int?
-    /// Per table: rows copied and rows lost (nil: not known).
-    public var tables: [TableFigures]
-    /// Whether this start made it (false: an earlier start did, and left its report).
-    public var isNew = true
-
-    public struct TableFigures: Sendable, Equatable {
-        public var name: String
-        public var copied: Int
-        public var lost: Int?
-    }
-
-    /// The report as `salvage.json` holds it.
-    public var json: JSON {
-        var object = JSONObject()
-        object["salvaged_at"] = .string(RFC3339.format(at))
-        object["salvaged_from"] = .string(directory)
-        object["reason"] = .string(reason)
-        object["rows_copied"] = .int(Int64(rowsCopied))
-        object["rows_lost"] = rowsLost.map { .int(Int64($0)) } ?? .null
-        var figures = JSONObject()
-        for table in tables {
-            figures[table.name] = ["copied": .int(Int64(table.copied)), "lost": table.lost.map { .int(Int64($0)) } ?? .null]
-        }
-        object["tables"] = .object(figures)
-        return .object(object)
-    }
-
-    /// Reads a report back from `salvage.json`'s text; nil when it is not one.
-    init?(json text: String, directory: String) {
-        guard let value = try? JSON.parse(text), let at = value["salvaged_at"]?.stringValue.flatMap(RFC3339.parse) else {
-            return nil
-        }
-        self.at = at
-        self.directory = directory
-        isNew = false
-        reason = value["reason"]?.stringValue ?? ""
-        rowsCopied = Int(value["rows_copied"]?.intValue ?? 0)
-        rowsLost = value["rows_lost"]?.intValue.map { Int($0) }
-        tables = (value["tables"]?.objectValue ?? [:]).map { name, figures in
-            TableFigures(
-                name: name, copied: Int(figures["copied"]?.intValue ?? 0), lost: figures["lost"]?.intValue.map { Int($0) })
-        }
-    }
-
-    init(at: Timestamp, directory: String, reason: String, tables: [TableFigures]) {
-        self.at = at
-        self.directory = directory
-        self.reason = reason
-        self.tables = tables
-        rowsCopied = tables.reduce(0) { $0 + $1.copied }
-        rowsLost = tables.reduce(0 as Int?) { sum, table in sum.flatMap { sum in table.lost.map { sum + $0 } } }
-    }
-}
-
 /// Finding a damaged state database at open, and salvaging what can still be read of it.
 ///
 /// **Detection.** A database is damaged when SQLite says so while it is examined (`SQLITE_CORRUPT`
@@ -278,8 +209,9 @@ enum StoreSalvage {
                 throw StoreError.database("cannot move \(source) into \(folder): \(String(cString: strerror(errno)))")
             }
         }
-        syncDirectory(folder)
-        syncDirectory(directory)
+        for synced in [folder, directory] {
+            if let failure = syncDirectory(at: synced) { throw StoreError.syncFailed(failure) }
+        }
         return folder
     }
 
@@ -433,100 +365,5 @@ enum StoreSalvage {
                 try fresh.run("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", [name, seq])
             }
         }
-    }
-
-    // MARK: Files
-
-    /// A copy of the database at `path` (and of its WAL) grown to the page count its header
-    /// gives, beside it; nil when the file is not shorter than that (or has no valid header).
-    static func paddedCopy(of path: String) throws -> String? {
-        guard let header = readBytes(path, count: 100), header.count == 100,
-            header.starts(with: Array("SQLite format 3".utf8) + [0])
-        else { return nil }
-        let pageSize = header[16] == 0 && header[17] == 1 ? 65_536 : Int(header[16]) << 8 | Int(header[17])
-        let pages = header[28..<32].reduce(0) { $0 << 8 | Int($1) }
-        var status = stat()
-        guard stat(path, &status) == 0, Int(status.st_size) < pages * pageSize else { return nil }
-        let copy = parentDirectory(of: path) + "/salvage-read.db"
-        for ending in ["", "-wal"] where access(path + ending, F_OK) == 0 {
-            try copyFile(path + ending, to: copy + ending)
-        }
-        guard truncate(copy, off_t(pages * pageSize)) == 0 else {
-            throw StoreError.database("cannot grow \(copy): \(String(cString: strerror(errno)))")
-        }
-        return copy
-    }
-
-    static func readBytes(_ path: String, count: Int) -> [UInt8]? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var bytes = [UInt8](repeating: 0, count: count)
-        let read = pread(descriptor, &bytes, count, 0)
-        return read < 0 ? nil : Array(bytes[0..<read])
-    }
-
-    static func copyFile(_ source: String, to target: String) throws {
-        let input = open(source, O_RDONLY | O_CLOEXEC)
-        let output = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        defer {
-            if input >= 0 { close(input) }
-            if output >= 0 { close(output) }
-        }
-        guard input >= 0, output >= 0 else {
-            throw StoreError.database("cannot copy \(source): \(String(cString: strerror(errno)))")
-        }
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while true {
-            let count = read(input, &buffer, buffer.count)
-            guard count > 0 else {
-                if count < 0 { throw StoreError.database("cannot read \(source): \(String(cString: strerror(errno)))") }
-                return
-            }
-            guard write(output, buffer, count) == count else {
-                throw StoreError.database("cannot write \(target): \(String(cString: strerror(errno)))")
-            }
-        }
-    }
-
-    static func parentDirectory(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
-    }
-
-    static func baseName(of path: String) -> String {
-        path.lastIndex(of: "/").map { String(path[path.index(after: $0)...]) } ?? path
-    }
-
-    static func syncDirectory(_ path: String) {
-        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
-        close(descriptor)
-    }
-
-    static func readText(_ path: String) -> String? {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while bytes.count < 1 << 20 {
-            let count = read(descriptor, &buffer, buffer.count)
-            guard count > 0 else { break }
-            bytes += buffer[0..<count]
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
-
-    static func writeDurably(_ text: String, to path: String) throws {
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StoreError.database("cannot write \(path): \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
-        let bytes = Array(text.utf8)
-        guard write(descriptor, bytes, bytes.count) == bytes.count, fsync(descriptor) == 0 else {
-            throw StoreError.database("cannot write \(path): \(String(cString: strerror(errno)))")
-        }
-        syncDirectory(parentDirectory(of: path))
     }
 }

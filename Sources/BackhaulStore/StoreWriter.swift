@@ -37,8 +37,8 @@ final class StoreWriter: @unchecked Sendable {
         let done: (StoreError?) -> Void
     }
 
-    private let connection: Connection
-    private let log: ChangeLog
+    let connection: Connection
+    let log: ChangeLog
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
@@ -386,89 +386,5 @@ final class StoreWriter: @unchecked Sendable {
             return .syncFailed(SyncFailure(errno: errno, call: "fdatasync", path: walPath))
         }
         return nil
-    }
-}
-
-/// `fsync` of the directory that holds `path`: the names made or renamed in it are on disk after
-/// it. The failure, or nil.
-func syncDirectory(of path: String) -> SyncFailure? {
-    let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-    let descriptor = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard descriptor >= 0 else { return SyncFailure(errno: errno, call: "open", path: directory) }
-    defer { close(descriptor) }
-    guard fsync(descriptor) == 0 else { return SyncFailure(errno: errno, call: "fsync", path: directory) }
-    return nil
-}
-
-/// A sync of the state that failed: the call, its errno and the file.
-public struct SyncFailure: Sendable, Equatable, CustomStringConvertible {
-    public let errno: Int32
-    public let call: String
-    public let path: String
-
-    /// The errno's symbolic name where it is one a disk gives (EIO, ENOSPC, …), else its number.
-    public var errnoName: String {
-        switch errno {
-        case EIO: return "EIO"
-        case ENOSPC: return "ENOSPC"
-        case EDQUOT: return "EDQUOT"
-        case EROFS: return "EROFS"
-        case EBADF: return "EBADF"
-        case ENOENT: return "ENOENT"
-        case EACCES: return "EACCES"
-        default: return "errno \(errno)"
-        }
-    }
-
-    /// The disk is full (ENOSPC, EDQUOT).
-    public var isDiskFull: Bool { errno == ENOSPC || errno == EDQUOT }
-
-    public var description: String { "\(call) of \(path) failed: \(errnoName) (\(String(cString: strerror(errno))))" }
-}
-
-extension StoreWriter {
-    /// Writes the transaction's changes of the per-session task counts: one upsert per session
-    /// and state it touched, instead of two statements per task change.
-    private func flushCounts() throws {
-        for (session, states) in log.takeCounts() {
-            for (state, delta) in states where delta != 0 {
-                try connection.run(
-                    """
-                    INSERT INTO session_counts (session_id, state, count) VALUES (?, ?, ?)
-                    ON CONFLICT (session_id, state) DO UPDATE SET count = count + excluded.count
-                    """, [session, state, delta])
-            }
-        }
-    }
-}
-
-/// A write's answer, waited for by the thread that handed it over.
-public final class PendingWrite<T>: @unchecked Sendable {
-    // @unchecked: `value` is written on the writer thread before `finish`, read after `wait`.
-    var value: T?
-    private let state = Locked<(done: Bool, error: StoreError?)>((false, nil))
-
-    func finish(_ error: StoreError?) {
-        state.withLockNotifyingAll { $0 = (true, error) }
-    }
-
-    /// Waits for the commit (or the failure): the result, durable as the write asked.
-    public func wait() throws(StoreError) -> T {
-        let error = state.wait(until: { $0.done }, timeout: 1e9) { $0.error }
-        if let error { throw error }
-        guard let value else { throw StoreError.database("a write ended without a result") }
-        return value
-    }
-}
-
-extension StoreError {
-    /// Maps what a write threw to the store's terms.
-    init(_ error: any Error) {
-        switch error {
-        case let error as StoreError: self = error
-        case let error as ValidationError: self = .invalid(error)
-        case let error as SQLiteError where error.isStorageFull: self = .storageFull
-        default: self = .database(String(describing: error))
-        }
     }
 }

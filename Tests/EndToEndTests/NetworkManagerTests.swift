@@ -63,11 +63,14 @@ struct NetworkBusError: Error, CustomStringConvertible {
 }
 
 extension EndToEndTests {
-    /// A daemon following NetworkManager on `bus`.
-    func networkManagerFixture(_ bus: NetworkBus, sink: RecordingSink.Behaviour? = nil) throws -> Fixture {
-        let fixture = try sink.map { try Fixture(sink: $0) } ?? Fixture()
+    /// A daemon following NetworkManager on `bus` (started again with the bus's address).
+    func networkManagerFixture(
+        _ bus: NetworkBus, sink: RecordingSink.Behaviour = .respond(status: 201, body: "{\"ok\":true}")
+    ) throws -> Fixture {
+        let fixture = try Fixture(daemonArguments: ["--network-source", "auto"], sink: sink)
         fixture.daemon.environment = ["DBUS_SYSTEM_BUS_ADDRESS": bus.address]
         _ = fixture.daemon.terminate()
+        try fixture.daemon.start()
         return fixture
     }
 
@@ -87,11 +90,7 @@ extension EndToEndTests {
         let scratch = TemporaryDirectory("nm-bus")
         let bus = try NetworkBus(directory: scratch.path)
         try bus.send(["op": "connect", "type": "802-11-wireless", "device_type": 2, "interface": "wlan0", "metered": 4])
-        let fixture = try Fixture(
-            daemonArguments: ["--network-source", "auto"], sink: .throttle(bytesPerSecond: 4_000_000, then: .resumable))
-        fixture.daemon.environment = ["DBUS_SYSTEM_BUS_ADDRESS": bus.address]
-        _ = fixture.daemon.terminate()
-        try fixture.daemon.start()
+        let fixture = try networkManagerFixture(bus, sink: .throttle(bytesPerSecond: 4_000_000, then: .resumable))
         #expect(
             untilNetwork(fixture) { $0["source"]?.stringValue == "networkmanager" && $0["type"]?.stringValue == "wifi" } != nil,
             "\(network(fixture).serialized())")
@@ -124,10 +123,7 @@ extension EndToEndTests {
         try bus.send([
             "op": "connect", "type": "gsm", "device_type": 8, "interface": "wwan0", "modem": true, "access": 16384,
         ])
-        let fixture = try Fixture(daemonArguments: ["--network-source", "auto"])
-        fixture.daemon.environment = ["DBUS_SYSTEM_BUS_ADDRESS": bus.address]
-        _ = fixture.daemon.terminate()
-        try fixture.daemon.start()
+        let fixture = try networkManagerFixture(bus)
         #expect(
             untilNetwork(fixture) {
                 $0["source"]?.stringValue == "networkmanager" && $0["type"]?.stringValue == "cellular"
@@ -196,10 +192,7 @@ extension EndToEndTests {
         let scratch = TemporaryDirectory("nm-bus")
         let bus = try NetworkBus(directory: scratch.path)
         try bus.send(["op": "connect", "type": "802-11-wireless", "device_type": 2, "interface": "wlan0", "metered": 4])
-        let fixture = try Fixture(daemonArguments: ["--network-source", "auto"])
-        fixture.daemon.environment = ["DBUS_SYSTEM_BUS_ADDRESS": bus.address]
-        _ = fixture.daemon.terminate()
-        try fixture.daemon.start()
+        let fixture = try networkManagerFixture(bus)
         #expect(
             untilNetwork(fixture) { $0["source"]?.stringValue == "networkmanager" && $0["type"]?.stringValue == "wifi" } != nil)
 

@@ -1,0 +1,34 @@
+import BackhaulCore
+import SQLite
+import Threads
+
+/// A write's answer, waited for by the thread that handed it over.
+public final class PendingWrite<T>: @unchecked Sendable {
+    // @unchecked: `value` is written on the writer thread before `finish`, read after `wait`.
+    var value: T?
+    private let state = Locked<(done: Bool, error: StoreError?)>((false, nil))
+
+    func finish(_ error: StoreError?) {
+        state.withLockNotifyingAll { $0 = (true, error) }
+    }
+
+    /// Waits for the commit (or the failure): the result, durable as the write asked.
+    public func wait() throws(StoreError) -> T {
+        let error = state.wait(until: { $0.done }, timeout: 1e9) { $0.error }
+        if let error { throw error }
+        guard let value else { throw StoreError.database("a write ended without a result") }
+        return value
+    }
+}
+
+extension StoreError {
+    /// Maps what a write threw to the store's terms.
+    init(_ error: any Error) {
+        switch error {
+        case let error as StoreError: self = error
+        case let error as ValidationError: self = .invalid(error)
+        case let error as SQLiteError where error.isStorageFull: self = .storageFull
+        default: self = .database(String(describing: error))
+        }
+    }
+}
