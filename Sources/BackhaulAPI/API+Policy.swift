@@ -4,7 +4,7 @@ import Glibc
 import JSON
 import MicroHTTP
 
-/// `/v1/network` and `/v1/policy` (SPEC §2.5): what the policy layer sees, and how a host agent
+/// `/v1/network` and `/v1/policy` (docs/policy.md): what the policy layer sees, and how a host agent
 /// or an operator changes it.
 extension API {
     func serviceSettings() throws(Problem) -> ServiceSettings {

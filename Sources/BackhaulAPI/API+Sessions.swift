@@ -5,7 +5,7 @@ import JSON
 import Logging
 import MicroHTTP
 
-/// Sessions (SPEC §2.1): create, read, change, finish or cancel.
+/// Sessions (OpenAPI/backhaul.yaml): create, read, change, finish or cancel.
 extension API {
     @Sendable func listSessions(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let sessions = try stored { () throws(StoreError) in try store.sessions() }

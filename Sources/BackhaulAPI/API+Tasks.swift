@@ -5,7 +5,7 @@ import JSON
 import Logging
 import MicroHTTP
 
-/// Tasks (SPEC §2.2): create (one or a batch), list, read, change, command, delete, attempts.
+/// Tasks (OpenAPI/backhaul.yaml): create (one or a batch), list, read, change, command, delete, attempts.
 extension API {
     @Sendable func createTasks(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
@@ -216,7 +216,7 @@ extension API {
         taskResponse(200, try existingTask(request))
     }
 
-    /// `GET /v1/tasks/{id}/attempts`: the task's attempts, newest first (SPEC §4.2).
+    /// `GET /v1/tasks/{id}/attempts`: the task's attempts, newest first (OpenAPI/backhaul.yaml).
     @Sendable func listAttempts(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = request.parameter("id")
         guard let attempts = try stored({ () throws(StoreError) in try store.attempts(taskID: id) }) else {

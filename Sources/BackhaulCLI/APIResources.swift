@@ -11,7 +11,7 @@ func taskCounts(_ reader: AnswerReader, _ key: String) throws(APIError) -> [Task
     return counts
 }
 
-/// A session with its task counts (SPEC §2.1).
+/// A session with its task counts (OpenAPI/backhaul.yaml).
 public struct APISession: Sendable {
     public var json: JSON
     public var id: String

@@ -1,7 +1,7 @@
 import BackhaulCore
 import JSON
 
-/// A task as `GET /v1/tasks/{id}` shows it (SPEC §2.2): what the command line reads of it, and
+/// A task as `GET /v1/tasks/{id}` shows it (OpenAPI/backhaul.yaml): what the command line reads of it, and
 /// the object itself, which `--json` prints as it came.
 public struct APITask: Sendable {
     public enum Kind: String, Sendable { case upload, download }
@@ -90,7 +90,7 @@ public struct TaskProgress: Sendable, Equatable {
     public var moved: Int64 { bytesTransferred + bytesReceived }
 }
 
-/// A task error object (SPEC §2.3): code, name, message, the HTTP status when one caused it, and
+/// A task error object (OpenAPI/backhaul.yaml): code, name, message, the HTTP status when one caused it, and
 /// for `last_error` when it happened.
 public struct TaskFailure: Sendable, Equatable {
     public var code: Int

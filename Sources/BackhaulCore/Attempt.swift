@@ -1,6 +1,6 @@
 import JSONValue
 
-/// The error of a task's latest failed attempt and when it happened (SPEC §4.2 `last_error`):
+/// The error of a task's latest failed attempt and when it happened (OpenAPI/backhaul.yaml `last_error`):
 /// what a task in `retrying` shows long before it fails.
 public struct LastError: Sendable, Equatable {
     public var error: TaskError
@@ -25,7 +25,7 @@ public struct LastError: Sendable, Equatable {
     }
 }
 
-/// One attempt of a task, as `GET /v1/tasks/{id}/attempts` lists it (SPEC §4.2).
+/// One attempt of a task, as `GET /v1/tasks/{id}/attempts` lists it (OpenAPI/backhaul.yaml).
 public struct AttemptRecord: Sendable, Equatable {
     /// What the attempt led to: the task completed, will try again (after a backoff, or new
     /// credentials), failed, or was stopped without fault (a policy hold, a shutdown, a client's

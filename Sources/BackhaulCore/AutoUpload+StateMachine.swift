@@ -1,6 +1,6 @@
 import JSONValue
 
-/// `auto`'s rules (SPEC §4.1): one `OPTIONS` on `request.url` picks, in this order, `ietf` (the
+/// `auto`'s rules (docs/decisions.md): one `OPTIONS` on `request.url` picks, in this order, `ietf` (the
 /// answer shows `Upload-Draft-Interop-Version` or `Upload-Limit`), `tus` (`Tus-Resumable` or
 /// `Tus-Version`), else `raw`.
 public enum ProtocolSelection {

@@ -1,6 +1,6 @@
 import JSONValue
 
-/// How transient failures are retried (SPEC §2.1 `retry`).
+/// How transient failures are retried (OpenAPI/backhaul.yaml `retry`).
 public struct RetryPolicy: Sendable, Equatable {
     /// nil: retry until the resource timeout.
     public var maxAttempts: Int?
@@ -14,7 +14,7 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 }
 
-/// A session's background configuration (SPEC §2.1); a task may override any field.
+/// A session's background configuration (OpenAPI/backhaul.yaml); a task may override any field.
 public struct TransferConfiguration: Sendable, Equatable {
     public var allowsCellularAccess = true
     public var allowsExpensiveNetworkAccess = true

@@ -1,6 +1,6 @@
 import Glibc
 
-/// Where uploads and webhooks may go (SPEC §2.6): optional host allow-lists and a switch against
+/// Where uploads and webhooks may go (OpenAPI/backhaul.yaml): optional host allow-lists and a switch against
 /// private addresses (SSRF). Patterns are shell globs on the host (`*.example.com`), optionally
 /// with a scheme (`https://*.example.com`); an empty list allows every host.
 public struct DestinationRules: Sendable, Equatable {

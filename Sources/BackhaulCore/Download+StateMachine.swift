@@ -1,6 +1,6 @@
 import JSONValue
 
-/// Where a download task puts what it fetches (SPEC §2.2b).
+/// Where a download task puts what it fetches (OpenAPI/backhaul.yaml).
 public struct DownloadSpec: Sendable, Equatable {
     /// The absolute path the finished file is renamed to.
     public var destination: String

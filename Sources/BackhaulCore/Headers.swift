@@ -26,7 +26,7 @@ public enum HeaderRules {
         }
     }
 
-    /// True for headers whose values never leave the service (SPEC §2.2).
+    /// True for headers whose values never leave the service (OpenAPI/backhaul.yaml).
     public static func isSecret(_ name: String) -> Bool {
         var name = name
         return name.withUTF8 { isSecret(bytes: $0) }

@@ -1,6 +1,6 @@
 import JSONValue
 
-/// The kinds of network the policy tells apart (SPEC §2.5).
+/// The kinds of network the policy tells apart (docs/policy.md).
 public enum NetworkType: String, Sendable, CaseIterable {
     case wired, wifi, cellular, other, none
 }

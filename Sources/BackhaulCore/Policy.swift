@@ -41,7 +41,7 @@ public struct DayWindow: Sendable, Equatable {
     }
 }
 
-/// The service-wide policy (SPEC §2.5): from the config file's `policy` object, replaceable at
+/// The service-wide policy (docs/policy.md): from the config file's `policy` object, replaceable at
 /// run time with `PUT /v1/policy`.
 public struct ServicePolicy: Sendable, Equatable {
     /// false: every unfinished task is cancelled with reason 1 and new tasks are refused.
@@ -176,7 +176,7 @@ public enum PolicyDecision: Sendable, Equatable {
     case fail(TaskError)
 }
 
-/// The policy as one pure function (SPEC §2.1, §2.5): the engine asks it before a task starts,
+/// The policy as one pure function (OpenAPI/backhaul.yaml, §2.5): the engine asks it before a task starts,
 /// and again for every queued, waiting and running task whenever an input changes.
 public enum Policy {
     /// Waiting reasons this function gives (and takes back when conditions change).

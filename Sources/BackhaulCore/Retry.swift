@@ -19,7 +19,7 @@ public enum AttemptFailure: Sendable, Equatable {
 public enum TransportFailure: Sendable, Equatable {
     case cannotFindHost, cannotConnect, connectionLost, timedOut, secureConnectionFailed, other
 
-    /// The SPEC §2.3 error when retries run out.
+    /// The OpenAPI/backhaul.yaml error when retries run out.
     public var errorKind: TaskError.Kind {
         switch self {
         case .cannotFindHost: return .cannotFindHost
@@ -42,7 +42,7 @@ public enum FailureDecision: Sendable, Equatable {
 }
 
 public enum RetryPlanner {
-    /// HTTP statuses retried with backoff (SPEC §2.3).
+    /// HTTP statuses retried with backoff (OpenAPI/backhaul.yaml).
     public static let transientStatuses: Set<Int> = [408, 425, 429, 500, 502, 503, 504]
 
     /// Decides after attempt number `attempts` (1-based) failed. `random` gives a uniform

@@ -1,6 +1,6 @@
 import JSONValue
 
-/// Credentials for SigV4 signing (SPEC §2.2 `s3`). The secret and the session token are stored
+/// Credentials for SigV4 signing (OpenAPI/backhaul.yaml `s3`). The secret and the session token are stored
 /// to sign with and never shown.
 public struct S3Credentials: Sendable, Equatable {
     public var region: String

@@ -1,4 +1,4 @@
-/// Which queued tasks start next (SPEC §2.1 `max_connections_per_host`, §2.2 `priority`):
+/// Which queued tasks start next (OpenAPI/backhaul.yaml `max_connections_per_host`, §2.2 `priority`):
 /// higher priority first, then creation order, whatever the session; at most the limit running
 /// per (session, host) key. Pure: the engine tells it what entered or left the queue and what it
 /// started and ended, and asks for the next task to start.

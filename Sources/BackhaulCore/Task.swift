@@ -4,7 +4,7 @@ public enum TaskKind: String, Sendable, CaseIterable {
     case upload, download
 }
 
-/// The request a task makes (SPEC §2.2 `request`), headers unredacted.
+/// The request a task makes (OpenAPI/backhaul.yaml `request`), headers unredacted.
 public struct RequestSpec: Sendable, Equatable {
     public var url: String { didSet { hostKey = Self.hostKey(of: url) } }
     public var method: String
@@ -136,7 +136,7 @@ public struct LiveProgress: Sendable, Equatable {
 }
 
 extension TaskRecord {
-    /// The task object of SPEC §2.2 as JSON text, secrets redacted; `live` overrides the stored
+    /// The task object of OpenAPI/backhaul.yaml as JSON text, secrets redacted; `live` overrides the stored
     /// progress, `waitingReason` the stored reason.
     public func jsonText(live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) -> String {
         var writer = JSONWriter()
@@ -144,7 +144,7 @@ extension TaskRecord {
         return writer.text
     }
 
-    /// Writes the task object of SPEC §2.2 (see `jsonText`) member by member: it is in every API
+    /// Writes the task object of OpenAPI/backhaul.yaml (see `jsonText`) member by member: it is in every API
     /// answer about a task and in every event.
     public func writeJSON(to writer: inout JSONWriter, live: LiveProgress? = nil, waitingReason shown: WaitingReason? = nil) {
         // A download's size is known once the server has said it.
@@ -276,7 +276,7 @@ extension TaskRecord {
     }
 }
 
-/// A session as stored (SPEC §2.1).
+/// A session as stored (OpenAPI/backhaul.yaml).
 public struct SessionRecord: Sendable, Equatable {
     public enum Lifecycle: String, Sendable {
         case active

@@ -71,7 +71,7 @@ public struct TaskDraft: Sendable {
             try HeaderRules.validate(name: name, value: value, field: requestReader.field("headers"))
         }
         if kind == .upload {
-            // SPEC §2.2 puts `s3` beside `upload`; it is kept with the upload's settings.
+            // OpenAPI/backhaul.yaml puts `s3` beside `upload`; it is kept with the upload's settings.
             var uploadValue = reader.value("upload") ?? .object([:])
             if let s3 = reader.value("s3"), case .object(var object) = uploadValue {
                 guard object["s3"] == nil else { throw ValidationError(reader.field("s3"), "is given twice") }

@@ -1,4 +1,4 @@
-/// A task's failure (SPEC §2.3): a code following the phone OS's URL-error numbering.
+/// A task's failure (OpenAPI/backhaul.yaml): a code following the phone OS's URL-error numbering.
 public struct TaskError: Sendable, Equatable, Error {
     public var code: Int
     public var name: String
@@ -39,7 +39,7 @@ public struct TaskError: Sendable, Equatable, Error {
         public static let unauthorized: Reason = "unauthorized"
     }
 
-    /// The SPEC §2.3 table, in one place.
+    /// The OpenAPI/backhaul.yaml table, in one place.
     public enum Kind: Int, Sendable, CaseIterable {
         /// The service itself could not carry the task out (its stored configuration cannot be
         /// applied, say); the message says what.
@@ -94,7 +94,7 @@ public struct TaskError: Sendable, Equatable, Error {
     }
 }
 
-/// Why a task was cancelled (SPEC §2.3), with the phone OS's values.
+/// Why a task was cancelled (OpenAPI/backhaul.yaml), with the phone OS's values.
 public enum CancellationReason: Int, Sendable, CaseIterable {
     case userCancelled = 0
     case backgroundUpdatesDisabled = 1

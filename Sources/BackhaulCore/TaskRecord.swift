@@ -201,7 +201,7 @@ extension TaskRecord {
         _modify { yield &fields.error }
     }
 
-    /// The error of the latest failed attempt (SPEC §4.2), kept after the task ends.
+    /// The error of the latest failed attempt (OpenAPI/backhaul.yaml), kept after the task ends.
     @inlinable public var lastError: LastError? {
         _read { yield storage.fields.lastError }
         _modify { yield &fields.lastError }

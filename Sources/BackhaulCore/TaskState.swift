@@ -1,4 +1,4 @@
-/// The life of a task (SPEC §2.2).
+/// The life of a task (OpenAPI/backhaul.yaml).
 public enum TaskState: String, Sendable, CaseIterable, Codable {
     case queued, waiting, running, retrying, suspended
     case authRequired = "auth_required"
@@ -9,7 +9,7 @@ public enum TaskState: String, Sendable, CaseIterable, Codable {
     public static let unfinished: [TaskState] = allCases.filter { !$0.isFinal }
 }
 
-/// Why a `waiting` task is held (SPEC §2.2).
+/// Why a `waiting` task is held (OpenAPI/backhaul.yaml).
 public enum WaitingReason: String, Sendable, CaseIterable {
     case noConnectivity = "no_connectivity"
     /// Connected, but NetworkManager sees a captive portal or no way to the internet.

@@ -40,7 +40,7 @@ public enum AttemptEnd: Sendable, Equatable {
     }
 }
 
-/// Everything that moves a task between the states of SPEC §2.2: one input, the task as it is,
+/// Everything that moves a task between the states of OpenAPI/backhaul.yaml: one input, the task as it is,
 /// and the time give the task as it must be. The store reads, applies and writes; the engine and
 /// the API only say what happened. Each rule lives here once, table-tested row by row.
 public enum TaskInput: Sendable, Equatable {
@@ -201,7 +201,7 @@ extension TaskRecord {
         return .success(task)
     }
 
-    /// A new task's first state (SPEC §2.2): cancelled with reason 2 when its session's quota
+    /// A new task's first state (OpenAPI/backhaul.yaml): cancelled with reason 2 when its session's quota
     /// cannot hold it, waiting while its session is disabled or before `earliest_begin_at`,
     /// else queued.
     public func admitted(sessionEnabled: Bool, quotaRefusal: String?, now: Timestamp) -> TaskRecord {
@@ -239,7 +239,7 @@ extension TaskRecord {
         if next.isFinal { finishedAt = now }
     }
 
-    /// Ends the task as cancelled, saying why (SPEC §2.3); the message defaults to the reason's name.
+    /// Ends the task as cancelled, saying why (OpenAPI/backhaul.yaml); the message defaults to the reason's name.
     mutating func cancel(_ reason: CancellationReason, now: Timestamp, message: String? = nil) {
         enter(.cancelled, now: now)
         cancellation = reason
@@ -247,7 +247,7 @@ extension TaskRecord {
     }
 }
 
-/// What a change of a task calls for besides its record (SPEC §2.4).
+/// What a change of a task calls for besides its record (OpenAPI/backhaul.yaml).
 public enum TaskTransition {
     /// The `task.*` event a change from `before` (nil: created) to `after` records, if any: a new
     /// state, or a new waiting reason.

@@ -1,18 +1,18 @@
 import JSONValue
 
-/// The protocols an upload can speak (SPEC §2.2 `upload.protocol`).
+/// The protocols an upload can speak (OpenAPI/backhaul.yaml `upload.protocol`).
 public enum UploadProtocol: String, Sendable, CaseIterable {
     case raw, multipart, chunked, tus, s3
-    /// draft-ietf-httpbis-resumable-upload (SPEC §4.1).
+    /// draft-ietf-httpbis-resumable-upload (docs/decisions.md).
     case ietf
-    /// One `OPTIONS` picks `ietf`, `tus` or `raw` (SPEC §4.1); see `ProtocolSelection`.
+    /// One `OPTIONS` picks `ietf`, `tus` or `raw` (docs/decisions.md); see `ProtocolSelection`.
     case auto
 
     /// Protocols this build can carry out; the others are refused at enqueue.
     public static let supported: Set<UploadProtocol> = [.raw, .multipart, .chunked, .tus, .s3, .ietf, .auto]
 }
 
-/// How the file is sent (SPEC §2.2 `upload`).
+/// How the file is sent (OpenAPI/backhaul.yaml `upload`).
 public struct UploadSpec: Sendable, Equatable {
     public var protocolName: UploadProtocol = .raw
     public var field = "file"
@@ -85,7 +85,7 @@ public struct UploadSpec: Sendable, Equatable {
         return .object(object)
     }
 
-    /// The API's view with what the upload learned from the server (SPEC §4.1): for `auto`, the
+    /// The API's view with what the upload learned from the server (docs/decisions.md): for `auto`, the
     /// protocol it picked (`protocol_selected`, null until the server answered) and a fallback
     /// after the server forgot the upload; for `ietf`, the interop version in use.
     public func json(selection checkpoint: TransferCheckpoint?) -> JSON {

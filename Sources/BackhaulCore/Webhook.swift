@@ -1,6 +1,6 @@
 import JSONValue
 
-/// The events of SPEC §2.4.
+/// The events of OpenAPI/backhaul.yaml
 public enum EventType: String, Sendable, CaseIterable {
     case taskCompleted = "task.completed"
     case taskFailed = "task.failed"
@@ -26,7 +26,7 @@ public enum EventType: String, Sendable, CaseIterable {
     }
 }
 
-/// A webhook subscription of a session (SPEC §2.4). The secrets are stored to sign with and
+/// A webhook subscription of a session (OpenAPI/backhaul.yaml). The secrets are stored to sign with and
 /// never shown again after creation or rotation.
 public struct WebhookRecord: Sendable, Equatable {
     public var id: String

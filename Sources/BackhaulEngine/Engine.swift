@@ -242,7 +242,7 @@ final class EngineInbox: Sendable {
     }
 }
 
-/// The default route's interface, classified (SPEC §2.5); a table that cannot be read counts as
+/// The default route's interface, classified (docs/policy.md); a table that cannot be read counts as
 /// `other` (detection failing must not stop uploads).
 enum NetworkDetection {
     static func detect(routeFile: String, classifier: NetworkClassifier) -> NetworkState {

@@ -1,7 +1,7 @@
 import BackhaulCore
 import Glibc
 
-/// Why a path cannot be uploaded (SPEC §2.2 `file`).
+/// Why a path cannot be uploaded (OpenAPI/backhaul.yaml `file`).
 public enum FileAccessError: Error, Sendable, Equatable {
     case notAbsolute, notFound, isDirectory, notRegularFile, notReadable, outsideAllowedRoots
     /// Downloads: the destination's directory is missing, cannot be written, or a file is there.

@@ -64,7 +64,7 @@ public struct DaemonConfiguration: Sendable {
 
     public var listen: String { listenAddress.text }
 
-    /// Without tokens the daemon serves loopback only (SPEC §2.6).
+    /// Without tokens the daemon serves loopback only (OpenAPI/backhaul.yaml).
     public var isLoopback: Bool { listenHost.hasPrefix("127.") || listenHost == "::1" }
 
     /// What `/v1/info` shows: each setting as its table entry says, secrets only as a summary.

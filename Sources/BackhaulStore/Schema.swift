@@ -129,7 +129,7 @@ enum Schema {
             """
             ALTER TABLE tasks ADD COLUMN download TEXT;
             """),
-        // A removed session leaves its tasks readable (SPEC §4.2): `session_id` becomes '' (no
+        // A removed session leaves its tasks readable (OpenAPI/backhaul.yaml): `session_id` becomes '' (no
         // session), `detached_from` keeps the id it had. Failures a client sees before the end:
         // `last_error` and the attempt history. Task counts per session and state, kept by the
         // writer from its change feed (one upsert per session and state a transaction touched),

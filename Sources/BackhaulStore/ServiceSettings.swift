@@ -45,7 +45,7 @@ public final class ServiceSettings: Sendable {
     public var networkOverride: NetworkState? { current.withLock { $0.networkOverride } }
 
     /// Replaces the run-time policy (nil: back to the config file's). Turning transfers off
-    /// cancels every unfinished task with reason 1 (SPEC §2.3). Returns the policy in force.
+    /// cancels every unfinished task with reason 1 (OpenAPI/backhaul.yaml). Returns the policy in force.
     @discardableResult
     public func setPolicy(_ policy: ServicePolicy?) throws(StoreError) -> ServicePolicy {
         let effective = policy ?? basePolicy

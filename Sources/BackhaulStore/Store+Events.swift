@@ -2,7 +2,7 @@ import BackhaulCore
 import JSON
 import SQLite
 
-/// An event written in the same transaction as the state change that caused it (SPEC §2.4).
+/// An event written in the same transaction as the state change that caused it (OpenAPI/backhaul.yaml).
 public struct EventRecord: Sendable, Equatable {
     public var sequence: Int64
     public var id: String

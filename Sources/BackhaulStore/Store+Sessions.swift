@@ -3,7 +3,7 @@ import JSON
 import SQLite
 import Threads
 
-/// Sessions (SPEC §2.1): records, their task counts (kept by the writer from `TaskFeed`), changes.
+/// Sessions (OpenAPI/backhaul.yaml): records, their task counts (kept by the writer from `TaskFeed`), changes.
 extension Store {
     /// Conditions on `state` without IN lists, as the partial indexes are written (a query must use
     /// the same words for SQLite to use them).
@@ -89,7 +89,7 @@ extension Store {
     }
 
     /// Removes the session's record. Its tasks (all final by now) stay readable by id for their
-    /// retention (SPEC §4.2), detached: they belong to no session (`session_id` ''), remember the
+    /// retention (OpenAPI/backhaul.yaml), detached: they belong to no session (`session_id` ''), remember the
     /// one they had, and leave the id and their idempotency keys free for a new session.
     func removeSession(_ db: Connection, id: String) throws {
         try TaskRows.detach(db, session: id, feed: feed)

@@ -8,7 +8,7 @@ public struct TaskPage: Sendable {
     public var nextCursor: String?
 }
 
-/// The tasks as clients see and change them (SPEC §2.2).
+/// The tasks as clients see and change them (OpenAPI/backhaul.yaml).
 extension Store {
     /// Inserts tasks all-or-nothing; a task whose idempotency key exists returns the first task.
     /// Each result says whether it was created. At most `maxOpen` unfinished tasks may be in the
@@ -220,7 +220,7 @@ extension Store {
         }
     }
 
-    /// cancel / suspend / resume (SPEC §2.2); a refused transition is a conflict.
+    /// cancel / suspend / resume (OpenAPI/backhaul.yaml); a refused transition is a conflict.
     public func apply(
         _ command: TaskCommand, to id: String,
         reason: CancellationReason = .userCancelled

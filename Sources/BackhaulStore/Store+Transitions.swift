@@ -33,7 +33,7 @@ extension Store {
         try recorded(db, from: before, to: after, now: now)
     }
 
-    /// What a new or changed task calls for besides its row (SPEC §2.4). `data`, when given, is
+    /// What a new or changed task calls for besides its row (OpenAPI/backhaul.yaml). `data`, when given, is
     /// the task's JSON already rendered (its event's data).
     func recorded(_ db: Connection, from before: TaskRecord?, to task: TaskRecord, now: Timestamp, data: String? = nil) throws {
         if let type = TaskTransition.event(from: before, to: task) {

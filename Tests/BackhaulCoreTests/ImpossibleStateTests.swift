@@ -2,7 +2,7 @@ import BackhaulCore
 import JSON
 import Testing
 
-/// SPEC §5.1 "One bad task never stops the daemon": a protocol state that no attempt can have
+/// docs/operations.md "One bad task never stops the daemon": a protocol state that no attempt can have
 /// written (read back from the store as it is, without the API's validators) fails that task with
 /// `-3100 internal_error` on every attempt; values from the stored row or from the server never
 /// trap in the machines' arithmetic.

@@ -2,7 +2,7 @@ import BackhaulCore
 import JSON
 import Testing
 
-/// NetworkManager's and ModemManager's properties in, the network view out (SPEC §5.2); and what
+/// NetworkManager's and ModemManager's properties in, the network view out (docs/network.md); and what
 /// the policy decides on roaming and limited connectivity.
 @Suite("NetworkManager mapping")
 struct NetworkManagerViewTests {

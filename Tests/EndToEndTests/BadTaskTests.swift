@@ -5,7 +5,7 @@ import JSON
 import Testing
 
 extension EndToEndTests {
-    /// SPEC §5.1, issue 36.6: rows whose stored protocol state no attempt can have written (a tus
+    /// docs/operations.md, issue 36.6: rows whose stored protocol state no attempt can have written (a tus
     /// upload with acknowledged bytes but no URL, S3 parts without their UploadId, an IETF upload
     /// resource without its interop version), left `running` as by a crash, are met at the next
     /// start. Each of those tasks fails -3100 with a log line naming it; the daemon stays up and

@@ -45,7 +45,7 @@ extension EndToEndTests {
         #expect(try fixture.daemon.call("GET", "/v1/info").1["version"]?.stringValue == BackhaulVersion.string)
     }
 
-    /// SPEC §4.2 in the CLI: `ls` marks a task whose latest attempt failed, `show` prints the
+    /// OpenAPI/backhaul.yaml in the CLI: `ls` marks a task whose latest attempt failed, `show` prints the
     /// error and the attempt history.
     @Test("cli: ls marks a retrying task with its last error; show prints it and the attempts")
     func commandLineFailures() throws {

@@ -3,7 +3,7 @@ import Foundation
 import JSON
 import Testing
 
-/// SPEC §5.3: credentials that expire, and where a task's requests may go.
+/// docs/credentials.md: credentials that expire, and where a task's requests may go.
 extension EndToEndTests {
     /// A sink on 127.0.0.2: another host to an allow-list that admits 127.0.0.1 only.
     func otherHostSink(_ fixture: Fixture) throws -> RecordingSink {
@@ -188,7 +188,7 @@ extension EndToEndTests {
     }
 }
 
-/// `s3` tasks that give a region only: the daemon's AWS credential chain (SPEC §5.3) against moto
+/// `s3` tasks that give a region only: the daemon's AWS credential chain (docs/credentials.md) against moto
 /// checking SigV4, with temporary credentials from moto's STS.
 extension EndToEndTests {
     /// Every place a secret could leak to: the task as GET shows it, its attempts, the daemon's

@@ -189,7 +189,7 @@ extension EndToEndTests {
         fixture.daemon.kill9()
     }
 
-    /// The figure SPEC §4.3 asks for: 1,000 transfers running at once (four sessions of 250, each
+    /// The figure docs/dashboard.md asks for: 1,000 transfers running at once (four sessions of 250, each
     /// read by the sink at 4 KiB/s, so every one moves all the time and sends a progress event every
     /// 2 s: about 500 events a second), the page loaded on them and then left with the stream for
     /// ten seconds or more (until 500 events came, at most 45 s).

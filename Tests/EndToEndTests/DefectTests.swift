@@ -76,7 +76,7 @@ extension EndToEndTests {
         #expect(Set(headers.keys) == Set((0..<24).map { "X-Client-\($0)" }), "\(headers.keys.sorted())")
     }
 
-    /// 15.7 (SPEC §4.2): DELETE ?mode=cancel removed the tasks with the session, so a client
+    /// 15.7 (OpenAPI/backhaul.yaml): DELETE ?mode=cancel removed the tasks with the session, so a client
     /// polling a task got 404 and never learned it was cancelled, or why.
     @Test("DELETE a session with mode=cancel: its tasks stay readable as cancelled (reason 0); the session is gone")
     func cancelledSessionTasksStayReadable() throws {
@@ -104,7 +104,7 @@ extension EndToEndTests {
 }
 
 extension EndToEndTests {
-    /// SPEC §4.2: a task that cannot reach its server showed `retrying`, `attempts: 5`,
+    /// OpenAPI/backhaul.yaml: a task that cannot reach its server showed `retrying`, `attempts: 5`,
     /// `error: null` for days. Now `last_error` and the attempt history say why.
     @Test("failures a client sees before the end: last_error while retrying, and the attempt history")
     func failuresVisibleBeforeTheEnd() throws {

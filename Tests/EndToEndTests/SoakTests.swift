@@ -6,7 +6,7 @@ import Glibc
 import JSON
 import Testing
 
-/// The soak (issue 20, SPEC §4.4): mixed load for `BACKHAUL_SOAK_SECONDS` (default 120, the form
+/// The soak (issue 20, docs/uptime.md): mixed load for `BACKHAUL_SOAK_SECONDS` (default 120, the form
 /// `make test` runs; `make soak` sets 1800) against every kind of peer at once, with a webhook
 /// consumer down for a third of the run, a server failing 20 % of its requests and SIGKILLs on a
 /// schedule. It samples the daemon's resources, API latency and event lag, asserts that nothing

@@ -225,7 +225,7 @@ extension EndToEndTests {
                 let state = try daemon.task(id(role))["state"]?.stringValue ?? "missing"
                 if ["completed", "failed", "cancelled"].contains(state) { outcome[role] = state }
             }
-            // C2 ends its session; its final record stays readable (SPEC §4.2).
+            // C2 ends its session; its final record stays readable (OpenAPI/backhaul.yaml).
             if outcome["C2"] == nil {
                 let (_, task) = try call("GET", "/v1/tasks/\(id("C2"))", nil, [], 30)
                 if let state = task["state"]?.stringValue, ["completed", "failed", "cancelled"].contains(state) {

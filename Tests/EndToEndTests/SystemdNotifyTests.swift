@@ -3,7 +3,7 @@ import Foundation
 import JSON
 import Testing
 
-/// systemd's notify protocol without systemd (SPEC §5.2): the test is the service manager, a unix
+/// systemd's notify protocol without systemd (docs/network.md): the test is the service manager, a unix
 /// datagram socket named by `NOTIFY_SOCKET`.
 extension EndToEndTests {
     @Test("notify: READY=1 once listening, STATUS=, WATCHDOG=1 from the engine loop (stopping while it stalls), STOPPING=1")

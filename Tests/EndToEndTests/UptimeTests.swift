@@ -5,7 +5,7 @@ import Glibc
 import JSON
 import Testing
 
-/// Months of uptime (SPEC §4.4): finished tasks go after their retention, the state stays bounded,
+/// Months of uptime (docs/uptime.md): finished tasks go after their retention, the state stays bounded,
 /// a state written by a newer build is refused.
 extension EndToEndTests {
     static let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
