@@ -5,6 +5,19 @@ import Testing
 
 /// docs/credentials.md: credentials that expire, and where a task's requests may go.
 extension EndToEndTests {
+    /// A tus upload of `file` created at the fixture's sink, with a bearer token to follow.
+    private func enqueueTus(_ fixture: Fixture, _ file: String) throws -> String {
+        try fixture.enqueue(
+            file,
+            extra: [
+                "request": [
+                    "url": .string(fixture.sink.url("/files/")), "method": "POST",
+                    "headers": ["Authorization": "Bearer tus-secret"],
+                ],
+                "upload": ["protocol": "tus"],
+            ])
+    }
+
     /// A sink on 127.0.0.2: another host to an allow-list that admits 127.0.0.1 only.
     func otherHostSink(_ fixture: Fixture) throws -> RecordingSink {
         try RecordingSink(directory: fixture.scratch.file("other-host"), host: "127.0.0.2")
@@ -20,15 +33,7 @@ extension EndToEndTests {
                 status: 201,
                 headers: [("Location", other.url("/files/1")), ("Tus-Resumable", "1.0.0"), ("Upload-Offset", "0")]))
         let file = fixture.makeFile("a.bin", size: 256 * 1024)
-        let id = try fixture.enqueue(
-            file,
-            extra: [
-                "request": [
-                    "url": .string(fixture.sink.url("/files/")), "method": "POST",
-                    "headers": ["Authorization": "Bearer tus-secret"],
-                ],
-                "upload": ["protocol": "tus"],
-            ])
+        let id = try enqueueTus(fixture, file)
         let task = try fixture.daemon.waitForTask(id)
         fixture.expectLog(task["state"]?.stringValue == "failed", task.serialized())
         #expect(task["error"]?["code"]?.intValue == -1011)
@@ -69,15 +74,7 @@ extension EndToEndTests {
         let size = 256 * 1024
         other.setFallback(.respond(status: 204, headers: [("Tus-Resumable", "1.0.0"), ("Upload-Offset", String(size))]))
         let file = fixture.makeFile("a.bin", size: size)
-        let id = try fixture.enqueue(
-            file,
-            extra: [
-                "request": [
-                    "url": .string(fixture.sink.url("/files/")), "method": "POST",
-                    "headers": ["Authorization": "Bearer tus-secret"],
-                ],
-                "upload": ["protocol": "tus"],
-            ])
+        let id = try enqueueTus(fixture, file)
         let task = try fixture.daemon.waitForTask(id)
         fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
         #expect(other.requests.map(\.method) == ["PATCH"])
