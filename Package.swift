@@ -38,7 +38,7 @@ let package = Package(
         /// The JSON value type: pure Swift, what the domain holds.
         .target(name: "JSONValue", swiftSettings: swiftSettings),
         /// Parsing and printing JSON through json-c (re-exports the value type).
-        .target(name: "JSON", dependencies: ["JSONValue", "CJSONC"], swiftSettings: swiftSettings),
+        .target(name: "JSONCodec", dependencies: ["JSONValue", "CJSONC"], swiftSettings: swiftSettings),
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         /// systemd's notify protocol and the D-Bus system bus through sd-bus.
         .target(name: "Systemd", dependencies: ["CSystemd", "Threads"], swiftSettings: swiftSettings),
@@ -63,12 +63,12 @@ let package = Package(
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulStore",
-            dependencies: ["BackhaulCore", "SQLite", "JSON", "Threads"],
+            dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSON", "Systemd", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSONCodec", "Systemd", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "BackhaulUI", "Digest", "JSON", "MicroHTTP", "Threads",
+                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "BackhaulUI", "Digest", "JSONCodec", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
@@ -90,7 +90,7 @@ let package = Package(
             dependencies: [
                 "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
                 "MicroHTTP", "CGlibc", "Systemd",
-                "JSON", "Threads", .product(name: "Logging", package: "swift-log"),
+                "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
@@ -98,30 +98,32 @@ let package = Package(
         // The command-line client: the API over HTTP, human tables or JSON.
         .target(
             name: "BackhaulCLI",
-            dependencies: ["BackhaulCore", "Curl", "JSON", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "BackhaulCore", "Curl", "JSONCodec", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
 
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "Curl", "JSON", "BackhaulCore", "Digest", "Threads"],
+            dependencies: ["MicroHTTP", "Curl", "JSONCodec", "BackhaulCore", "Digest", "Threads"],
             swiftSettings: swiftSettings),
 
         .testTarget(
             name: "BackhaulCoreTests",
-            dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSON", "Threads"],
+            dependencies: ["BackhaulCore", "BackhaulFiles", "BackhaulWebhooks", "Digest", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(name: "CurlTests", dependencies: ["Curl"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSON"], swiftSettings: swiftSettings),
+            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSONCodec"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSON"],
+            name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec"],
             swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",
-            dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSON", "SQLite", "Threads"],
+            dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "Threads"],
@@ -129,14 +131,14 @@ let package = Package(
         .testTarget(
             name: "BackhaulAPITests",
             dependencies: [
-                "BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSON",
+                "BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSONCodec",
                 "Threads",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "BackhaulTesting", "JSON", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul",
+                "BackhaulTesting", "JSONCodec", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul",
             ],
             swiftSettings: swiftSettings),
     ]

@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulStore
 import Glibc
-import JSON
+import JSONCodec
 import MicroHTTP
 
 /// `/v1/network` and `/v1/policy` (docs/policy.md): what the policy layer sees, and how a host agent

@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulFiles
 import BackhaulStore
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 

@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulStore
-import JSON
+import JSONCodec
 import MicroHTTP
 
 extension API {

@@ -1,4 +1,4 @@
-import JSON
+import JSONCodec
 import MicroHTTP
 
 /// The API's error catalogue (RFC 9457 problem details): one stable `code` per kind of error.

@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulStore
-import JSON
+import JSONCodec
 
 /// A validated `PATCH /v1/tasks/{id}`: priority, request headers (merged; null removes), the
 /// request's URL and method (a task that is not running: docs/credentials.md), earliest_begin_at (null

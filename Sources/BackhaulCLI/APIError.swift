@@ -1,4 +1,4 @@
-import JSON
+import JSONCodec
 
 /// Why a call to the API gave no result: the API's refusal, a failed transport, or an answer this
 /// client cannot read. Callers match the case and the problem's `code`, never the text.

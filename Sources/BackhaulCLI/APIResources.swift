@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// Task counts by state, as sessions and `/v1/info` give them; states this client does not
 /// know are left out.

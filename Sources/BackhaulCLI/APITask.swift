@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// A task as `GET /v1/tasks/{id}` shows it (OpenAPI/backhaul.yaml): what the command line reads of it, and
 /// the object itself, which `--json` prints as it came.

@@ -1,4 +1,4 @@
-import JSON
+import JSONCodec
 
 /// Reads one object of an API answer for the typed results. A required member that is missing,
 /// or any member of the wrong type, is an `APIError.unexpectedAnswer` naming where it was

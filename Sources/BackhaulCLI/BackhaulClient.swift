@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// The daemon's API, one method per call, with typed answers and typed errors: a problem+json
 /// answer is `APIError.problem`, a daemon out of reach `.transport`, an answer that does not read

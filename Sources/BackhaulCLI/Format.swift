@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// Human output shared by the commands: aligned tables, sizes, rates, durations, task rows and
 /// error lines; and `--json` output.

@@ -1,6 +1,6 @@
 import ArgumentParser
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// `sessions` and `info`: what the daemon holds, and how it is set up.
 struct Sessions: ParsableCommand {

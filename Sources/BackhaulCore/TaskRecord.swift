@@ -1,5 +1,10 @@
 import JSONValue
 
+/// Which way a task moves its file.
+public enum TaskKind: String, Sendable, CaseIterable {
+    case upload, download
+}
+
 /// A task as stored: everything needed to run it and to show it.
 ///
 /// A value with copy-on-write storage: a record is handed along a task's whole path (decoded, checked,

@@ -1,7 +1,7 @@
 import BackhaulCore
 import Curl
 import Glibc
-import JSON
+import JSONCodec
 import Synchronization
 
 /// Why no AWS credentials could be had. The message names sources and files, never a secret.

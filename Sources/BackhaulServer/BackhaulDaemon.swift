@@ -7,7 +7,7 @@ import BackhaulWebhooks
 import CGlibc
 import Curl
 import Glibc
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 import Systemd

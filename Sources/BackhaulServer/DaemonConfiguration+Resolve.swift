@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulFiles
-import JSON
+import JSONCodec
 
 /// Resolving a configuration from the table: defaults, then the config file, then the
 /// environment, then the flags, each replacing what the one before set.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// One setting of the daemon, declared once in `DaemonConfiguration.settings`: its name (the
 /// config-file key), flag, environment variable, default, how its values are read and checked,

@@ -3,7 +3,7 @@ import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
 import BackhaulStore
-import JSON
+import JSONCodec
 
 /// The settings table: every setting of the daemon, declared once. The order is the order of
 /// the usage text, `/v1/info` and the README's Configuration table.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 
 /// How a setting's values are read from each source, checked, and shown.
 struct SettingValue<Value: Sendable>: Sendable {

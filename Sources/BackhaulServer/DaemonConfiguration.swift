@@ -2,7 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulStore
-import JSON
+import JSONCodec
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,
 /// then command-line flags, each overriding the one before.

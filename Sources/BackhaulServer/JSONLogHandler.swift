@@ -1,6 +1,6 @@
 import BackhaulCore
 import Glibc
-import JSON
+import JSONCodec
 import Logging
 
 /// Writes one JSON object a line to stderr: `ts`, `level`, `msg`, `logger`, then the metadata

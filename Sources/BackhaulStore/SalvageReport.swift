@@ -1,6 +1,6 @@
 import BackhaulCore
 import Glibc
-import JSON
+import JSONCodec
 import SQLite
 
 /// A salvage of a damaged state database: when it ran, where the damaged files went, why, and what

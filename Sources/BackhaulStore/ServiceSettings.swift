@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import Threads
 
 /// The settings an operator changes at run time (docs/policy.md): the network override a host

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// An event written in the same transaction as the state change that caused it (OpenAPI/backhaul.yaml).

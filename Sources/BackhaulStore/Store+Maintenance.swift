@@ -1,6 +1,6 @@
 import BackhaulCore
 import Glibc
-import JSON
+import JSONCodec
 import SQLite
 import Threads
 

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// What the policy layer keeps: run-time settings (network override, service policy) and the

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// A page of a session's tasks.

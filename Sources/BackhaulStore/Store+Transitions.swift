@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// Carrying out a task transition (`TaskRecord.applying`, in Core) inside the open transaction:

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// A delivery ready to send: where, with which secrets, and the exact bytes.

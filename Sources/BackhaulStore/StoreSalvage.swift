@@ -1,6 +1,6 @@
 import BackhaulCore
 import Glibc
-import JSON
+import JSONCodec
 import SQLite
 
 /// What the store does with a state database that SQLite reports damaged when it opens.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import SQLite
 
 /// How a task is stored: its row decoded without the client's validators (what was written was

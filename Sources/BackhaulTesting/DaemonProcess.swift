@@ -1,6 +1,6 @@
 import Curl
 import Foundation
-import JSON
+import JSONCodec
 
 /// A scratch directory removed when the value is released.
 public final class TemporaryDirectory: Sendable {

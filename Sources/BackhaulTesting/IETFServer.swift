@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 
 /// Apple's server side of IETF resumable uploads (`NIOResumableUpload` from swift-nio-extras) in
 /// the test peer `Tests/IETFPeer`, on a port of its own: writes finished uploads to a folder, logs

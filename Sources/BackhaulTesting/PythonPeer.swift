@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 
 /// A Python test peer from `Tests/peers/`, on a port of its own, that can be stopped and started
 /// again on the same port (an outage).

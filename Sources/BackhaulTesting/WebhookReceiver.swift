@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 
 /// The Python receiver (`Tests/peers/webhook_receiver.py`) that verifies signatures with the
 /// PyPI `standardwebhooks` library and logs each delivery. It can be stopped and started again

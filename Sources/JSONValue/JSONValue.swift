@@ -1,4 +1,4 @@
-/// A JSON value: what the API reads and writes, with no parser in it (the codec is the `JSON` module,
+/// A JSON value: what the API reads and writes, with no parser in it (the codec is the `JSONCodec` module,
 /// over json-c), so the domain can hold JSON without reaching C.
 public enum JSON: Sendable, Equatable {
     case null

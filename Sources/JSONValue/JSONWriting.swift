@@ -1,5 +1,5 @@
 /// Compact JSON text, written directly in Swift (no json-c tree: this is on every task's path).
-/// The `JSON` module's json-c printer (`serializedWithJSONC`) is the reference the tests hold this
+/// The `JSONCodec` module's json-c printer (`serializedWithJSONC`) is the reference the tests hold this
 /// one to.
 extension JSON {
     public func serialized() -> String {

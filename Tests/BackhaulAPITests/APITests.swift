@@ -3,7 +3,7 @@ import BackhaulCore
 import BackhaulFiles
 import BackhaulStore
 import Foundation
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 import Testing

@@ -4,7 +4,7 @@ import BackhaulFiles
 import BackhaulStore
 import BackhaulUI
 import Foundation
-import JSON
+import JSONCodec
 import Logging
 import MicroHTTP
 import Testing

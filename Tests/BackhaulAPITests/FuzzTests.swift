@@ -1,6 +1,6 @@
 import BackhaulAPI
 import BackhaulCore
-import JSON
+import JSONCodec
 import MicroHTTP
 import Testing
 

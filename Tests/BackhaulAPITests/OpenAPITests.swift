@@ -1,6 +1,6 @@
 import BackhaulAPI
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("OpenAPI document")

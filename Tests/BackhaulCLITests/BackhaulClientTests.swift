@@ -1,6 +1,6 @@
 import BackhaulCLI
 import BackhaulCore
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("BackhaulClient: typed answers, typed errors, encoded addresses")

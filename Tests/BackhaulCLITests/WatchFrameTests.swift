@@ -1,6 +1,6 @@
 import BackhaulCLI
 import BackhaulCore
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("watch: progress carried on between events, and the frame")

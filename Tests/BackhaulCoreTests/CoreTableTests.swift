@@ -1,6 +1,6 @@
 import BackhaulCore
 import Dispatch
-import JSON
+import JSONCodec
 import Synchronization
 import Testing
 

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import Testing
 
 /// docs/operations.md "One bad task never stops the daemon": a protocol state that no attempt can have

@@ -1,4 +1,4 @@
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("JSON over json-c")

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import Testing
 
 /// NetworkManager's and ModemManager's properties in, the network view out (docs/network.md); and what

@@ -1,5 +1,5 @@
 import BackhaulCore
-import JSON
+import JSONCodec
 import Testing
 
 @Suite("Policy decisions")

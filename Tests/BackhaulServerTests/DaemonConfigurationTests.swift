@@ -1,7 +1,7 @@
 import BackhaulAPI
 import BackhaulCore
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 @testable import BackhaulServer

@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulTesting
-import JSON
+import JSONCodec
 import Testing
 
 @testable import BackhaulStore

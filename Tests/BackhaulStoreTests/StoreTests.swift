@@ -1,7 +1,7 @@
 import BackhaulCore
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import SQLite
 import Testing
 import Threads

@@ -3,7 +3,7 @@ import BackhaulCore
 import BackhaulTesting
 import Curl
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 extension EndToEndTests {

@@ -2,7 +2,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// Issue 36.5: a state with a run of damaged pages in backhaul.db kept the daemon from starting.

@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// docs/credentials.md: credentials that expire, and where a task's requests may go.

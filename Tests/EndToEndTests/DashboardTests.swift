@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// `Tests/browser/dashboard.py`: a scenario run in headless Chromium against a live daemon.

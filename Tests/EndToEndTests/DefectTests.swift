@@ -4,7 +4,7 @@ import Curl
 import Digest
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 import Threads
 

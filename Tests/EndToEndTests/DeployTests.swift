@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 extension EndToEndTests {

@@ -2,7 +2,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// A failed sync of the state is never answered as durable (docs/operations.md, "When the disk

@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// One test's world: a scratch directory with files to upload, a recording sink, a daemon.

@@ -2,7 +2,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 import Threads
 

@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Curl
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// `ietf` and `auto` against Apple's server code (NIOResumableUpload in Tests/IETFPeer).

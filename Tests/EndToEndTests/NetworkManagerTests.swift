@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// A private system bus (dbus-daemon) with python-dbusmock's NetworkManager and ModemManager,

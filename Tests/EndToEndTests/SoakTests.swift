@@ -3,7 +3,7 @@ import BackhaulTesting
 import Digest
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// The soak (issue 20, docs/uptime.md): mixed load for `BACKHAUL_SOAK_SECONDS` (default 120, the form

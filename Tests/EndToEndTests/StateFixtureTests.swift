@@ -3,7 +3,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// The state fixture written by the v1 release (`Tests/fixtures/state-v1`, its README says what

@@ -1,6 +1,6 @@
 import BackhaulTesting
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// systemd's notify protocol without systemd (docs/network.md): the test is the service manager, a unix

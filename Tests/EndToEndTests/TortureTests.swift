@@ -2,7 +2,7 @@ import BackhaulTesting
 import Digest
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// Fault injection (issue: "every byte arrives, nothing is lost"). The short form runs with the

@@ -2,7 +2,7 @@ import BackhaulTesting
 import Curl
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// Months of uptime (docs/uptime.md): finished tasks go after their retention, the state stays bounded,

@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Foundation
 import Glibc
-import JSON
+import JSONCodec
 import Testing
 
 /// Fast retries for tests; the real schedule is table-tested.

@@ -1,7 +1,7 @@
 import BackhaulTesting
 import Curl
 import Foundation
-import JSON
+import JSONCodec
 import Testing
 
 /// Issue 16: while many transfers run, the engine's writes (attempts ended, the next ones started)
