@@ -7,8 +7,8 @@ import Threads
 /// engine's writes; and through the writer's own connection right after a commit that is synced
 /// anyway (`CheckpointSchedule` says which and when). A checkpoint syncs the WAL, copies its newest
 /// pages into the database file and syncs that: on a disk 5–10 ms, most of it the writeback of
-/// every page the log took since the last, which a synced commit has just paid. A PASSIVE
-/// checkpoint takes no lock a commit needs. The log's hard cap stays the writer's
+/// every page the WAL took since the last, which a synced commit has just paid. A PASSIVE
+/// checkpoint takes no lock a commit needs. The WAL's hard cap stays the writer's
 /// (`Store.keepWALBounded`).
 final class Checkpointer: @unchecked Sendable {
     // @unchecked: `connection` is used on the checkpointer's thread only; the rest is behind locks.
@@ -33,7 +33,7 @@ final class Checkpointer: @unchecked Sendable {
         report: @escaping @Sendable (CheckpointFailure) -> Void
     ) throws {
         connection = try Connection(path: path)
-        // Until it has read the database, a connection does not know that its log is a WAL, and
+        // Until it has read the database, a connection does not know that its journal is a WAL, and
         // a checkpoint through it does nothing (SQLite answers -1 frames). At NORMAL, as at FULL,
         // a checkpoint syncs the WAL before it copies and the database after.
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
@@ -50,9 +50,9 @@ final class Checkpointer: @unchecked Sendable {
     }
 
     /// After a commit of the writer's (on its thread, with its connection `db`) that left `frames`
-    /// in the log (`synced`: the settler syncs the log for it): the checkpointer is woken only when
+    /// in the WAL (`synced`: the settler syncs the WAL for it): the checkpointer is woken only when
     /// that makes a checkpoint due at the pause; when the schedule says so, the writer copies the
-    /// log back itself, here, and its next write starts the log over, in place.
+    /// WAL back itself, here, and its next write starts the WAL over, in place.
     func committed(frames: Int, synced: Bool, by db: Connection) {
         let now = monotonicSeconds()
         let step = state.withLockNotifyingAllIfNeeded { state in
@@ -132,10 +132,10 @@ public struct CheckpointFailure: Sendable, CustomStringConvertible {
 
 /// What a checkpoint did.
 enum CheckpointOutcome: Equatable {
-    /// It ran: the log's frames and how many of them are copied back (fewer while readers need
+    /// It ran: the WAL's frames and how many of them are copied back (fewer while readers need
     /// the older pages).
     case ran(frames: Int, copied: Int)
-    /// Another connection held the log (SQLITE_BUSY).
+    /// Another connection held the WAL (SQLITE_BUSY).
     case busy
     case failed
 }
@@ -143,25 +143,25 @@ enum CheckpointOutcome: Equatable {
 /// When the checkpointer copies the WAL back (docs/operations.md, "The state on disk"): a pure
 /// schedule, given the time by its caller.
 ///
-/// - Once the log holds `pauseFrames` frames not yet copied back, a checkpoint is due when no
-///   commit came for `pauseSeconds`: a burst ends before its log is written back and copied, each
-///   page once however often the burst rewrote it. A log of fewer frames waits for more (or for
+/// - Once the WAL holds `pauseFrames` frames not yet copied back, a checkpoint is due when no
+///   commit came for `pauseSeconds`: a burst ends before its WAL is written back and copied, each
+///   page once however often the burst rewrote it. A WAL of fewer frames waits for more (or for
 ///   the clean stop's TRUNCATE).
 /// - After a commit that the settler syncs anyway (a write a client waits for), past
-///   `pauseFrames` the writer copies the log back at once: the sync has written the log back
-///   already, so this costs little, and the log, started over at the next write, stays short and
+///   `pauseFrames` the writer copies the WAL back at once: the sync has written the WAL back
+///   already, so this costs little, and the WAL, started over at the next write, stays short and
 ///   is rewritten in place. Without it, durable writes that never pause (single POSTs) grew the
-///   log to the cap, and every sync that extended the file also committed the file system's
+///   WAL to the cap, and every sync that extended the file also committed the file system's
 ///   journal: 3,703 POSTs/s with a p99 of 66 ms, against 12,000 and 3.5 ms.
 /// - Writes that never pause reach the writer's hard cap (`WALPolicy.capFrames`), where it empties
-///   the log itself (`Store.keepWALBounded`).
+///   the WAL itself (`Store.keepWALBounded`).
 /// - One that could not copy all it was given (readers held it) is not tried again before another
 ///   `pauseSeconds`; one that failed waits twice as long as the last failed one did, from
 ///   `pauseSeconds` up to `maxRetrySeconds`.
 ///
-/// What is copied is known from the frame counts alone: a log grows until a writer starts it over
-/// (after everything was copied), so a count below the last one is a new log. A new log whose
-/// first commit is longer than the old log was reads as the old one grown: its checkpoint then
+/// What is copied is known from the frame counts alone: a WAL grows until a writer starts it over
+/// (after everything was copied), so a count below the last one is a new WAL. A new WAL whose
+/// first commit is longer than the old WAL was reads as the old one grown: its checkpoint then
 /// comes at most `pauseFrames` frames late.
 struct CheckpointSchedule {
     enum Step: Equatable {
@@ -171,7 +171,7 @@ struct CheckpointSchedule {
     }
 
     /// What a commit calls for: nothing, the checkpointer woken (one is due at the pause), or the
-    /// log copied back by the writer itself, at once.
+    /// WAL copied back by the writer itself, at once.
     enum CommitStep: Equatable {
         case none, wake, checkpointHere
     }
@@ -179,7 +179,7 @@ struct CheckpointSchedule {
     static let maxRetrySeconds = 30.0
 
     let policy: WALPolicy
-    /// Frames in the log after the last commit, and how many of them are copied back.
+    /// Frames in the WAL after the last commit, and how many of them are copied back.
     private(set) var frames = 0
     private var copied = 0
     private var lastCommit = 0.0
@@ -195,7 +195,7 @@ struct CheckpointSchedule {
 
     private var due: Bool { !running && uncopied >= policy.pauseFrames }
 
-    /// A commit left `frames` in the log at `now` (`synced`: the settler syncs the log for it).
+    /// A commit left `frames` in the WAL at `now` (`synced`: the settler syncs the WAL for it).
     mutating func committed(frames: Int, synced: Bool, at now: Double) -> CommitStep {
         if frames < self.frames { copied = 0 }
         self.frames = frames
@@ -226,7 +226,7 @@ struct CheckpointSchedule {
         switch outcome {
         case .ran(let frames, let copied):
             failureDelay = 0
-            // Frames of a log that started over since are not this log's.
+            // Frames of a WAL that started over since are not this WAL's.
             if frames <= self.frames { self.copied = max(self.copied, copied) }
             if copied < frames { notBefore = now + policy.pauseSeconds }
         case .busy:

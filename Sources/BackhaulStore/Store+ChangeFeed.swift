@@ -2,14 +2,14 @@ import BackhaulCore
 import SQLite
 
 /// Every write of a task row goes through `TaskRows`, which reports it here, to the open
-/// transaction's `ChangeLog`: what others act on (queue membership, leaving `running`, timers,
+/// transaction's `ChangeRecorder`: what others act on (queue membership, leaving `running`, timers,
 /// downloads that ended unfinished) and the per-session counts. No other code writes the `tasks`
 /// table (`TaskRowsOnlyTests` holds the sources to that), so whatever path changes a task, the
-/// engine hears of it; a write that is rolled back takes its notes back with it (`ChangeLog.mark`).
+/// engine hears of it; a write that is rolled back takes its notes back with it (`ChangeRecorder.mark`).
 /// (Kept in Swift rather than by TEMP triggers: a trigger forces a statement journal on every
 /// statement it fires for; BENCHMARKS.md has the cost.)
 struct TaskFeed {
-    let log: ChangeLog
+    let recorder: ChangeRecorder
 
     func inserted(_ task: TaskRecord) { changed(from: nil, to: task, configurationChanged: false) }
 
@@ -18,9 +18,9 @@ struct TaskFeed {
         if before.state == .queued {
             // A queued task's copy held by the engine is out of date, whatever column changed.
             if after.state == .queued {
-                log.markTouched(after.sequence)
+                recorder.markTouched(after.sequence)
             } else {
-                log.settleTouched(after.sequence)
+                recorder.settleTouched(after.sequence)
             }
         }
         let configurationChanged = before.configurationOverrides != after.configurationOverrides
@@ -33,20 +33,20 @@ struct TaskFeed {
     }
 
     /// A removed session's tasks (all final) were detached: its pending counts go with it.
-    func detached(session: String) { log.forgetCounts(session) }
+    func detached(session: String) { recorder.forgetCounts(session) }
 
     /// A row deleted; `session` is its `session_id` column ('' once detached).
     func deleted(sequence: Int64, id: String, session: String, state: TaskState) {
         if state == .queued {
-            log.settleTouched(sequence)
-            log.update { $0.unqueued.append(sequence) }
+            recorder.settleTouched(sequence)
+            recorder.update { $0.unqueued.append(sequence) }
         }
-        if state == .running { log.update { $0.leftRunning.append(id) } }
-        log.countMove(from: session, state.rawValue, to: nil, nil)
+        if state == .running { recorder.update { $0.leftRunning.append(id) } }
+        recorder.countMove(from: session, state.rawValue, to: nil, nil)
     }
 
     private func changed(from before: TaskRecord?, to after: TaskRecord, configurationChanged: Bool) {
-        log.update { changes in
+        recorder.update { changes in
             if after.state == .queued {
                 let key = Scheduler.Key(session: after.sessionID, host: after.request.hostKey)
                 let limit = after.configurationOverrides["max_connections_per_host"]?.intValue.map { Int($0) }
@@ -63,18 +63,18 @@ struct TaskFeed {
         }
         // The per-session counts follow every change of state.
         if before?.state != after.state || before?.sessionID != after.sessionID {
-            log.countMove(from: before?.sessionID, before?.state.rawValue, to: after.sessionID, after.state.rawValue)
+            recorder.countMove(from: before?.sessionID, before?.state.rawValue, to: after.sessionID, after.state.rawValue)
         }
         // A download that ends without completing leaves no `.part` file (removed after the commit).
         if after.kind == .download, after.state.isFinal, after.state != .completed, let before, !before.state.isFinal {
-            log.downloadEnded(after.file.path)
+            recorder.downloadEnded(after.file.path)
         }
     }
 }
 
 extension Store {
     /// Where `TaskRows` reports the writes of this transaction (the writer's thread only).
-    var feed: TaskFeed { TaskFeed(log: log) }
+    var feed: TaskFeed { TaskFeed(recorder: recorder) }
 
     /// Any write to `webhooks` (whichever code path, committed or rolled back) makes the writer's
     /// list of sessions with subscriptions unknown; it is read again when next needed.

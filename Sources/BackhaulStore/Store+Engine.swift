@@ -80,7 +80,7 @@ extension Store {
             { [self] db -> TaskRecord? in
                 var current = task
                 if writerState.touchedQueued.contains(task.sequence) {
-                    log.settleTouched(task.sequence)
+                    recorder.settleTouched(task.sequence)
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence), read.state == .queued else { return nil }
                     current = read
                 }
@@ -108,7 +108,7 @@ extension Store {
             { [self] db -> TaskRecord? in
                 var current = task
                 if writerState.patchedWhileRunning.contains(task.sequence) {
-                    log.settlePatched(task.sequence)
+                    recorder.settlePatched(task.sequence)
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
                     current = read
                 }

@@ -125,7 +125,7 @@ extension Store {
         let events = try db.run("DELETE FROM events WHERE task_id IN (SELECT value FROM json_each(?))", [idList])
         try TaskRows.delete(db, sequences: sequences, feed: feed)
         maintenance.withLock { $0.eventsPruned += events }
-        log.update { $0.pruned += sequences.count }
+        recorder.update { $0.pruned += sequences.count }
     }
 
     /// Drops what is older than `retention` and no longer needed: events of tasks still kept, and
@@ -141,7 +141,7 @@ extension Store {
             // Events are appended in time order, so the old ones come first by seq: the sweep reads
             // the first `batch` events that no pending delivery pins and takes the old ones up to
             // the first event young enough to keep (each round reads what it deletes, not the whole
-            // log). An event dated after now (written while the clock was ahead) neither goes nor
+            // table). An event dated after now (written while the clock was ahead) neither goes nor
             // stops the sweep; one dated before its neighbours (the clock stepped back) waits
             // until those before it go.
             let window = try db.query(

@@ -17,7 +17,7 @@ extension Store {
     /// `staging` runs inside the transaction (again, should the batch run again), in commit order.
     public func setSetting(_ key: String, _ value: JSON?, staging: @escaping () -> Void = {}) throws(StoreError) {
         try write { [self] db in
-            log.update { $0.settings.insert(key) }
+            recorder.update { $0.settings.insert(key) }
             staging()
             if let value {
                 try db.run(

@@ -45,13 +45,13 @@ extension Store {
                 lifecycle = excluded.lifecycle
             """,
             [session.id, session.configuration.json.serialized(), session.enabled, session.lifecycle.rawValue, session.createdAt])
-        log.update { $0.sessions.insert(session.id) }
+        recorder.update { $0.sessions.insert(session.id) }
     }
 
     /// The session's tasks by state, with what the open transaction changed (on the writer).
     func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
         var counts = try Store.counts(db, sessionID: sessionID)
-        for (name, delta) in log.pendingCounts(sessionID) {
+        for (name, delta) in recorder.pendingCounts(sessionID) {
             guard let state = TaskState(rawValue: name) else { continue }
             counts[state, default: 0] += delta
             if counts[state] == 0 { counts[state] = nil }
@@ -61,7 +61,7 @@ extension Store {
 
     /// The session's unfinished tasks, with what the open transaction changed (on the writer).
     func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
-        try log.openCount(sessionID) { try Store.openTaskCount(db, sessionID: sessionID) }
+        try recorder.openCount(sessionID) { try Store.openTaskCount(db, sessionID: sessionID) }
     }
 
     /// The session's tasks by state, as committed in `session_counts`.
@@ -95,7 +95,7 @@ extension Store {
         try TaskRows.detach(db, session: id, feed: feed)
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])
-        log.update { $0.sessions.insert(id) }
+        recorder.update { $0.sessions.insert(id) }
     }
 
     /// PUT: creates the session (true) or returns the existing one if its configuration is equal (false).

@@ -43,7 +43,7 @@ extension Store {
                 // failed validation, a part did not come), what this job inserted is undone alone:
                 // the other writes of the transaction stand, and none is run again. (A batch that
                 // came whole cannot stop half-way: no savepoint.)
-                let mark = log.mark
+                let mark = recorder.mark
                 if !batch.isComplete { try db.run("SAVEPOINT batch") }
                 do {
                     var index = 0
@@ -57,7 +57,7 @@ extension Store {
                 } catch is TaskBatch.Stopped {
                     try db.run("ROLLBACK TO batch")
                     try db.run("RELEASE batch")
-                    log.rollBack(to: mark)
+                    recorder.rollBack(to: mark)
                     return []
                 }
                 return results
@@ -122,7 +122,7 @@ extension Store {
             }
             try appendEvents(db, sessionID: session.id, events, now: now)
             let queued = kept.lazy.map { results[$0].task }.filter { $0.state == .queued }
-            if !queued.isEmpty { log.update { $0.created += queued } }
+            if !queued.isEmpty { recorder.update { $0.created += queued } }
             kept.removeAll()
         }
         for (offset, draft) in part.tasks.enumerated() {
@@ -215,7 +215,7 @@ extension Store {
                 throw StoreError.conflict("the task is \(current.state.rawValue)")
             }
             try save(db, from: current, to: next, now: now)
-            if next.state == .running { log.markPatched(next.sequence) }
+            if next.state == .running { recorder.markPatched(next.sequence) }
             return next
         }
     }

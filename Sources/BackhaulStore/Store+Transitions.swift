@@ -42,7 +42,7 @@ extension Store {
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(db, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
-            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { log.fileCompleted(task.file.path) }
+            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { recorder.fileCompleted(task.file.path) }
             try sessionTaskReachedFinalState(db, sessionID: task.sessionID, now: now)
         }
     }
@@ -61,7 +61,7 @@ extension Store {
         try db.run(
             "INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES (?, ?, ?, ?)",
             [taskID, plan.json.serialized(), now, now])
-        log.update { $0.cleanupsAdded = true }
+        recorder.update { $0.cleanupsAdded = true }
     }
 
     /// After a task of the session finished: `session.drained` when nothing is left to do, and
@@ -89,7 +89,7 @@ extension Store {
                 SELECT w.id, ?, ?, 'pending', ?, ? FROM webhooks w
                 WHERE w.session_id = ? AND w.enabled = 1 AND EXISTS (SELECT 1 FROM json_each(w.events) WHERE value = ?)
                 """, [db.lastInsertRowID, type, now, now, sessionID, type])
-            if db.changes > 0 { log.update { $0.deliveriesAdded = true } }
+            if db.changes > 0 { recorder.update { $0.deliveriesAdded = true } }
         }
     }
 
@@ -118,7 +118,7 @@ extension Store {
         try Store.eventInsert.run(db, events) { event, values in
             values += [RandomID.make(prefix: "msg_", at: now), event.type, sessionID, event.taskID, now, event.data]
         }
-        log.update { $0.eventsAppended = true }
+        recorder.update { $0.eventsAppended = true }
     }
 
     private static let eventInsert = RowInsert("INSERT INTO events (id, type, session_id, task_id, created_at, data)", columns: 6)

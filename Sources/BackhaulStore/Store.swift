@@ -53,7 +53,7 @@ public final class Store: Sendable {
 
     let writer: StoreWriter
     /// The changes of the open transaction; touched on the writer's thread only.
-    nonisolated(unsafe) let log: ChangeLog
+    nonisolated(unsafe) let recorder: ChangeRecorder
     /// What the writer remembers between transactions; touched on the writer's thread only.
     nonisolated(unsafe) let writerState = WriterState()
     private let readers: ReaderPool
@@ -96,7 +96,7 @@ public final class Store: Sendable {
         try db.execute("PRAGMA journal_size_limit = \(walPolicy.journalSizeLimit)")
         try StoreOpening.migrate(db, path: self.path)
         try Store.verify(db)
-        log = ChangeLog(state: writerState)
+        recorder = ChangeRecorder(state: writerState)
         try Store.installWebhookFeed(db, state: writerState)
         self.readers = try ReaderPool(path: self.path, count: max(1, readers))
         // The migrations above ran with `synchronous = FULL`. From here commits do not wait for the
@@ -105,7 +105,7 @@ public final class Store: Sendable {
         // The database file's own name reaches the disk before anything is acknowledged.
         if !scratch, let failure = syncDirectory(of: self.path) { throw StoreError.syncFailed(failure) }
         let databasePath = self.path
-        let writer = StoreWriter(connection: db, log: log, walPath: databasePath + "-wal") { [maintenance] error in
+        let writer = StoreWriter(connection: db, recorder: recorder, walPath: databasePath + "-wal") { [maintenance] error in
             guard case .syncFailed(let failure) = error else { return }
             maintenance.withLock { $0.syncFailures += 1 }
             report(.failedClosed(failure))
@@ -143,7 +143,7 @@ public final class Store: Sendable {
         else { return }
         writer.stop()
         checkpointer.stop()
-        // The whole log back into the database file, which is then the state on its own; the next
+        // The whole WAL back into the database file, which is then the state on its own; the next
         // open may then skip reading every page for damage.
         if (try? writer.emptyLog()) == true, !scratch { CleanStop.mark(beside: path) }
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }

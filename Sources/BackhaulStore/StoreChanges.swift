@@ -67,7 +67,7 @@ public struct StoreChanges: Sendable {
 
 /// The changes of the open transaction, as `TaskFeed` and the store's own code note them; used on
 /// the writer's thread only.
-final class ChangeLog {
+final class ChangeRecorder {
     private(set) var changes = StoreChanges()
     /// What the writer keeps between transactions; its marks are only cleared by a commit.
     let state: WriterState
@@ -186,7 +186,7 @@ final class ChangeLog {
 
     func fileCompleted(_ path: String) { completedFiles.append(path) }
 
-    /// Everything collected (the transaction committed), and a fresh log for the next one.
+    /// Everything collected (the transaction committed), and a fresh record for the next one.
     func take() -> (StoreChanges, endedDownloads: [String], completedFiles: [String]) {
         state.touchedQueued.subtract(settledTouched)
         state.patchedWhileRunning.subtract(settledPatched)

@@ -12,7 +12,7 @@ import Threads
 /// What a commit leaves to do goes, in commit order, to a second thread, the settler: when a
 /// batch had a job that must be durable, it first makes the WAL durable with one `fdatasync` for
 /// every batch committed by then (the WAL is written in commit order, so that covers them all);
-/// then it removes the files the commit made final, hands the change log to the observers, and
+/// then it removes the files the commit made final, hands the change recorder to the observers, and
 /// gives each job its result. The writer meanwhile runs the next batch instead of waiting for the
 /// disk. No durable write is answered, and no file is removed, before the commit is on disk; a
 /// relaxed commit's answers and changes go without waiting for the disk (it is safe against a crash
@@ -27,18 +27,18 @@ import Threads
 /// one as clean for pages it never wrote, so the store stays failed until the process starts over
 /// and reads the state from the disk.
 final class StoreWriter: @unchecked Sendable {
-    // @unchecked: `connection` and `log` are used on the writer thread only, `walFile` on the
+    // @unchecked: `connection` and `recorder` are used on the writer thread only, `walFile` on the
     // settler's; the queues and the observers are behind their locks.
     struct Job {
         let durable: Bool
         /// Runs on the writer thread inside the batch's transaction.
-        let body: (Connection, ChangeLog) throws -> Void
+        let body: (Connection, ChangeRecorder) throws -> Void
         /// Called on the writer thread once the batch committed (or failed).
         let done: (StoreError?) -> Void
     }
 
     let connection: Connection
-    let log: ChangeLog
+    let recorder: ChangeRecorder
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
@@ -94,9 +94,9 @@ final class StoreWriter: @unchecked Sendable {
     /// Told once, when the store fails closed (on the thread that found the failure).
     private let failed: @Sendable (StoreError) -> Void
 
-    init(connection: Connection, log: ChangeLog, walPath: String, failed: @escaping @Sendable (StoreError) -> Void) {
+    init(connection: Connection, recorder: ChangeRecorder, walPath: String, failed: @escaping @Sendable (StoreError) -> Void) {
         self.connection = connection
-        self.log = log
+        self.recorder = recorder
         self.walPath = walPath
         self.failed = failed
     }
@@ -135,10 +135,10 @@ final class StoreWriter: @unchecked Sendable {
         if walFile >= 0 { close(walFile) }
     }
 
-    /// Copies the whole log back into the database and empties it (`wal_checkpoint(TRUNCATE)`),
+    /// Copies the whole WAL back into the database and empties it (`wal_checkpoint(TRUNCATE)`),
     /// after `stop`, so that the database file alone is the state. Not after a failed sync: the
     /// checkpoint would sync again what the disk may not hold.
-    /// Whether the log is empty now.
+    /// Whether the WAL is empty now.
     func emptyLog() throws -> Bool {
         guard failedWith == nil, let result = try connection.checkpoint(.truncate) else { return false }
         return result.copied >= result.frames
@@ -214,7 +214,7 @@ final class StoreWriter: @unchecked Sendable {
 
     /// Runs `body` in the next batch and waits for its commit: the caller's answer is durable (or
     /// relaxed) once this returns.
-    func perform<T>(durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T) throws(StoreError) -> T {
+    func perform<T>(durable: Bool, _ body: @escaping (Connection, ChangeRecorder) throws -> T) throws(StoreError) -> T {
         try begin(durable: durable, body).wait()
     }
 
@@ -222,12 +222,12 @@ final class StoreWriter: @unchecked Sendable {
     /// result, so a holding thread's held jobs go over with it (`submit(_:waited:)`). `ended` runs
     /// after the commit (or the failure), before the result is given.
     func begin<T>(
-        durable: Bool, _ body: @escaping (Connection, ChangeLog) throws -> T, ended: @escaping () -> Void = {}
+        durable: Bool, _ body: @escaping (Connection, ChangeRecorder) throws -> T, ended: @escaping () -> Void = {}
     ) -> PendingWrite<T> {
         let outcome = PendingWrite<T>()
         submit(
             Job(
-                durable: durable, body: { db, log in outcome.value = try body(db, log) },
+                durable: durable, body: { db, recorder in outcome.value = try body(db, recorder) },
                 done: { error in
                     ended()
                     outcome.finish(error)
@@ -249,7 +249,7 @@ final class StoreWriter: @unchecked Sendable {
     /// Runs a batch in one transaction. First without savepoints (most batches have no job that
     /// throws, and a savepoint copies every page it touches); if a job throws, the whole batch is
     /// rolled back and run again with a savepoint per job, so only that job is undone. Job bodies
-    /// may therefore run twice: they write only through the connection and the change log, both
+    /// may therefore run twice: they write only through the connection and the change recorder, both
     /// rolled back in between.
     ///
     /// An error can also end the whole transaction (SQLite rolls it back itself after SQLITE_FULL,
@@ -265,7 +265,7 @@ final class StoreWriter: @unchecked Sendable {
             try connection.run("BEGIN IMMEDIATE")
             var failed = false
             for job in batch {
-                do { try job.body(connection, log) } catch {
+                do { try job.body(connection, recorder) } catch {
                     guard connection.inTransaction else { throw error }
                     failed = true
                     break
@@ -273,19 +273,19 @@ final class StoreWriter: @unchecked Sendable {
             }
             if failed {
                 try connection.run("ROLLBACK")
-                log.discard()
+                recorder.discard()
                 try connection.run("BEGIN IMMEDIATE")
                 for (index, job) in batch.enumerated() {
-                    let mark = log.mark
+                    let mark = recorder.mark
                     try connection.run("SAVEPOINT job")
                     do {
-                        try job.body(connection, log)
+                        try job.body(connection, recorder)
                         try connection.run("RELEASE job")
                     } catch {
                         guard connection.inTransaction else { throw error }
                         try connection.run("ROLLBACK TO job")
                         try connection.run("RELEASE job")
-                        log.rollBack(to: mark)
+                        recorder.rollBack(to: mark)
                         results[index] = StoreError(error)
                     }
                 }
@@ -294,10 +294,10 @@ final class StoreWriter: @unchecked Sendable {
             try connection.run("COMMIT")
         } catch {
             if connection.inTransaction { _ = try? connection.run("ROLLBACK") }
-            log.discard()
+            recorder.discard()
             return handOver(Settlement(failed: batch, results: results, error: StoreError(error)))
         }
-        let (changes, endedDownloads, completedFiles) = log.take()
+        let (changes, endedDownloads, completedFiles) = recorder.take()
         let settlement = Settlement(
             durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
             jobs: batch, results: results)
