@@ -42,7 +42,7 @@ let package = Package(
         .target(name: "Digest", dependencies: ["COpenSSL"], swiftSettings: swiftSettings),
         /// systemd's notify protocol and the D-Bus system bus through sd-bus.
         .target(name: "Systemd", dependencies: ["CSystemd", "Threads"], swiftSettings: swiftSettings),
-        /// pthread locks and threads, and the kernel's random bytes.
+        /// pthread locks and threads, the kernel's random bytes, the allocator's thresholds.
         .target(name: "Threads", dependencies: ["CGlibc"], swiftSettings: swiftSettings),
 
         // The dashboard's HTML, CSS and JavaScript, embedded in the binary at build time.
@@ -89,7 +89,7 @@ let package = Package(
             name: "BackhaulServer",
             dependencies: [
                 "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
-                "MicroHTTP", "CGlibc", "Systemd",
+                "MicroHTTP", "Systemd",
                 "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),

@@ -4,7 +4,6 @@ import BackhaulEngine
 import BackhaulFiles
 import BackhaulStore
 import BackhaulWebhooks
-import CGlibc
 import Curl
 import Glibc
 import JSONCodec
@@ -313,6 +312,5 @@ public func runBackhauld(arguments: [String]) -> Int32 {
 /// small uploads). Blocks up to 1 MiB now come from the heap, and a heap's free top is returned
 /// only beyond 8 MiB, what 16 transfers' buffers take.
 func keepTransferBuffers() {
-    mallopt(M_MMAP_THRESHOLD, 1 << 20)
-    mallopt(M_TRIM_THRESHOLD, 8 << 20)
+    Heap.keep(blocksUpTo: 1 << 20, trimmingAbove: 8 << 20)
 }
