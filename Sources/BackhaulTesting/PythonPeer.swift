@@ -106,7 +106,8 @@ public final class S3Server {
 
     /// `failPart`: the Nth UploadPart (1-based) is answered 503. `corruptPart`: one byte of the
     /// Nth UploadPart body is flipped on its way in (the server checks `x-amz-checksum-sha256`).
-    public init(directory: String, failPart: Int = 0, corruptPart: Int = 0) throws {
+    /// `numericETags`: ListParts writes the ETags' quotes as `&#34;` and `&#x22;`.
+    public init(directory: String, failPart: Int = 0, corruptPart: Int = 0, numericETags: Bool = false) throws {
         logFile = directory + "/s3-requests.jsonl"
         let credentialsFile = directory + "/s3-credentials.json"
         self.credentialsFile = credentialsFile
@@ -116,7 +117,7 @@ public final class S3Server {
             arguments: [
                 "--credentials", credentialsFile, "--log", logFile, "--fail-part", String(failPart), "--corrupt-part",
                 String(corruptPart),
-            ])
+            ] + (numericETags ? ["--numeric-etags"] : []))
         var loaded: JSON?
         eventually(timeout: 30) {
             loaded = FileManager.default.contents(atPath: credentialsFile).flatMap { try? JSON.parse(Array($0)) }

@@ -10,8 +10,10 @@ the key is written to FILE as JSON. Every request is logged (method, path, query
 moto stores `x-amz-checksum-sha256` without checking it; this wrapper checks it the way S3 does
 (400 BadDigest when the body does not match), so a test can see a damaged part refused.
 --corrupt-part N flips one byte of the Nth UploadPart body on its way in, as a bad link would.
+--numeric-etags writes the quotes of ListParts' ETags as numeric character references, as some
+S3 servers do: `&#34;` for the first and `&#x22;` for the second, so both forms are read.
 """
-import argparse, base64, hashlib, io, json, os, threading, time
+import argparse, base64, hashlib, io, json, os, re, threading, time
 
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "4"
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -32,6 +34,7 @@ def main():
     parser.add_argument("--log", required=True)
     parser.add_argument("--fail-part", type=int, default=0, help="answer 503 to the Nth UploadPart")
     parser.add_argument("--corrupt-part", type=int, default=0, help="damage the body of the Nth UploadPart")
+    parser.add_argument("--numeric-etags", action="store_true", help="ListParts writes ETag quotes as &#34; and &#x22;")
     args = parser.parse_args()
     app = DomainDispatcherApplication(create_backend_app)
     parts = {"count": 0}
@@ -66,10 +69,35 @@ def main():
                     log.write(json.dumps(entry) + "\n")
                 start_response("503 Service Unavailable", [("Content-Length", "0")])
                 return [b""]
+        is_list_parts = environ["REQUEST_METHOD"] == "GET" and "uploadId=" in environ.get("QUERY_STRING", "")
+        if args.numeric_etags and is_list_parts:
+            return numeric_etags(environ, start_response, entry)
         if environ.get("HTTP_HOST", "").startswith("127.0.0.1"):
             with open(args.log, "a") as log:
                 log.write(json.dumps(entry) + "\n")
         return app(environ, start_response)
+
+    def numeric_etags(environ, start_response, entry):
+        answer = {}
+
+        def keep(status, headers, exc_info=None):
+            answer["status"], answer["headers"] = status, headers
+
+        body = b"".join(app(environ, keep))
+        rewritten = {"count": 0}
+
+        def etag(match):
+            value = match.group(1).replace(b"&quot;", b'"').replace(b"&#34;", b'"')
+            rewritten["count"] += 1
+            return b"<ETag>" + value.replace(b'"', b"&#34;", 1).replace(b'"', b"&#x22;", 1) + b"</ETag>"
+
+        body = re.sub(rb"<ETag>(.*?)</ETag>", etag, body)
+        entry["numeric_etags"] = rewritten["count"]
+        with open(args.log, "a") as log:
+            log.write(json.dumps(entry) + "\n")
+        headers = [(k, v) for k, v in answer["headers"] if k.lower() != "content-length"]
+        start_response(answer["status"], headers + [("Content-Length", str(len(body)))])
+        return [body]
 
     server = make_server("127.0.0.1", args.port, logged, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
