@@ -25,6 +25,8 @@ let package = Package(
         .systemLibrary(name: "CJSONC", path: "Sources/CJSONC"),
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "COpenSSL", path: "Sources/COpenSSL"),
+        /// libpq: PostgreSQL's client library.
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ"),
         /// libsystemd: sd_notify(3) and sd-bus.
         .systemLibrary(name: "CSystemd", path: "Sources/CSystemd"),
         /// What Swift's Glibc module leaves out: getrandom(2), mallopt(3), pthread_setname_np(3)
@@ -35,6 +37,7 @@ let package = Package(
         .target(name: "Curl", dependencies: ["CCurl", "Threads"], swiftSettings: swiftSettings),
         .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "Threads"], swiftSettings: swiftSettings),
         .target(name: "SQLite", dependencies: ["CSQLite"], swiftSettings: swiftSettings),
+        .target(name: "PostgreSQL", dependencies: ["CLibPQ"], swiftSettings: swiftSettings),
         /// The JSON value type: pure Swift, what the domain holds.
         .target(name: "JSONValue", swiftSettings: swiftSettings),
         /// Parsing and printing JSON through json-c (re-exports the value type).
@@ -107,7 +110,7 @@ let package = Package(
         // Loopback peers for tests: a recording sink that misbehaves on cue, a daemon runner.
         .target(
             name: "BackhaulTesting",
-            dependencies: ["MicroHTTP", "Curl", "JSONCodec", "BackhaulCore", "Digest", "Threads"],
+            dependencies: ["MicroHTTP", "Curl", "JSONCodec", "BackhaulCore", "Digest", "PostgreSQL", "Threads"],
             swiftSettings: swiftSettings),
 
         .testTarget(
@@ -121,6 +124,8 @@ let package = Package(
             name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec"],
             swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "PostgreSQLTests", dependencies: ["PostgreSQL", "BackhaulTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",
             dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSONCodec", "SQLite", "Threads"],

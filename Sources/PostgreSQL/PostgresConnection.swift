@@ -1,0 +1,240 @@
+internal import CLibPQ
+import Glibc
+
+/// A value sent as a statement's parameter. Text goes as text, bytes in binary, numbers and
+/// booleans in their text form, which the server casts to the column's type.
+public enum PostgresValue: Sendable, Equatable {
+    case null
+    case text(String)
+    case int(Int64)
+    case double(Double)
+    case bool(Bool)
+    case bytes([UInt8])
+}
+
+/// A notification (`NOTIFY channel, 'payload'`) received on a channel this connection listens to.
+public struct PostgresNotification: Sendable, Equatable {
+    public var channel: String
+    public var payload: String
+    /// The process id of the server backend that sent it.
+    public var senderPID: Int32
+}
+
+/// One connection to a PostgreSQL server (`PQconnectdb`), owned by one thread at a time: libpq's
+/// calls on it block that thread until the server answers. Statements are sent with their
+/// parameters apart from the SQL (`PQexecParams`), so a value is never spliced into it.
+///
+/// A connection that broke stays broken until `reset()`: every call fails with a `.connection`
+/// error, and the caller decides when to try again.
+public final class PostgresConnection {
+    private let raw: OpaquePointer
+
+    /// Connects with a libpq connection string, a URL (`postgres://user:password@host:port/db?…`)
+    /// or `key=value` pairs. `connectTimeout` bounds each attempt to reach the server (seconds);
+    /// TCP keepalives notice a server that went away without closing the connection.
+    public init(_ conninfo: String, connectTimeout: Int = 10) throws(PostgresError) {
+        let keywords = [
+            "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+            "application_name", "dbname",
+        ]
+        let values = [String(connectTimeout), "1", "10", "5", "3", "backhauld", conninfo]
+        // `expand_dbname`: the last value is itself a connection string or URL, expanded in its
+        // place; a setting named twice takes its last value, so what the URL names wins over
+        // these defaults.
+        let connection = Self.withCStrings(keywords) { keywordPointers in
+            Self.withCStrings(values) { valuePointers in PQconnectdbParams(keywordPointers, valuePointers, 1) }
+        }
+        guard let connection else {
+            throw PostgresError(kind: .connection, message: "libpq could not allocate a connection")
+        }
+        raw = connection
+        guard PQstatus(raw) == CONNECTION_OK else {
+            // `deinit` finishes the handle: every stored property is set, so it runs.
+            let message = Self.trimmed(PQerrorMessage(raw))
+            // A refused login has no SQLSTATE on the client's side; the server's message names it.
+            let refused = message.contains("authentication failed") || message.contains("no password supplied")
+            throw PostgresError(kind: .connection, sqlState: refused ? "28P01" : nil, message: message)
+        }
+        // Notices (`… already exists, skipping`) are the server's remarks, not errors: libpq
+        // would print each to stderr.
+        PQsetNoticeProcessor(raw, { _, _ in }, nil)
+    }
+
+    deinit { PQfinish(raw) }
+
+    /// Whether the connection is up, as libpq last saw it.
+    public var isConnected: Bool { PQstatus(raw) == CONNECTION_OK }
+
+    /// The server's version as a number (150004 for 15.4).
+    public var serverVersion: Int { Int(PQserverVersion(raw)) }
+
+    /// Connects again with the same settings (`PQreset`); throws when the server is still out of
+    /// reach.
+    public func reset() throws(PostgresError) {
+        PQreset(raw)
+        guard PQstatus(raw) == CONNECTION_OK else {
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
+        }
+    }
+
+    /// Runs one statement with `$1…$n` bound to `parameters` and returns its rows (none for a
+    /// statement that returns none).
+    @discardableResult
+    public func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+        let result = Self.sent(parameters) { values, lengths, formats in
+            PQexecParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
+        }
+        return try rows(of: result, sql: sql)
+    }
+
+    /// Runs statements with no parameters, separated by semicolons (a schema, a migration): one
+    /// round trip, one implicit transaction unless the text has its own `BEGIN`/`COMMIT`.
+    public func executeScript(_ sql: String) throws(PostgresError) {
+        _ = try rows(of: PQexec(raw, sql), sql: sql)
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            // A broken connection has no transaction left to roll back.
+            if isConnected { _ = try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Subscribes this connection to `channel` (`LISTEN`).
+    public func listen(_ channel: String) throws(PostgresError) {
+        try execute("LISTEN " + quotedIdentifier(channel))
+    }
+
+    /// Sends `payload` to every connection listening on `channel`, when the transaction it is in
+    /// commits (`pg_notify`).
+    public func notify(_ channel: String, payload: String) throws(PostgresError) {
+        try execute("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)])
+    }
+
+    /// The notifications received, waiting up to `seconds` for the first when none is there yet.
+    /// Returns early with none when the wait ends; throws when the connection broke.
+    public func notifications(waitingUpTo seconds: Double) throws(PostgresError) -> [PostgresNotification] {
+        var received = try takeNotifications()
+        guard received.isEmpty, seconds > 0 else { return received }
+        var descriptor = pollfd(fd: PQsocket(raw), events: Int16(POLLIN), revents: 0)
+        guard descriptor.fd >= 0 else {
+            throw PostgresError(kind: .connection, message: "the connection has no socket: \(Self.trimmed(PQerrorMessage(raw)))")
+        }
+        let ready = poll(&descriptor, 1, Int32(min(seconds, 3600) * 1000))
+        if ready > 0 { received = try takeNotifications() }
+        return received
+    }
+
+    private func takeNotifications() throws(PostgresError) -> [PostgresNotification] {
+        guard PQconsumeInput(raw) == 1 else {
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
+        }
+        var received: [PostgresNotification] = []
+        while let notice = PQnotifies(raw) {
+            received.append(
+                PostgresNotification(
+                    channel: String(cString: notice.pointee.relname), payload: String(cString: notice.pointee.extra),
+                    senderPID: notice.pointee.be_pid))
+            PQfreemem(notice)
+        }
+        return received
+    }
+
+    /// An identifier quoted for SQL (`PQescapeIdentifier`), for the few statements that take no
+    /// parameters in its place (`LISTEN`).
+    public func quotedIdentifier(_ name: String) throws(PostgresError) -> String {
+        guard let escaped = PQescapeIdentifier(raw, name, name.utf8.count) else {
+            throw PostgresError(kind: .statement, message: Self.trimmed(PQerrorMessage(raw)))
+        }
+        defer { PQfreemem(escaped) }
+        return String(cString: escaped)
+    }
+
+    // MARK: Results
+
+    private func rows(of result: OpaquePointer?, sql: String) throws(PostgresError) -> PostgresRows {
+        guard let result else {
+            // No result at all: out of memory, or the connection is gone.
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
+        }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+            return PostgresRows(result)
+        default:
+            let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
+            let message = Self.trimmed(PQresultErrorMessage(result))
+            PQclear(result)
+            let broken = PQstatus(raw) != CONNECTION_OK
+            throw PostgresError(kind: broken ? .connection : .statement, sqlState: state, message: message, sql: sql)
+        }
+    }
+
+    // MARK: C strings
+
+    /// Calls `body` with the parameters as libpq takes them: values (nil for NULL), lengths and
+    /// formats (1, binary, for bytes; 0, text, for the rest). The values are laid end to end in
+    /// one buffer, pinned once, and each pointer is an offset into it.
+    private static func sent(
+        _ parameters: [PostgresValue],
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> OpaquePointer?
+    ) -> OpaquePointer? {
+        var storage: [UInt8] = []
+        var offsets: [Int?] = []
+        var lengths: [Int32] = []
+        var formats: [Int32] = []
+        for parameter in parameters {
+            let start = storage.count
+            switch parameter {
+            case .null: break
+            case .text(let text): storage += text.utf8
+            case .int(let value): storage += String(value).utf8
+            case .double(let value): storage += String(value).utf8
+            case .bool(let value): storage += (value ? "t" : "f").utf8
+            case .bytes(let bytes): storage += bytes
+            }
+            lengths.append(Int32(storage.count - start))
+            if case .bytes = parameter { formats.append(1) } else { formats.append(0) }
+            if case .null = parameter {
+                offsets.append(nil)
+            } else {
+                offsets.append(start)
+                storage.append(0)  // text values end with NUL; a binary value's length says where it ends
+            }
+        }
+        return storage.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                let values: [UnsafePointer<CChar>?] = offsets.map { offset in
+                    offset.flatMap { chars.baseAddress?.advanced(by: $0) }
+                }
+                return lengths.withUnsafeBufferPointer { lengthPointer in
+                    formats.withUnsafeBufferPointer { formatPointer in
+                        values.withUnsafeBufferPointer { valuePointer in
+                            body(valuePointer.baseAddress, lengthPointer.baseAddress, formatPointer.baseAddress)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private static func withCStrings<T>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> T) -> T {
+        let copies = strings.map { strdup($0) }
+        defer { for copy in copies { free(copy) } }
+        let pointers = copies.map { UnsafePointer($0) } + [nil]
+        return pointers.withUnsafeBufferPointer { body($0.baseAddress) }
+    }
+
+    static func trimmed(_ message: UnsafePointer<CChar>?) -> String {
+        guard let message else { return "" }
+        var text = String(cString: message)
+        while text.last?.isWhitespace == true { text.removeLast() }
+        return text
+    }
+}
