@@ -3,7 +3,7 @@ SWIFT ?= swift
 ARGS ?=
 SHELL := /bin/bash
 
-.PHONY: deps test-deps bench-deps build release run test ietf-peer torture soak crash-states bench image-test lint format clean
+.PHONY: deps test-deps bench-deps build release run test ietf-peer torture soak crash-states bench image-test deb deb-test lint format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -86,6 +86,20 @@ crash-states: test-deps
 ## images are cached in /var/cache/backhaul-image-test; .ci/run runs it after make test.
 image-test:
 	bash scripts/image-test.sh
+
+## The Debian package (on Debian 12): .build/deb/backhaul_VERSION_ARCH.deb with backhauld and
+## backhaul in /usr/bin (release, static Swift standard library, no debug information), the
+## systemd unit, /etc/backhaul/backhauld.json as a conffile and a postinst that makes the user
+## `backhaul`; the version is BackhaulVersion.string. lintian's errors fail it (scripts/deb.sh).
+deb: deps
+	bash scripts/deb.sh
+
+## Installs that package with apt in a clean Debian bookworm container (the image test's cached
+## base), starts backhauld as its unit does and checks /healthz, the version, the user, the
+## state directory, systemd-analyze verify, remove and purge. Needs root and a Debian mirror,
+## like image-test (else SKIPPED, exit 77; a failure when CI=true); .ci/run runs it third.
+deb-test: deps
+	bash scripts/deb-test.sh
 
 ## Style: swift-format's rules (.swift-format) as errors; `make format` fixes most in place.
 lint:

@@ -10,11 +10,12 @@
 # 2. Base images made here, since nothing can be pulled: Debian bookworm from debootstrap
 #    (minbase, trimmed like debian:bookworm-slim) in place of debian:bookworm-slim, and that base
 #    plus the toolchain's packages in place of swift:6.3-bookworm, with the host's toolchain
-#    mounted into the build. Both are cached between runs in a container storage of this test's
-#    own (BACKHAUL_IMAGE_CACHE, default /var/cache/backhaul-image-test), tagged with a key of what
-#    they were made from: the suite's Release file on the mirror, the code below that makes them,
-#    Deploy/test/swift-builder.Dockerfile, the Swift version. Another key makes them anew and the
-#    old ones are removed. BACKHAUL_IMAGE_FRESH=1 empties the cache first.
+#    mounted into the build. Both are cached between runs in a container storage of the container
+#    tests' own (BACKHAUL_IMAGE_CACHE, default /var/cache/backhaul-image-test; scripts/deb-test.sh
+#    installs the package in the same base), tagged with a key of what they were made from: the
+#    suite's Release file on the mirror, the code that makes them (scripts/container-test-lib.sh,
+#    make_builder below), Deploy/test/swift-builder.Dockerfile, the Swift version. Another key
+#    makes them anew and the old ones are removed. BACKHAUL_IMAGE_FRESH=1 empties the cache first.
 # 3. buildah bud of Deploy/Dockerfile (chroot isolation, vfs storage), timed.
 # 4. The image's configuration: non-root user, HEALTHCHECK, state volume, entrypoint.
 # 5. podman run with the hardening of Deploy/compose.yaml (read-only root, no capabilities,
@@ -22,95 +23,44 @@
 #    the outside: the health check, an upload made with the image's CLI to a sink on loopback,
 #    its webhook verified by the independent standardwebhooks receiver, a download checked by
 #    digest, and the tasks still there after the container is replaced.
+# 6. The host's NetworkManager through a mounted bus (issue 37): a private dbus-daemon on the host
+#    with python-dbusmock's NetworkManager and ModemManager (Tests/peers/network-bus.py), a gsm
+#    primary connection on it; the directory of its socket mounted read-only at /host/run/dbus as
+#    Deploy/compose.yaml mounts the host's /run/dbus; the default --network-source (auto) must
+#    read `networkmanager` and `cellular` through the API, and follow a change (roaming) pushed
+#    over that bus. Without the mount the same image reads the routing table.
 # Prints the build time and the image size at the end.
 #
 # Every step is bounded in time, and the whole run by BACKHAUL_IMAGE_TEST_LIMIT seconds (default
 # 1800). Whatever way it ends (failure, timeout, SIGTERM), the trap removes the containers, the
-# volume, buildah's working containers, the image under test (BACKHAUL_IMAGE_KEEP=1 keeps it) and
-# dangling images, so the cache holds the two base images and nothing that grows run after run.
+# volume, the private bus and its mocks (killed, as a process group of their own: dbusmock does
+# not always heed SIGTERM), buildah's working containers, the image under test
+# (BACKHAUL_IMAGE_KEEP=1 keeps it) and dangling images, so the cache holds the two base images
+# and nothing that grows run after run.
 # One run at a time uses the cache (a lock, waited for at most BACKHAUL_IMAGE_LOCK_WAIT seconds).
+# What the container tests share is in scripts/container-test-lib.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-started=$(date +%s)
-deadline=$((started + ${BACKHAUL_IMAGE_TEST_LIMIT:-1800}))
-mode=${BACKHAUL_IMAGE_TEST:-$([ "${CI:-}" = true ] && echo required || echo auto)}
+test_name="image test"
+test_variable=BACKHAUL_IMAGE_TEST
+test_limit=${BACKHAUL_IMAGE_TEST_LIMIT:-1800}
 status_file=${BACKHAUL_IMAGE_TEST_STATUS:-}   # .ci/run reads the outcome from here
-say() { printf '== %s (%ds)\n' "$*" $(($(date +%s) - started)); }
-note_status() { [ -z "$status_file" ] || printf '%s\n' "$*" >"$status_file"; }
-timed_out=   # set by bounded when a step ran out of time
-fail() {
-    local why="$*${timed_out:+ ($timed_out)}"
-    printf '\nimage test FAILED: %s\n' "$why" >&2
-    note_status "failed: $why"
-    exit 1
-}
-skip() {
-    if [ "$mode" = required ]; then
-        fail "it cannot run here, and it is required (BACKHAUL_IMAGE_TEST=required; CI=${CI:-unset}): $*"
-    fi
-    printf '\n%s\n' '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' >&2
-    printf '!!! image test SKIPPED: %s\n' "$*" >&2
-    printf '!!! The container image (Deploy/Dockerfile) was NOT built or tested on this machine.\n' >&2
-    printf '%s\n\n' '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' >&2
-    note_status "skipped: $*"
-    exit 77
-}
-
-# A step bounded in time: at most LIMIT seconds and never past the run's deadline. It runs in
-# the background and the script waits for it, so a SIGTERM to the script is handled at once (the
-# trap ends the step and cleans up) instead of after the step.
-step=
-bounded() {
-    local limit=$1 left
-    shift
-    left=$((deadline - $(date +%s)))
-    [ "$left" -gt 0 ] || { echo "the image test's time limit is used up before: $*" >&2; return 124; }
-    [ "$limit" -le "$left" ] || limit=$left
-    timeout --kill-after=10 "$limit" "$@" &
-    step=$!
-    local rc=0
-    wait "$step" || rc=$?
-    step=
-    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-        timed_out="timed out after $limit s"
-        echo "$timed_out: ${*:1:6} …" >&2
-    fi
-    return "$rc"
-}
-
-# Unmounts whatever is mounted below a directory (deepest first), so that rm -rf never walks
-# into a mounted /proc or a container's shm.
-unmount_under() {
-    local dir
-    dir=$(readlink -f "$1" 2>/dev/null) || return 0
-    awk -v prefix="$dir/" 'index($5, prefix) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
-        while read -r point; do umount -l "$point" 2>/dev/null || true; done
-}
-remove_tree() { unmount_under "$1"; rm -rf --one-file-system "$1"; }
+untested="The container image (Deploy/Dockerfile) was NOT built or tested on this machine."
+make_target=image-test
+# shellcheck source=scripts/container-test-lib.sh
+. scripts/container-test-lib.sh
 
 # --- 0. can it run here? -------------------------------------------------------------------
-case $mode in
-    skip) skip "BACKHAUL_IMAGE_TEST=skip" ;;
-    auto | required) ;;
-    *) fail "BACKHAUL_IMAGE_TEST is '$mode': one of required, auto, skip" ;;
-esac
-suite=bookworm
-debian_mirror=${BACKHAUL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-[ "$(id -u)" = 0 ] || skip "it needs root (debootstrap, podman with vfs storage); run it as root: sudo make image-test"
-release=$(curl -fsS --max-time 20 --retry 2 "$debian_mirror/dists/$suite/Release" 2>&1) \
-    || skip "no Debian mirror reachable at $debian_mirror (BACKHAUL_DEBIAN_MIRROR names another): $release"
+check_can_run
 
 # --- tools ---------------------------------------------------------------------------------
-bounded 600 bash scripts/install-deps.sh --image || fail "installing buildah, podman, runc, debootstrap, hadolint, standardwebhooks"
+bounded 600 bash scripts/install-deps.sh --image || fail "installing buildah, podman, runc, debootstrap, hadolint, standardwebhooks, dbus-daemon, python-dbusmock"
 command -v hadolint >/dev/null || fail "hadolint is not installed"
 python3 -c 'import standardwebhooks' || fail "standardwebhooks is not installed"
+/usr/bin/python3 -c 'import dbus, dbusmock' || fail "python-dbusmock (with Debian's python3-dbus) is not installed"
+command -v dbus-daemon >/dev/null || fail "dbus-daemon is not installed"
 command -v swift >/dev/null || fail "no swift on PATH (the build mounts the host's toolchain)"
 
-cache=${BACKHAUL_IMAGE_CACHE:-/var/cache/backhaul-image-test}
-runroot=/run/backhaul-image-test
-storage=(--root "$cache/storage" --runroot "$runroot/storage" --storage-driver vfs)
-buildah=(buildah "${storage[@]}")
-podman=(podman "${storage[@]}" --tmpdir "$runroot/libpod" --cgroup-manager cgroupfs --runtime runc --events-backend file)
 swift_root=$(dirname "$(dirname "$(dirname "$(readlink -f "$(command -v swift)")")")")
 swift_version=$(swift --version 2>&1 | sed -n 's/.*Swift version \([0-9.]*\).*/\1/p' | head -1)
 image=localhost/backhauld:image-test
@@ -118,7 +68,8 @@ name=backhaul-image-test-$$
 volume=$name-state
 work=
 peers=()
-locked=
+bus_pid=     # the private bus's process group (network-bus.py, dbus-daemon, the two mocks)
+bus_run=()   # podman run's options that give the container that bus
 exec 3>&1 4>&2   # the script's own output, for the trap: a signal can land while a step's is redirected
 cleanup() {
     local rc=$?
@@ -133,6 +84,7 @@ cleanup() {
     for pid in "${peers[@]}" $step; do
         [ "$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')" = $$ ] && kill "$pid" 2>/dev/null
     done
+    [ -z "$bus_pid" ] || kill -9 -- "-$bus_pid" "$bus_pid" 2>/dev/null
     if [ -n "$locked" ]; then
         # This storage is the test's own and the lock is held: nothing in it belongs to another run.
         timeout 60 "${podman[@]}" rm -a -f -t 2 >/dev/null 2>&1
@@ -154,15 +106,7 @@ trap 'stopped_by=SIGTERM; exit 143' TERM
 trap 'stopped_by=SIGINT; exit 130' INT
 trap 'stopped_by=SIGHUP; exit 129' HUP
 
-mkdir -p "$cache" "$runroot"
-exec 9>>"$cache/lock"
-if ! flock -n 9; then
-    say "waiting for another image test on this machine ($(cat "$cache/lock.holder" 2>/dev/null))"
-    flock -w "${BACKHAUL_IMAGE_LOCK_WAIT:-900}" 9 \
-        || fail "another image test held $cache/lock for ${BACKHAUL_IMAGE_LOCK_WAIT:-900} s: $(cat "$cache/lock.holder" 2>/dev/null)"
-fi
-locked=1
-echo "pid $$ since $(date -u +%FT%TZ) in $PWD" >"$cache/lock.holder"
+lock_cache
 work=$(mktemp -d /var/tmp/backhaul-image-test-XXXXXX)
 
 # --- 1. lint -------------------------------------------------------------------------------
@@ -170,42 +114,14 @@ say "hadolint"
 hadolint Deploy/Dockerfile Deploy/test/swift-builder.Dockerfile || fail "hadolint found problems in the Dockerfiles"
 
 # --- 2. base images ------------------------------------------------------------------------
-make_base() {   # $1: the tag. A change to this function's text changes the key, so the base is made anew.
-    local rootfs=$work/rootfs
-    bounded 900 debootstrap --variant=minbase "$suite" "$rootfs" "$debian_mirror" >"$work/debootstrap.log" 2>&1 \
-        || { tail -20 "$work/debootstrap.log"; fail "debootstrap $suite from $debian_mirror"; }
-    unmount_under "$rootfs"
-    # What debian:bookworm-slim leaves out: documentation, manuals, translations, apt's caches;
-    # the dpkg excludes and apt settings below keep later installs as small.
-    rm -rf "$rootfs"/usr/share/{doc,man,info,locale}/* "$rootfs"/var/cache/apt/*.bin \
-        "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/*.log
-    cat >"$rootfs/etc/dpkg/dpkg.cfg.d/slim" <<'EOF'
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/man/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/locale/*
-EOF
-    cat >"$rootfs/etc/apt/apt.conf.d/slim" <<'EOF'
-APT::Keep-Downloaded-Packages "false";
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
-EOF
-    tar -C "$rootfs" -cf "$work/rootfs.tar" . || fail "packing the debootstrap tree"
-    remove_tree "$rootfs"
-    bounded 300 "${podman[@]}" import --change 'CMD ["/bin/bash"]' "$work/rootfs.tar" "$1" >"$work/import.log" 2>&1 \
-        || { tail -20 "$work/import.log"; fail "podman import of the base"; }
-    rm -f "$work/rootfs.tar"
-}
 make_builder() {   # $1: the tag, $2: the base
     bounded 900 "${buildah[@]}" bud --isolation chroot --build-arg BASE_IMAGE="$2" \
         -f Deploy/test/swift-builder.Dockerfile -t "$1" Deploy/test >"$work/builder.log" 2>&1 \
         || { tail -30 "$work/builder.log"; fail "building the build image $1"; }
 }
-short_digest() { sha256sum | cut -c1-12; }
-base_key=$({ echo "$suite minbase"; printf '%s\n' "$release"; declare -f make_base; } | short_digest)
+base=$(base_image)   # the Debian base (scripts/container-test-lib.sh)
+base_key=${base##*-}
 builder_key=$({ echo "$base_key $swift_version"; cat Deploy/test/swift-builder.Dockerfile; declare -f make_builder; } | short_digest)
-base=localhost/debian:$suite-slim-$base_key
 builder=localhost/swift:$swift_version-$suite-$builder_key
 
 # Not podman system reset: it would also remove the machine's network configuration.
@@ -234,11 +150,7 @@ if [ "${cache_mb:-0}" -gt "${BACKHAUL_IMAGE_CACHE_MAX_MB:-6000}" ]; then
 fi
 
 cache_state=warm
-if ! "${podman[@]}" image exists "$base"; then
-    cache_state=cold
-    say "debootstrap $suite (minbase) for $base"
-    make_base "$base"
-fi
+ensure_base "$base" || cache_state=cold
 if ! "${podman[@]}" image exists "$builder"; then
     cache_state=cold
     say "the build image $builder (packages only; the toolchain at $swift_root is mounted)"
@@ -304,7 +216,7 @@ start_container() {
     bounded 120 "${podman[@]}" run -d --name "$name" --network host \
         --read-only --cap-drop ALL --security-opt no-new-privileges \
         --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 --health-interval disable \
-        -e BACKHAUL_LISTEN="127.0.0.1:$api_port" \
+        -e BACKHAUL_LISTEN="127.0.0.1:$api_port" "${bus_run[@]}" \
         -v "$volume:/var/lib/backhaul" -v "$data:/data" "$image" >/dev/null 2>>"$work/run.log" \
         || { cat "$work/run.log"; fail "podman run"; }
     local deadline=$(($(date +%s) + 30))
@@ -351,6 +263,14 @@ peers+=($!)
 
 api_call() { curl -sS --max-time 30 -X "$1" "$api$2" -H 'content-type: application/json' ${3:+-d "$3"}; }
 json_field() { python3 -c 'import json, sys; value = json.load(sys.stdin); [value := value[key] for key in sys.argv[1:]]; print(value)' "$@"; }
+# GET /v1/network as one line: source, type, interface, expensive, roaming, constrained.
+network_line() {
+    api_call GET /v1/network | python3 -c 'import json, sys; network = json.load(sys.stdin)
+print(" ".join(f"{key}={network.get(key)}" for key in ("source", "type", "interface", "expensive", "roaming", "constrained")))'
+}
+# Without a bus (the variable names a socket that is not there) the routing table is read.
+network_without_bus=$(network_line) || fail "GET /v1/network"
+[[ $network_without_bus == "source=routing_table "* ]] || fail "with no bus mounted the network is not read from the routing table: $network_without_bus"
 api_call PUT /v1/sessions/image '{}' >/dev/null || fail "PUT /v1/sessions/image"
 hook_port=$(free_port)
 secret=$(api_call POST /v1/sessions/image/webhooks \
@@ -394,17 +314,91 @@ cmp "$work/firmware.bin" "$data/firmware.bin" || fail "the download differs"
 say "the container replaced: state kept on the volume"
 # (podman says it cannot remove a health check timer through systemd, which is not here: the
 # log below keeps that noise and shows it only if a step fails.)
-bounded 30 "${podman[@]}" stop -t 10 "$name" >/dev/null 2>>"$work/run.log" || { cat "$work/run.log"; fail "podman stop"; }
-bounded 30 "${podman[@]}" rm "$name" >/dev/null 2>>"$work/run.log" || { cat "$work/run.log"; fail "podman rm"; }
-start_container
+replace_container() {
+    bounded 30 "${podman[@]}" stop -t 10 "$name" >/dev/null 2>>"$work/run.log" || { cat "$work/run.log"; fail "podman stop"; }
+    bounded 30 "${podman[@]}" rm "$name" >/dev/null 2>>"$work/run.log" || { cat "$work/run.log"; fail "podman rm"; }
+    start_container
+}
+replace_container
 [ "$(api_call GET "/v1/tasks/$download" | json_field state)" = completed ] || fail "the task was lost with the container"
 completed=$(api_call GET '/v1/sessions/image/tasks?state=completed' | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["tasks"]))')
 [ "$completed" = 2 ] || fail "the completed tasks are not both listed after the restart"
+
+# --- 6. the host's NetworkManager through the mounted bus ------------------------------------
+say "the host's NetworkManager: a private bus's directory mounted at /host/run/dbus"
+# The directory stands for the host's /run/dbus: the container's user (10001, no capabilities)
+# must be able to enter it and connect to the socket, as it can the real one.
+bus_dir=$work/dbus
+mkdir -m 0755 "$bus_dir"
+# network-bus.py starts dbus-daemon (its policy allows every user: sd-bus in the container
+# authenticates by EXTERNAL as 10001, its uid on the host too) and the two mocks, then answers
+# `ok` per JSON command. dbus-daemon refuses a uid whose groups it cannot look up, whatever its
+# policy says, so a host must know the container's uid (docs/network.md): here the bus runs in a
+# mount namespace of its own whose /etc/passwd and /etc/group have a user 10001, which leaves
+# this machine's files alone. It leads a process group of its own (unshare and setsid without
+# --fork keep the pid, and a script's child leads no group), so that the trap can kill the four
+# processes together by that group's id.
+cp /etc/passwd "$work/passwd"
+cp /etc/group "$work/group"
+echo 'backhaul:x:10001:10001::/nonexistent:/usr/sbin/nologin' >>"$work/passwd"
+echo 'backhaul:x:10001:' >>"$work/group"
+coproc bus {
+    exec unshare --mount --propagation private sh -c 'mount --bind "$1" /etc/passwd && mount --bind "$2" /etc/group \
+        && exec setsid /usr/bin/python3 Tests/peers/network-bus.py --dir "$3"' bus "$work/passwd" "$work/group" "$bus_dir" \
+        2>>"$work/bus.log"
+}
+bus_answer() {
+    local reply
+    IFS= read -r -t 30 reply <&"${bus[0]}" || { cat "$work/bus.log" >&2; fail "the private bus said nothing within 30 s ($1)"; }
+    printf '%s\n' "$reply"
+}
+bus_command() {
+    local reply
+    printf '%s\n' "$1" >&"${bus[1]}"
+    reply=$(bus_answer "$1")
+    [ "$reply" = ok ] || { cat "$work/bus.log" >&2; fail "the private bus answered $1 with: $reply"; }
+}
+bus_pid=$bus_PID
+address=$(bus_answer "its address")
+[ "$(ps -o pgid= -p "$bus_pid" | tr -d ' ')" = "$bus_pid" ] || fail "the private bus does not lead a process group of its own"
+[[ $address == "address unix:path=$bus_dir/system_bus_socket"* ]] || fail "the private bus is not at $bus_dir: $address"
+# A gsm primary connection on a modem device (8) backed by ModemManager's modem, registered at home.
+bus_command '{"op": "connect", "type": "gsm", "device_type": 8, "interface": "wwan0", "modem": true, "registration": 1}'
+bus_run=(--volume "$bus_dir:/host/run/dbus:ro")
+replace_container
+wait_network() {   # $1: a pattern the line must match, $2: what it means
+    local line deadline_network=$(($(date +%s) + 15))
+    until line=$(network_line) && [[ $line == $1 ]]; do
+        [ "$(date +%s)" -lt "$deadline_network" ] || {
+            timeout 30 "${podman[@]}" logs "$name" 2>&1 | grep -i -E 'bus|network' | tail -10 >&2
+            fail "$2 within 15 s: GET /v1/network reads $line"
+        }
+        sleep 0.1
+    done
+    printf '%s\n' "$line"
+}
+network_cellular=$(wait_network "source=networkmanager type=cellular interface=wwan0 *roaming=False*" \
+    "the container does not read the host's NetworkManager (cellular, wwan0, at home)")
+# A change on the host's bus reaches the container as a signal: the modem starts roaming (5).
+bus_command '{"op": "set", "object": "modem3gpp", "name": "RegistrationState", "value": 5}'
+network_roaming=$(wait_network "source=networkmanager type=cellular *roaming=True*" \
+    "the modem's roaming did not reach the container")
+bus_run=()
+# The bus ends when its input closes: network-bus.py then kills its dbus-daemon and mocks.
+bus_input=${bus[1]}
+exec {bus_input}>&-
+for _ in $(seq 50); do kill -0 "$bus_pid" 2>/dev/null || break; sleep 0.1; done
+kill -9 -- "-$bus_pid" "$bus_pid" 2>/dev/null || true
+wait "$bus_pid" 2>/dev/null || true
+bus_pid=
 
 mib() { python3 -c "print(f'{$1 / 1048576:.1f} MiB')"; }
 total=$(($(date +%s) - started))
 say "passed"
 printf 'image %s: %s (its base %s; the build image and toolchain are not in it)\n' "$image" "$(mib "$image_bytes")" "$(mib "$base_bytes")"
+printf 'network without a bus: %s\n' "$network_without_bus"
+printf 'network through the mounted bus: %s\n' "$network_cellular"
+printf '  after the modem roams:         %s\n' "$network_roaming"
 printf 'build time %d s; ready %d ms after podman run; image test %d s in all (%s cache)\n' \
     "$build_seconds" "$ready_ms" "$total" "$cache_state"
 note_status "passed: $total s, $cache_state cache, image built in $build_seconds s"

