@@ -1,0 +1,165 @@
+import BackhaulCore
+import BackhaulTesting
+import Foundation
+import JSONCodec
+import Testing
+
+/// `signer.py`: a session's signer that hands out URLs whose HMAC token lasts seconds, and the
+/// sink that accepts only valid, unexpired tokens (docs/credentials.md).
+final class SignerPeer {
+    let peer: PythonPeer
+    let logFile: String
+    let secretFile: String
+    let modeFile: String
+    let files: String
+
+    init(directory: String, name: String = "signer", lifetime: Double = 3, s3Credentials: String? = nil) throws {
+        logFile = directory + "/\(name).jsonl"
+        secretFile = directory + "/\(name).secret"
+        modeFile = directory + "/\(name).mode"
+        files = directory + "/\(name)-files"
+        try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: logFile, contents: nil)
+        peer = try PythonPeer(
+            script: "signer.py",
+            arguments: [
+                "--secret-file", secretFile, "--log", logFile, "--mode-file", modeFile, "--lifetime", String(lifetime),
+                "--files", files,
+            ] + (s3Credentials.map { ["--s3", $0] } ?? []))
+    }
+
+    var signURL: String { "http://127.0.0.1:\(peer.port)/sign" }
+    func sinkURL(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/upload/\(name)" }
+    var entries: [JSON] { PythonPeer.lines(logFile) }
+    var questions: [JSON] { entries.filter { $0["sign"] != nil } }
+    var uploads: [JSON] { entries.filter { $0["sink"] != nil } }
+    /// The URL tokens and headers it handed out.
+    var handedOut: [String] { questions.flatMap { [$0["token"]?.stringValue ?? "", $0["header"]?.stringValue ?? ""] } }
+
+    func setMode(_ mode: String) throws { try mode.write(toFile: modeFile, atomically: true, encoding: .utf8) }
+
+    /// Puts a session naming this signer and gives the signer the secret the daemon answered with.
+    @discardableResult
+    func session(_ fixture: Fixture, _ id: String, _ configuration: JSONObject = [:]) throws -> String {
+        var object = configuration
+        object["signer"] = ["url": .string(signURL)]
+        let answer = try fixture.session(id, .object(object))
+        let secret = try #require(answer["configuration"]?["signer"]?["secret"]?.stringValue)
+        try secret.write(toFile: secretFile, atomically: true, encoding: .utf8)
+        return secret
+    }
+}
+
+extension EndToEndTests {
+    @Test("signer: a task queued past the token's lifetime completes; the signer was asked after its begin time")
+    func signerJustInTime() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 3)
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"] + fastWebhookRetries)
+        let secret = try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        #expect(secret.hasPrefix("whsec_"))
+        let shown = try fixture.daemon.call("GET", "/v1/sessions/s1").1
+        #expect(shown["configuration"]?["signer"]?["url"]?.stringValue == signer.signURL)
+        #expect(!shown.serialized().contains(secret), "GET shows the signer's url, never its secret")
+        let webhooks = try WebhookReceiver(directory: scratch.path, secrets: [WebhookRecordSecret.fixed])
+        _ = try fixture.subscribe(webhooks.url, secret: WebhookRecordSecret.fixed)
+
+        let file = fixture.makeFile("late.bin", size: 300_000)
+        let begin = Date().timeIntervalSince1970 + 4
+        let id = try fixture.enqueue(
+            file,
+            extra: [
+                "request": ["url": .string(signer.sinkURL("late.bin")), "method": "PUT"],
+                "earliest_begin_at": .string(RFC3339.format(begin)),
+            ])
+        let task = try fixture.daemon.waitForTask(id, timeout: 30)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        let question = try #require(signer.questions.first)
+        #expect(question["verified"]?.boolValue == true, "the Standard Webhook signature checked out")
+        #expect(question["step"]?.stringValue == "request")
+        #expect(question["task"]?["id"]?.stringValue == id)
+        #expect(question["task"]?["size"]?.intValue == 300_000)
+        #expect(question["request"]?["method"]?.stringValue == "PUT")
+        let asked = question["at"]?.doubleValue ?? 0
+        #expect(asked >= begin - 0.01, "asked \(asked - begin) s after the task's begin time")
+        let accepted = signer.uploads.filter { $0["accepted"]?.boolValue == true }
+        #expect(accepted.count == 1)
+        #expect(Bytes(fixture.contents(signer.files + "/late.bin")) == Bytes(fixture.contents(file)))
+
+        let tokens = signer.handedOut.filter { !$0.isEmpty }
+        #expect(tokens.count == 2)
+        try expectNowhere(tokens, fixture, task: id, webhooks: webhooks)
+
+        // The sink is not lenient: the URL and header handed out, once expired, are refused.
+        let query = try #require(question["token"]?.stringValue)
+        let header = try #require(question["header"]?.stringValue)
+        let expires = Int(question["expires_at"]?.doubleValue ?? 0)
+        while Date().timeIntervalSince1970 < Double(expires) + 1.1 { Thread.sleep(forTimeInterval: 0.1) }
+        try fixture.session("plain", quickRetry)
+        let stale = try fixture.enqueue(
+            file, session: "plain",
+            extra: [
+                "request": [
+                    "url": .string(signer.sinkURL("late.bin") + "?expires=\(expires)&token=\(query)"), "method": "PUT",
+                    "headers": ["X-Upload-Token": .string(header)],
+                ]
+            ])
+        let refused = try fixture.daemon.waitForTask(stale, timeout: 30)
+        #expect(refused["state"]?.stringValue == "failed")
+        #expect(signer.uploads.last?["reason"]?.stringValue == "expired")
+    }
+
+    @Test("signer: invalid JSON, no url, a URL outside the allow-list, a 30 s hang, 5xx, 4xx; none holds the others")
+    func signerBadAnswers() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        let retry: JSONObject = ["retry": ["initial_backoff": 0.05, "max_backoff": 0.2, "max_attempts": 2]]
+        let modes = ["badjson", "nourl", "outside", "hang", "5xx", "4xx"]
+        var signers: [String: SignerPeer] = [:]
+        var ids: [String: String] = [:]
+        for mode in modes {
+            let signer = try SignerPeer(directory: scratch.path, name: mode)
+            try signer.setMode(mode)
+            try signer.session(fixture, mode, retry)
+            signers[mode] = signer
+        }
+        let started = Date()
+        for mode in modes {
+            let file = fixture.makeFile("\(mode).bin", size: 50_000)
+            ids[mode] = try fixture.enqueue(
+                file, session: mode, extra: ["request": ["url": .string(signers[mode]!.sinkURL("\(mode).bin")), "method": "PUT"]])
+        }
+        // While the hanging signer holds its question, another session's task goes through.
+        let good = try SignerPeer(directory: scratch.path, name: "good")
+        try good.session(fixture, "good")
+        let goodFile = fixture.makeFile("good.bin", size: 50_000)
+        let goodID = try fixture.enqueue(
+            goodFile, session: "good", extra: ["request": ["url": .string(good.sinkURL("good.bin")), "method": "PUT"]])
+        let goodTask = try fixture.daemon.waitForTask(goodID, timeout: 8)
+        fixture.expectLog(goodTask["state"]?.stringValue == "completed", goodTask.serialized())
+        #expect(Date().timeIntervalSince(started) < 8, "the hang held nothing")
+
+        var tasks: [String: JSON] = [:]
+        for mode in modes { tasks[mode] = try fixture.daemon.waitForTask(ids[mode]!, timeout: 40) }
+        print("signer answers: all settled in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+        func error(_ mode: String) -> JSON { tasks[mode]?["error"] ?? .null }
+        for mode in modes { #expect(tasks[mode]?["state"]?.stringValue == "failed", "\(mode): \(tasks[mode]!.serialized())") }
+        // Transient: retried (two attempts), last_error saying what the signer did.
+        for (mode, words) in [("badjson", "not a JSON object"), ("hang", "no answer within 10 s"), ("5xx", "HTTP 503")] {
+            #expect(tasks[mode]?["attempts"]?.intValue == 2, "\(mode) retried")
+            #expect(
+                tasks[mode]?["last_error"]?["message"]?.stringValue?.contains(words) == true,
+                "\(mode): \(tasks[mode]!.serialized())")
+            #expect(signers[mode]!.questions.count == 2)
+        }
+        #expect(error("4xx")["code"]?.intValue == -1013)
+        #expect(error("4xx")["reason"]?.stringValue == "signer_refused")
+        #expect(error("nourl")["code"]?.intValue == -1011)
+        #expect(error("nourl")["reason"]?.stringValue == "signer_invalid_answer")
+        #expect(error("outside")["code"]?.intValue == -1011)
+        #expect(error("outside")["reason"]?.stringValue == "location_host_not_allowed")
+        for mode in ["4xx", "nourl", "outside"] { #expect(tasks[mode]?["attempts"]?.intValue == 1, "\(mode) not retried") }
+        for mode in modes { #expect(signers[mode]!.uploads.isEmpty, "\(mode): nothing uploaded") }
+        #expect(!fixture.daemon.log(lastLines: 100_000).contains("token="), "no signed URL in the log")
+    }
+}
