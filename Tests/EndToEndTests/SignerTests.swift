@@ -163,3 +163,29 @@ extension EndToEndTests {
         #expect(!fixture.daemon.log(lastLines: 100_000).contains("token="), "no signed URL in the log")
     }
 }
+
+extension EndToEndTests {
+    @Test("signer: an s3 task with no AWS keys on the machine is a presigned multipart upload; moto checks each URL")
+    func signerPresignedMultipart() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let s3 = try S3Server(directory: scratch.path)
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 30, s3Credentials: s3.credentialsFile)
+        let fixture = try Fixture(
+            daemonArguments: ["--allow-upload-host", "127.0.0.1"], environment: chainEnvironment(scratch, [:]))
+        try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        let file = fixture.makeFile("presigned.bin", size: 12 * 1024 * 1024 + 3)
+        let id = try enqueueS3FromChain(fixture, url: s3.objectURL("signed/presigned.bin"), file: file)
+        let task = try fixture.daemon.waitForTask(id, timeout: 90)
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(s3.requests.suffix(5))")
+        #expect(Bytes(s3.object("signed/presigned.bin")) == Bytes(fixture.contents(file)))
+        let steps = signer.questions.map { $0["step"]?.stringValue ?? "" }
+        #expect(steps == ["create", "part", "part", "complete"], "\(steps)")
+        #expect(signer.questions.allSatisfy { $0["verified"]?.boolValue == true })
+        let parts = signer.questions.filter { $0["step"]?.stringValue == "part" }
+        #expect(parts.map { $0["part_number"]?.intValue ?? 0 } == [1, 2])
+        #expect(parts.allSatisfy { $0["upload_id"]?.stringValue?.isEmpty == false })
+        let presigned = s3.requests.filter { $0["presigned"]?.boolValue == true }
+        #expect(presigned.count == 4 && presigned.allSatisfy { $0["refused"] == .null }, "\(presigned)")
+        try expectNowhere(signer.handedOut, fixture, task: id)
+    }
+}
