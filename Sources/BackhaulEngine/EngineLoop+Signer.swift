@@ -8,7 +8,13 @@ import Logging
 /// beside the transfers: the engine's thread never waits for it, and curl ends it after
 /// `EngineLoop.signerTimeout` seconds whatever the signer does.
 final class SignerCall {
-    let transfer: Transfer
+    /// Whose request it is: a transfer's, or a cleanup's (an upload released after a cancel).
+    enum Owner {
+        case transfer(Transfer)
+        case cleanup(Cleanup)
+    }
+
+    let owner: Owner
     /// The request as the protocol planned it, which the answer is applied to.
     let request: PlannedRequest
     let target: SignTarget
@@ -18,8 +24,8 @@ final class SignerCall {
     let response = ResponseCollector(bodyLimit: 64 << 10)
     private let body: MemoryBody
 
-    init(transfer: Transfer, request: PlannedRequest, target: SignTarget, key: String, body: [UInt8]) throws {
-        self.transfer = transfer
+    init(owner: Owner, request: PlannedRequest, target: SignTarget, key: String, body: [UInt8]) throws {
+        self.owner = owner
         self.request = request
         self.target = target
         self.key = key
@@ -73,13 +79,27 @@ extension EngineLoop {
     func askSigner(
         _ signer: SignerConfiguration, _ transfer: Transfer, _ request: PlannedRequest, target: SignTarget, key: String
     ) throws {
-        let body = SignRequest.body(task: transfer.task, target: target, request: request).serializedBytes()
+        try askSigner(signer, .transfer(transfer), task: transfer.task, request, target: target, key: key)
+    }
+
+    /// Asks the signer for a cleanup's request (step `abort`), which goes once it answers.
+    func askSigner(_ signer: SignerConfiguration, for cleanup: Cleanup, of task: TaskRecord) throws {
+        let request = cleanup.plan.request
+        let target = SignTarget.of(request, kind: task.kind, protocolName: task.upload.protocolName, cleanup: true)
+        try askSigner(signer, .cleanup(cleanup), task: task, request, target: target, key: "")
+    }
+
+    private func askSigner(
+        _ signer: SignerConfiguration, _ owner: SignerCall.Owner, task: TaskRecord, _ request: PlannedRequest,
+        target: SignTarget, key: String
+    ) throws {
+        let body = SignRequest.body(task: task, target: target, request: request).serializedBytes()
         let now = clock.now()
         let id = RandomID.make(prefix: "sign_", at: now)
         let timestamp = Int64(now)
         let signature = WebhookSigner.header(
             keys: WebhookRecord.key(of: signer.secret).map { [$0] } ?? [], id: id, timestamp: timestamp, body: body)
-        let call = try SignerCall(transfer: transfer, request: request, target: target, key: key, body: body)
+        let call = try SignerCall(owner: owner, request: request, target: target, key: key, body: body)
         if options.denyPrivateDestinations { call.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
         var curlOptions = RequestOptions(url: signer.url, method: .post)
         curlOptions.body = .stream(length: Int64(body.count))
@@ -93,20 +113,22 @@ extension EngineLoop {
         try call.easy.configure(curlOptions)
         try curl.add(call.easy, for: self)
         signerCalls[ObjectIdentifier(call.easy)] = call
-        logger.debug(
-            "asking the signer", metadata: ["task.id": "\(transfer.task.id)", "signer.step": "\(target.step.rawValue)"])
+        logger.debug("asking the signer", metadata: ["task.id": "\(task.id)", "signer.step": "\(target.step.rawValue)"])
     }
 
     /// The signer answered (or did not within the bound): the request goes as signed, or the
     /// attempt ends (a transient failure is retried with backoff; a refusal ends the task).
     func finishedSigner(_ call: SignerCall, code: CurlCode) {
-        let transfer = call.transfer
+        let transfer: Transfer
+        switch call.owner {
+        case .cleanup(let cleanup):
+            finishedSigner(call, code: code, for: cleanup)
+            return
+        case .transfer(let owner): transfer = owner
+        }
         guard active[transfer.task.id] === transfer else { return }
+        let outcome = Self.outcome(of: call, code: code)
         let status = code == .ok ? call.response.status : 0
-        let json = status == 200 ? try? JSON.parse(call.response.body) : nil
-        let reason =
-            code == .operationTimedOut ? "no answer within \(Self.signerTimeout) s" : code == .ok ? nil : code.message
-        let outcome = SignerOutcome.decide(status: status, json: json, transportError: reason)
         let metadata: Logger.Metadata = [
             "task.id": "\(transfer.task.id)", "signer.step": "\(call.target.step.rawValue)", "http.status": "\(status)",
         ]
@@ -135,9 +157,42 @@ extension EngineLoop {
         }
     }
 
+    /// What the signer's answer (or its absence) means.
+    static func outcome(of call: SignerCall, code: CurlCode) -> SignerOutcome {
+        let status = code == .ok ? call.response.status : 0
+        let json = status == 200 ? try? JSON.parse(call.response.body) : nil
+        let reason = code == .operationTimedOut ? "no answer within \(signerTimeout) s" : code == .ok ? nil : code.message
+        return SignerOutcome.decide(status: status, json: json, transportError: reason)
+    }
+
+    /// A cleanup's request goes as the signer answered (within the upload allow-list), or the
+    /// cleanup's attempt counts as failed and is retried later like one the server refused.
+    func finishedSigner(_ call: SignerCall, code: CurlCode, for cleanup: Cleanup) {
+        let metadata: Logger.Metadata = ["cleanup.seq": "\(cleanup.sequence)"]
+        guard case .signed(let signature) = Self.outcome(of: call, code: code) else {
+            logger.warning("the signer did not sign a cleanup; it is tried again later", metadata: metadata)
+            finishedCleanup(cleanup, code: .couldNotConnect)
+            return
+        }
+        if options.destinations.allowListRefusal(signature.url, for: .upload) != nil {
+            logger.warning("dropping a cleanup the signer sent outside the upload allow-list", metadata: metadata)
+            do { try store.recordCleanup(sequence: cleanup.sequence, retryAt: nil) } catch {
+                fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])
+            }
+            return
+        }
+        do {
+            try send(cleanup, signature.applied(to: call.request), curl)
+        } catch {
+            fault(.curl, "cannot start a cleanup request", ["error": "\(error)"])
+            finishedCleanup(cleanup, code: .couldNotConnect)
+        }
+    }
+
     /// Takes a transfer's questions to the signer out of curl (it stopped or ended).
     func cancelSignerCalls(of transfer: Transfer) {
-        for (id, call) in signerCalls where call.transfer === transfer {
+        for (id, call) in signerCalls {
+            guard case .transfer(let owner) = call.owner, owner === transfer else { continue }
             curl.remove(call.easy)
             signerCalls[id] = nil
         }

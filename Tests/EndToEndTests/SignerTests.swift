@@ -189,3 +189,32 @@ extension EndToEndTests {
         try expectNowhere(signer.handedOut, fixture, task: id)
     }
 }
+
+extension EndToEndTests {
+    @Test("signer: a cancelled presigned multipart upload is aborted with a URL the signer presigned")
+    func signerPresignedAbort() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let s3 = try S3Server(directory: scratch.path)
+        let proxy = try ThrottleProxy(target: s3.peer.port, rate: 1 << 20)
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 30, s3Credentials: s3.credentialsFile)
+        let fixture = try Fixture(environment: chainEnvironment(scratch, [:]))
+        try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        let file = fixture.makeFile("cancelled.bin", size: 12 * 1024 * 1024)
+        let url = "http://127.0.0.1:\(proxy.port)/\(s3.bucket)/signed/cancelled.bin"
+        let id = try enqueueS3FromChain(fixture, url: url, file: file)
+        let sending = eventually(timeout: 20) { signer.questions.contains { $0["step"]?.stringValue == "part" } }
+        #expect(sending, "the first part is on its way")
+        let (status, _) = try fixture.daemon.call("POST", "/v1/tasks/\(id)/cancel")
+        #expect(status == 200 || status == 202)
+        let aborted = eventually(timeout: 30) {
+            s3.requests.contains { $0["presigned"]?.boolValue == true && $0["method"]?.stringValue == "DELETE" }
+        }
+        fixture.expectLog(aborted, "\(signer.questions.map { $0["step"]?.stringValue ?? "" }) \(s3.requests.suffix(4))")
+        let abort = signer.questions.first { $0["step"]?.stringValue == "abort" }
+        let created = signer.questions.first { $0["step"]?.stringValue == "part" }?["upload_id"]?.stringValue
+        #expect(abort?["upload_id"]?.stringValue == created && created != nil)
+        #expect(abort?["request"]?["method"]?.stringValue == "DELETE")
+        let delete = s3.requests.last { $0["presigned"]?.boolValue == true && $0["method"]?.stringValue == "DELETE" }
+        #expect(delete?["refused"] == .null, "moto's wrapper took the presigned DELETE")
+    }
+}
