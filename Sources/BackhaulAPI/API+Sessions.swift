@@ -19,7 +19,9 @@ extension API {
         guard case .object(var object) = body, case .object(var configuration)? = object["configuration"],
             case .object(var signer)? = configuration["signer"]
         else { return (body, nil) }
-        if let url = signer["url"]?.stringValue, let refusal = options.destinations.refusal(url, for: .webhook) {
+        if let url = signer["url"]?.stringValue, URLParts(url) != nil,
+            let refusal = options.destinations.refusal(url, for: .webhook)
+        {
             throw Problem(
                 .destinationNotAllowed, "configuration.signer.url: \(refusal)", extra: ["field": "configuration.signer.url"])
         }
