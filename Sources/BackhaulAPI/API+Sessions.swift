@@ -13,9 +13,41 @@ extension API {
         return API.json(200, ["sessions": .array(sessions.map { $0.0.json(taskCounts: $0.1) })])
     }
 
+    /// A signer named without a secret gets a new one, which the answer shows once (as a
+    /// webhook's at its creation); the signer's URL must be a destination webhooks may reach.
+    func fillSignerSecret(_ body: JSON) throws(Problem) -> (JSON, String?) {
+        guard case .object(var object) = body, case .object(var configuration)? = object["configuration"],
+            case .object(var signer)? = configuration["signer"]
+        else { return (body, nil) }
+        if let url = signer["url"]?.stringValue, URLParts(url) != nil,
+            let refusal = options.destinations.refusal(url, for: .webhook)
+        {
+            throw Problem(
+                .destinationNotAllowed, "configuration.signer.url: \(refusal)", extra: ["field": "configuration.signer.url"])
+        }
+        let secret = signer["secret"]?.stringValue ?? WebhookRecord.generateSecret()
+        if signer["secret"] == nil || signer["secret"] == .null { signer["secret"] = .string(secret) }
+        configuration["signer"] = .object(signer)
+        object["configuration"] = .object(configuration)
+        return (.object(object), secret)
+    }
+
+    /// The session as the API shows it, with the signer's secret when this request set it.
+    static func sessionAnswer(_ session: SessionRecord, _ counts: [TaskState: Int], signerSecret: String?) -> JSON {
+        var shown = session.json(taskCounts: counts)
+        guard let signerSecret, case .object(var object) = shown, case .object(var configuration)? = object["configuration"],
+            case .object(var signer)? = configuration["signer"]
+        else { return shown }
+        signer["secret"] = .string(signerSecret)
+        configuration["signer"] = .object(signer)
+        object["configuration"] = .object(configuration)
+        shown = .object(object)
+        return shown
+    }
+
     @Sendable func putSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        let value = try body(request)
+        let (value, signerSecret) = try fillSignerSecret(try body(request))
         let configuration = try validated {
             let reader = try FieldReader(value)
             try reader.rejectUnknown(["configuration"])
@@ -24,7 +56,7 @@ extension API {
         let (session, created) = try stored { () throws(StoreError) in try store.putSession(id: id, configuration: configuration)
         }
         let counts = try stored { () throws(StoreError) in try store.session(id: id)?.1 ?? [:] }
-        return API.json(created ? 201 : 200, session.json(taskCounts: counts))
+        return API.json(created ? 201 : 200, API.sessionAnswer(session, counts, signerSecret: signerSecret))
     }
 
     @Sendable func getSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
@@ -37,7 +69,7 @@ extension API {
 
     @Sendable func patchSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {
         let id = try sessionID(request)
-        let value = try body(request)
+        let (value, signerSecret) = try fillSignerSecret(try body(request))
         let (patch, enabled, cancelPending) = try validated {
             let reader = try FieldReader(value)
             try reader.rejectUnknown(["configuration", "enabled", "cancel_pending"])
@@ -57,7 +89,7 @@ extension API {
                 (try patch.map { try current.configuration.applying($0) }, enabled)
             }
         }
-        return API.json(200, session.json(taskCounts: counts))
+        return API.json(200, API.sessionAnswer(session, counts, signerSecret: signerSecret))
     }
 
     @Sendable func deleteSession(_ request: RouteRequest) throws(Problem) -> HTTPResponse {

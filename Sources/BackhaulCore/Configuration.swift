@@ -35,6 +35,9 @@ public struct TransferConfiguration: Sendable, Equatable {
     /// How long the session's finished tasks are kept (seconds from `finished_at`); nil: the
     /// daemon's `--finished-task-retention`. Read from the session's configuration only.
     public var finishedTaskRetention: Double?
+    /// The session's signer (docs/credentials.md), asked for each request's URL. Read from the
+    /// session's configuration only (a task cannot name one).
+    public var signer: SignerConfiguration?
 
     public init() {}
 
@@ -49,7 +52,7 @@ public struct TransferConfiguration: Sendable, Equatable {
             && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource
             && lhs.maxConnectionsPerHost == rhs.maxConnectionsPerHost
             && lhs.retry == rhs.retry && lhs.quotaBytes == rhs.quotaBytes
-            && lhs.finishedTaskRetention == rhs.finishedTaskRetention
+            && lhs.finishedTaskRetention == rhs.finishedTaskRetention && lhs.signer == rhs.signer
             && HeaderRules.sameSet(lhs.defaultHeaders, rhs.defaultHeaders)
     }
 
@@ -57,7 +60,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
         "allows_roaming", "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
         "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
-        "quota_bytes", "finished_task_retention",
+        "quota_bytes", "finished_task_retention", "signer",
     ]
 
     /// This configuration with the fields present in `overrides` replaced (retry and default
@@ -96,6 +99,11 @@ public struct TransferConfiguration: Sendable, Equatable {
         if reader.has("finished_task_retention") {
             result.finishedTaskRetention = try reader.number("finished_task_retention", in: 1...(10 * 366 * 86_400))
         }
+        if reader.has("signer") {
+            let signer = try reader.object("signer")
+            result.signer = nil
+            if let signer { result.signer = try SignerConfiguration.read(signer) }
+        }
         if let headers = try reader.stringMap("default_headers") {
             for (name, value) in headers {
                 try HeaderRules.validate(name: name, value: value, field: reader.field("default_headers"))
@@ -126,6 +134,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         object["default_headers"] = HeaderRules.json(defaultHeaders, redacted: redacted)
         object["quota_bytes"] = quotaBytes.map { .int($0) } ?? .null
         object["finished_task_retention"] = finishedTaskRetention.map { .double($0) } ?? .null
+        object["signer"] = signer?.json(redacted: redacted) ?? .null
         return .object(object)
     }
 

@@ -83,6 +83,9 @@ public struct TaskDraft: Sendable {
         let priority = try reader.number("priority", in: 0...1) ?? 0.5
         var overrides = JSONObject()
         if let configuration = reader.value("configuration") {
+            if configuration.objectValue?["signer"] != nil {
+                throw ValidationError(reader.field("configuration.signer"), "belongs to the session's configuration")
+            }
             _ = try base.applying(configuration, path: reader.field("configuration"))
             overrides = configuration.objectValue ?? [:]
         }

@@ -37,6 +37,11 @@ public struct TaskError: Sendable, Equatable, Error {
         public static let credentialsExpired: Reason = "credentials_expired"
         /// The server answered 401.
         public static let unauthorized: Reason = "unauthorized"
+        /// The session's signer answered 4xx: it will not sign the task's request (`-1013`).
+        public static let signerRefused: Reason = "signer_refused"
+        /// The session's signer answered 200 with JSON that names no usable URL, method, headers
+        /// or `expires_at` (`-1011`).
+        public static let signerInvalidAnswer: Reason = "signer_invalid_answer"
     }
 
     /// The OpenAPI/backhaul.yaml table, in one place.

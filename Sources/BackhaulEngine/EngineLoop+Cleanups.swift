@@ -26,18 +26,19 @@ extension EngineLoop {
 
     func startCleanups(_ driver: CurlDriver) {
         cleanupsDue = false
-        guard cleanups.count < Self.maxCleanupsInFlight else { return }
+        // Those waiting for the signer are in flight too.
+        var busy = Set(cleanups.values.map(\.sequence))
+        for call in signerCalls.values { if case .cleanup(let cleanup) = call.owner { busy.insert(cleanup.sequence) } }
+        guard busy.count < Self.maxCleanupsInFlight else { return }
         let due: [Store.DueCleanup]
         do {
-            due = try store.dueCleanups(
-                now: clock.now(), limit: Self.maxCleanupsInFlight - cleanups.count,
-                excluding: Set(cleanups.values.map(\.sequence)))
+            due = try store.dueCleanups(now: clock.now(), limit: Self.maxCleanupsInFlight - busy.count, excluding: busy)
         } catch {
             fault(.storeRead, "cannot read cleanups", ["error": "\(error)"])
             cleanupsDue = true
             return
         }
-        for (sequence, read, attempts) in due {
+        for (sequence, read, attempts, taskID) in due {
             let plan: CleanupPlan
             switch read {
             case .success(let value): plan = value
@@ -62,28 +63,38 @@ extension EngineLoop {
             }
             do {
                 let cleanup = try Cleanup(sequence: sequence, attempts: attempts, plan: plan)
-                let request = plan.request
-                var options = RequestOptions(url: request.url, method: RequestOptions.Method(request.method))
-                options.timeoutSeconds = 30
-                options.caBundle = self.options.caBundle
-                options.headers = request.headers.map { "\($0.0): \($0.1)" }
-                if var signing = request.signing {
-                    if signing.isFromChain {
-                        guard let chain = self.options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
-                        let keys = try chain.credentials()
-                        signing = signing.resolved(with: keys)
-                        if let token = keys.sessionToken { options.headers.append("x-amz-security-token: \(token)") }
-                    }
-                    options.awsSigV4 = .init(
-                        region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
+                // The task's session signs its releases too, when it has a signer (docs/credentials.md).
+                if let task = try? store.task(id: taskID), let signer = sessionConfigurations[task.sessionID]?.signer {
+                    try askSigner(signer, for: cleanup, of: task)
+                    continue
                 }
-                try cleanup.easy.configure(options)
-                try driver.add(cleanup.easy, for: self)
-                cleanups[ObjectIdentifier(cleanup.easy)] = cleanup
+                try send(cleanup, plan.request, driver)
             } catch {
                 fault(.curl, "cannot start a cleanup request", ["error": "\(error)"])
             }
         }
+    }
+
+    /// Sends a cleanup's request: as planned (signed with SigV4 when it says so), or as the
+    /// signer answered.
+    func send(_ cleanup: Cleanup, _ request: PlannedRequest, _ driver: CurlDriver) throws {
+        var options = RequestOptions(url: request.url, method: RequestOptions.Method(request.method))
+        options.timeoutSeconds = 30
+        options.caBundle = self.options.caBundle
+        options.headers = request.headers.map { "\($0.0): \($0.1)" }
+        if var signing = request.signing {
+            if signing.isFromChain {
+                guard let chain = self.options.awsCredentials else { throw AWSCredentialError("no AWS credential chain") }
+                let keys = try chain.credentials()
+                signing = signing.resolved(with: keys)
+                if let token = keys.sessionToken { options.headers.append("x-amz-security-token: \(token)") }
+            }
+            options.awsSigV4 = .init(
+                region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
+        }
+        try cleanup.easy.configure(options)
+        try driver.add(cleanup.easy, for: self)
+        cleanups[ObjectIdentifier(cleanup.easy)] = cleanup
     }
 
     /// 2xx, 404 and 410 end a cleanup (the server no longer holds the upload); other outcomes are

@@ -81,6 +81,8 @@ extension EngineLoop {
         let task = transfer.task
         let response = transfer.responseRecord
         let bytes = transfer.machine.bytesAcknowledged
+        if case .send = step { return }
+        if case .completed = step { signatures[task.id] = nil }
         switch step {
         case .send:
             return
@@ -96,6 +98,10 @@ extension EngineLoop {
                 // retried like a transient failure instead of waiting for a client.
                 chain.invalidate()
                 failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")
+            } else if case .credentialsExpired = failure, transfer.configuration.signer != nil {
+                // A signed URL that expired early: the signer is asked again at the retry.
+                signatures[task.id] = nil
+                failure = .transport(.other, message: "the signed request expired; the signer is asked again")
             }
             let decision = RetryPlanner.decide(
                 failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
@@ -122,6 +128,7 @@ extension EngineLoop {
                             "error.message": "\(error.message)",
                         ])
                 }
+                signatures[task.id] = nil
                 logger.info(
                     "task failed",
                     metadata: [
@@ -191,6 +198,7 @@ extension EngineLoop {
         countSent(transfer, bytes: transfer.bytesMoved)
         if transfer.configuration.discretionary { flushBudget(force: true) }
         curl.remove(transfer.easy)
+        cancelSignerCalls(of: transfer)
         if transfer.easy.isReusable, spareHandles.count < Self.spareHandleLimit { spareHandles.append(transfer.easy) }
         hashing[transfer.task.id] = nil
         active[transfer.task.id] = nil
@@ -219,7 +227,7 @@ extension EngineLoop {
             do {
                 guard let request = try transfer.hashSlice(budget: max(slice, 1 << 20), buffer: hashBuffer) else { continue }
                 hashing[id] = nil
-                try send(transfer, request)
+                try start(transfer, request)
             } catch is Transfer.FileChanged {
                 hashing[id] = nil
                 conclude(

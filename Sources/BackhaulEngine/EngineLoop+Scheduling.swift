@@ -169,17 +169,6 @@ extension EngineLoop {
         return true
     }
 
-    /// Hands a request to curl, or first to the hasher when it carries a digest header.
-    func send(_ transfer: Transfer, _ request: PlannedRequest) throws {
-        if transfer.startHashingIfNeeded(request) {
-            hashing[transfer.task.id] = transfer
-            return
-        }
-        try transfer.prepare(request, options: options)
-        try curl.add(transfer.easy, for: self)
-        byHandle[ObjectIdentifier(transfer.easy)] = transfer
-    }
-
     /// Keys at their connection limit, for the API (`waiting_reason: host_connection_limit`).
     func publishSaturation() {
         let saturated = Set(scheduler.saturatedKeys().map(\.description))

@@ -57,6 +57,12 @@ final class EngineLoop: CurlClient {
     /// Requests that release a cancelled task's server side (see EngineLoop+Cleanups).
     var cleanups: [ObjectIdentifier: Cleanup] = [:]
     var cleanupsDue = true
+    /// Questions to a session's signer in flight (see EngineLoop+Signer).
+    var signerCalls: [ObjectIdentifier: SignerCall] = [:]
+    /// The signers' answers that may serve again, by task and request, in memory only and only
+    /// until their `expires_at` (less the renewal margin).
+    var signatures: [String: [String: Signature]] = [:]
+    var lastSignatureSweep = 0.0
     /// Transfers whose next request waits for its body's digest (see `advanceHashing`).
     var hashing: [String: Transfer] = [:]
     static let hashBudget = 8 << 20
@@ -133,6 +139,7 @@ final class EngineLoop: CurlClient {
         }
         if policyReviewNeeded || budgetExceeded || clock.now() >= nextPolicyEdge { reevaluatePolicy(driver) }
         fireTimersIfDue(monotonic)
+        forgetSpentSignatures(monotonic)
         if orphansPossible { requeueOrphans() }
         if cleanupsDue { startCleanups(driver) }
         if scheduleNeeded { schedule() }
@@ -144,7 +151,9 @@ final class EngineLoop: CurlClient {
     func finished(_ easy: EasyHandle, _ code: CurlCode, _ driver: CurlDriver) {
         curl = driver
         store.holdWrites()
-        if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
+        if let call = signerCalls.removeValue(forKey: ObjectIdentifier(easy)) {
+            finishedSigner(call, code: code)
+        } else if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedCleanup(cleanup, code: code)
         } else if let transfer = byHandle[ObjectIdentifier(easy)] {
             finished(transfer, code: code, driver)
@@ -318,6 +327,9 @@ final class EngineLoop: CurlClient {
         }
         for cleanup in cleanups.values { driver.remove(cleanup.easy) }
         cleanups.removeAll()
+        for call in signerCalls.values { driver.remove(call.easy) }
+        signerCalls.removeAll()
+        signatures.removeAll()
         spareHandles.removeAll()
         publishProgress(force: true)
         verifier.stop()

@@ -4,14 +4,16 @@ import SQLite
 
 extension Store {
     /// A cleanup row as read: the request it asks for, or why it cannot be read.
-    public typealias DueCleanup = (sequence: Int64, plan: Result<CleanupPlan, StoreError>, attempts: Int)
+    public typealias DueCleanup = (
+        sequence: Int64, plan: Result<CleanupPlan, StoreError>, attempts: Int, taskID: String
+    )
 
     /// Cleanup requests due now (tus termination, S3 abort after a cancel). A row that cannot be
     /// read comes back as a failure, for the engine to log and drop, not to skip forever.
     public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup] {
         try read { db in
             try db.query(
-                "SELECT seq, request, attempts FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
+                "SELECT seq, request, attempts, task_id FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
                 [now, limit + busy.count]
             ) { row -> DueCleanup? in
                 guard !busy.contains(row.int(0)) else { return nil }
@@ -22,7 +24,7 @@ extension Store {
                     }
                     return plan
                 }
-                return (row.int(0), plan, Int(row.int(2)))
+                return (row.int(0), plan, Int(row.int(2)), row.string(3))
             }.compactMap { $0 }.prefix(limit).map { $0 }
         }
     }

@@ -1,6 +1,7 @@
 import BackhaulCore
 import BackhaulStore
 import Curl
+import Digest
 import Logging
 import Threads
 
@@ -163,7 +164,7 @@ public final class WebhookDispatcher: Sendable {
                 if options.denyPrivateDestinations { item.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
                 let timestamp = Int64(now)
                 let signature = WebhookSigner.header(
-                    secrets: delivery.secrets, id: delivery.eventID, timestamp: timestamp,
+                    keys: delivery.secrets.compactMap(WebhookRecord.key(of:)), id: delivery.eventID, timestamp: timestamp,
                     body: delivery.payload)
                 var request = RequestOptions(url: delivery.url, method: .post)
                 request.body = .stream(length: Int64(delivery.payload.count))

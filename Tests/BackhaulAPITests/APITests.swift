@@ -365,3 +365,30 @@ struct APITests {
         }
     }
 }
+
+@Suite("API in process: a session's signer")
+struct SignerAPITests {
+    @Test("the secret is answered by the PUT or PATCH that sets the signer, never by GET; a patch without it keeps it")
+    func secretOnce() throws {
+        let api = try APIHarness()
+        let (created, body, _) = api.call(
+            "PUT", "/v1/sessions/s", ["configuration": ["signer": ["url": "http://127.0.0.1:9/sign"]]])
+        #expect(created == 201)
+        let secret = try #require(body["configuration"]?["signer"]?["secret"]?.stringValue)
+        #expect(WebhookRecord.key(of: secret) != nil)
+        let (_, shown, _) = api.call("GET", "/v1/sessions/s")
+        #expect(shown["configuration"]?["signer"] == ["url": "http://127.0.0.1:9/sign"])
+        let (_, patched, _) = api.call("PATCH", "/v1/sessions/s", ["configuration": ["discretionary": true]])
+        #expect(patched["configuration"]?["signer"] == ["url": "http://127.0.0.1:9/sign"], "no secret shown again")
+        let (_, renewed, _) = api.call(
+            "PATCH", "/v1/sessions/s", ["configuration": ["signer": ["url": "http://127.0.0.1:9/new"]]])
+        let second = try #require(renewed["configuration"]?["signer"]?["secret"]?.stringValue)
+        #expect(second != secret, "naming the signer again gives a new secret")
+        let (given, mine, _) = api.call(
+            "PUT", "/v1/sessions/t",
+            ["configuration": ["signer": ["url": "http://127.0.0.1:9/s", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]]])
+        #expect(given == 201 && mine["configuration"]?["signer"]?["secret"] == "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        let (bad, problem, _) = api.call("PUT", "/v1/sessions/u", ["configuration": ["signer": ["url": "not a url"]]])
+        #expect(bad == 422 && problem["code"] == "validation_failed")
+    }
+}

@@ -7,8 +7,9 @@ import Testing
 struct WebhookTests {
     @Test("the Standard Webhooks reference vector")
     func referenceVector() {
+        let key = WebhookRecord.key(of: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw") ?? []
         let signature = WebhookSigner.signature(
-            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", id: "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            key: key, id: "msg_p5jXN8AQM9LWM0D4loKWxJek",
             timestamp: 1_614_265_330, body: Array(#"{"test": 2432232314}"#.utf8))
         #expect(signature == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
     }
@@ -18,12 +19,14 @@ struct WebhookTests {
         let body = Array("{}".utf8)
         let new = WebhookRecord.generateSecret()
         let old = WebhookRecord.generateSecret()
-        let header = WebhookSigner.header(secrets: [new, old], id: "msg_1", timestamp: 5, body: body)
+        let keys = [new, old].compactMap(WebhookRecord.key(of:))
+        #expect(keys.count == 2)
+        let header = WebhookSigner.header(keys: keys, id: "msg_1", timestamp: 5, body: body)
         let parts = header.split(separator: " ").map(String.init)
         #expect(
             parts == [
-                WebhookSigner.signature(secret: new, id: "msg_1", timestamp: 5, body: body)!,
-                WebhookSigner.signature(secret: old, id: "msg_1", timestamp: 5, body: body)!,
+                WebhookSigner.signature(key: keys[0], id: "msg_1", timestamp: 5, body: body),
+                WebhookSigner.signature(key: keys[1], id: "msg_1", timestamp: 5, body: body),
             ])
         var webhook = WebhookRecord(id: "w", sessionID: "s", url: "http://h/", events: [], secret: new, createdAt: 0)
         webhook.previousSecret = old

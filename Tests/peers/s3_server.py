@@ -12,8 +12,15 @@ moto stores `x-amz-checksum-sha256` without checking it; this wrapper checks it 
 --corrupt-part N flips one byte of the Nth UploadPart body on its way in, as a bad link would.
 --numeric-etags writes the quotes of ListParts' ETags as numeric character references, as some
 S3 servers do: `&#34;` for the first and `&#x22;` for the second, so both forms are read.
+
+moto does not check presigned URLs (it wants an Authorization header). A request whose query
+carries X-Amz-Signature is checked here the way S3 checks a SigV4 presigned URL (the canonical
+request over the query without the signature, the signed headers and UNSIGNED-PAYLOAD; 403
+SignatureDoesNotMatch, or AccessDenied "Request has expired" past X-Amz-Expires), then handed
+to moto without the X-Amz-* parameters and signed in the Authorization header with the same key.
 """
-import argparse, base64, hashlib, io, json, os, re, threading, time
+import argparse, base64, hashlib, hmac, io, json, os, re, threading, time, urllib.parse
+from datetime import datetime, timezone
 
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "4"
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -22,6 +29,60 @@ os.environ.pop("AWS_CA_BUNDLE", None)
 import boto3
 from moto.server import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import make_server
+
+def quote(text):
+    return urllib.parse.quote(text, safe="-_.~")
+
+
+def presigned_refusal(environ, key):
+    """Why the presigned request in environ does not hold (None when it does)."""
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or environ["PATH_INFO"]
+    path, _, query = raw.partition("?")
+    pairs = [tuple(urllib.parse.unquote(p) for p in (item.split("=", 1) + [""])[:2]) for item in query.split("&") if item]
+    params = dict(pairs)
+    credential = params.get("X-Amz-Credential", "").split("/")
+    if params.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" or len(credential) != 5 or credential[0] != key["access_key_id"]:
+        return "SignatureDoesNotMatch", "bad credential"
+    signed_at = datetime.strptime(params["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).timestamp()
+    canonical_query = "&".join(f"{quote(k)}={quote(v)}" for k, v in sorted(pairs) if k != "X-Amz-Signature")
+    names = params["X-Amz-SignedHeaders"].split(";")
+    headers = {"host": environ.get("HTTP_HOST", "")}
+    for name in names:
+        if name != "host":
+            headers[name] = environ.get("HTTP_" + name.upper().replace("-", "_"), "")
+    canonical = "\n".join([environ["REQUEST_METHOD"], path, canonical_query,
+                           "".join(f"{n}:{headers[n].strip()}\n" for n in names), ";".join(names), "UNSIGNED-PAYLOAD"])
+    scope = "/".join(credential[1:])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", params["X-Amz-Date"], scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    signing = ("AWS4" + key["secret_access_key"]).encode()
+    for part in credential[1:]:
+        signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+    expected = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, params.get("X-Amz-Signature", "")):
+        return "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided."
+    if signed_at + int(params.get("X-Amz-Expires", "0")) < time.time():
+        return "AccessDenied", "Request has expired"
+    return None
+
+
+def resign_for_moto(environ, key):
+    """The presigned request as moto wants it: the X-Amz-* parameters out, SigV4 in the headers."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI") or environ["PATH_INFO"]
+    path, _, query = raw.partition("?")
+    kept = "&".join(item for item in query.split("&") if item and not item.startswith("X-Amz-"))
+    environ["QUERY_STRING"] = kept
+    environ["RAW_URI"] = environ["REQUEST_URI"] = path + ("?" + kept if kept else "")
+    host = environ.get("HTTP_HOST", "")
+    request = AWSRequest(method=environ["REQUEST_METHOD"], url=f"http://{host}{environ['RAW_URI']}",
+                         headers={"host": host, "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+    S3SigV4Auth(Credentials(key["access_key_id"], key["secret_access_key"]), "s3", key["region"]).add_auth(request)
+    environ["HTTP_AUTHORIZATION"] = request.headers["Authorization"]
+    environ["HTTP_X_AMZ_DATE"] = request.headers["X-Amz-Date"]
+    environ["HTTP_X_AMZ_CONTENT_SHA256"] = request.headers["X-Amz-Content-SHA256"]
+
 
 POLICY = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
 
@@ -38,8 +99,22 @@ def main():
     args = parser.parse_args()
     app = DomainDispatcherApplication(create_backend_app)
     parts = {"count": 0}
+    presign_key = {}
 
     def logged(environ, start_response):
+        if "X-Amz-Signature=" in environ.get("QUERY_STRING", "") and presign_key:
+            refusal = presigned_refusal(environ, presign_key)
+            entry = {"method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO"), "presigned": True,
+                     "refused": refusal and refusal[0]}
+            with open(args.log, "a") as log:
+                log.write(json.dumps(entry) + "\n")
+            if refusal:
+                environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                document = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{refusal[0]}</Code>"
+                            f"<Message>{refusal[1]}</Message></Error>").encode()
+                start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(document)))])
+                return [document]
+            resign_for_moto(environ, presign_key)
         entry = {"method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO"), "query": environ.get("QUERY_STRING"),
                  "content_length": int(environ.get("CONTENT_LENGTH") or 0), "checksum": environ.get("HTTP_X_AMZ_CHECKSUM_SHA256")}
         is_part = environ["REQUEST_METHOD"] == "PUT" and "partNumber=" in environ.get("QUERY_STRING", "")
@@ -110,6 +185,7 @@ def main():
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                       aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
     s3.create_bucket(Bucket=args.bucket)
+    presign_key.update(access_key_id=key["AccessKeyId"], secret_access_key=key["SecretAccessKey"], region="us-east-1")
     with open(args.credentials + ".tmp", "w") as out:
         json.dump({"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"], "region": "us-east-1",
                    "bucket": args.bucket, "endpoint": endpoint}, out)

@@ -1,0 +1,27 @@
+import COpenSSL
+
+/// Standard Webhooks signatures: `v1,` + base64(HMAC-SHA256(key, "id.timestamp.body")), where the
+/// key is the base64 part of a `whsec_…` secret (`WebhookRecord.key(of:)` decodes it). Several
+/// keys (a rotation) give several signatures separated by spaces. Here, beside the HMAC, so that
+/// webhook deliveries and the engine's signer requests sign alike.
+public enum WebhookSigner {
+    public static func signature(key: [UInt8], id: String, timestamp: Int64, body: [UInt8]) -> String {
+        let message = Array("\(id).\(timestamp).".utf8) + body
+        return "v1," + base64(HMACSHA256.authenticationCode(key: key, message: message))
+    }
+
+    /// The `webhook-signature` header value.
+    public static func header(keys: [[UInt8]], id: String, timestamp: Int64, body: [UInt8]) -> String {
+        keys.map { signature(key: $0, id: id, timestamp: timestamp, body: body) }.joined(separator: " ")
+    }
+
+    /// Standard base64 with padding (`EVP_EncodeBlock`, which writes no line breaks).
+    static func base64(_ bytes: [UInt8]) -> String {
+        var output = [UInt8](repeating: 0, count: (bytes.count + 2) / 3 * 4 + 1)
+        let written = bytes.withUnsafeBufferPointer { input in
+            output.withUnsafeMutableBufferPointer { out in EVP_EncodeBlock(out.baseAddress, input.baseAddress, Int32(input.count))
+            }
+        }
+        return String(decoding: output.prefix(Int(max(0, written))), as: UTF8.self)
+    }
+}
