@@ -125,7 +125,8 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(name: "CurlTests", dependencies: ["Curl"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulClient", "BackhaulTesting", "JSONCodec"], swiftSettings: swiftSettings),
+            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulClient", "BackhaulTesting", "JSONCodec"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulClientTests",
             dependencies: ["BackhaulClient", "BackhaulTesting", "JSONCodec", "Threads", "backhauld", "backhaul-client-example"],

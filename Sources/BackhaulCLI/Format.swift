@@ -78,7 +78,9 @@ extension Format {
     }
 
     /// An error in one line: `-1011 bad_server_response (HTTP 503): the server answered 503`.
-    public static func errorLine(_ error: TaskFailure) -> String { "\(error.code) \(errorSummary(error)): \(error.message ?? "")" }
+    public static func errorLine(_ error: TaskFailure) -> String {
+        "\(error.code) \(errorSummary(error)): \(error.message ?? "")"
+    }
 
     /// The attempt history of `GET /v1/tasks/{id}/attempts`, newest first, as a table.
     public static func attempts(_ attempts: [APIAttempt]) -> String {

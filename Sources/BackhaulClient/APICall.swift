@@ -41,7 +41,8 @@ struct DecodingFailure: Error {
 extension APICall where Answer: Decodable {
     /// A call whose answer is `Answer` itself.
     init(_ method: String, _ endpoint: Endpoint, body: (any Encodable & Sendable)? = nil) {
-        self.init(method, endpoint, body: body) { (response) throws(DecodingFailure) in try decodeJSON(Answer.self, response.body) }
+        self.init(method, endpoint, body: body) { (response) throws(DecodingFailure) in try decodeJSON(Answer.self, response.body)
+        }
     }
 }
 

@@ -34,7 +34,8 @@ public struct APISession: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, configuration, enabled, state
-        case createdAt = "created_at", taskCounts = "task_counts"
+        case createdAt = "created_at"
+        case taskCounts = "task_counts"
     }
 }
 
@@ -95,7 +96,9 @@ public struct SessionConfiguration: Sendable, Equatable, Codable {
         }
 
         enum CodingKeys: String, CodingKey {
-            case maxAttempts = "max_attempts", initialBackoff = "initial_backoff", maxBackoff = "max_backoff"
+            case maxAttempts = "max_attempts"
+            case initialBackoff = "initial_backoff"
+            case maxBackoff = "max_backoff"
         }
     }
 
@@ -104,11 +107,14 @@ public struct SessionConfiguration: Sendable, Equatable, Codable {
         case allowsCellularAccess = "allows_cellular_access"
         case allowsExpensiveNetworkAccess = "allows_expensive_network_access"
         case allowsConstrainedNetworkAccess = "allows_constrained_network_access"
-        case allowsRoaming = "allows_roaming", waitsForConnectivity = "waits_for_connectivity"
+        case allowsRoaming = "allows_roaming"
+        case waitsForConnectivity = "waits_for_connectivity"
         case timeoutIntervalForRequest = "timeout_interval_for_request"
         case timeoutIntervalForResource = "timeout_interval_for_resource"
-        case maxConnectionsPerHost = "max_connections_per_host", defaultHeaders = "default_headers"
-        case quotaBytes = "quota_bytes", finishedTaskRetention = "finished_task_retention"
+        case maxConnectionsPerHost = "max_connections_per_host"
+        case defaultHeaders = "default_headers"
+        case quotaBytes = "quota_bytes"
+        case finishedTaskRetention = "finished_task_retention"
     }
 }
 
@@ -163,7 +169,9 @@ public struct APIWebhook: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case id, url, events, enabled, secret
-        case sessionID = "session_id", disabledReason = "disabled_reason", createdAt = "created_at"
+        case sessionID = "session_id"
+        case disabledReason = "disabled_reason"
+        case createdAt = "created_at"
     }
 }
 
@@ -212,8 +220,12 @@ public struct APIAttempt: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case number, outcome, error
-        case startedAt = "started_at", endedAt = "ended_at", bytesSent = "bytes_sent", bytesReceived = "bytes_received"
-        case httpStatus = "http_status", networkType = "network_type"
+        case startedAt = "started_at"
+        case endedAt = "ended_at"
+        case bytesSent = "bytes_sent"
+        case bytesReceived = "bytes_received"
+        case httpStatus = "http_status"
+        case networkType = "network_type"
     }
 }
 
@@ -262,7 +274,8 @@ public struct APIEvent: Sendable, Equatable {
         public var taskCounts: TaskCounts
 
         enum CodingKeys: String, CodingKey {
-            case sessionID = "session_id", taskCounts = "task_counts"
+            case sessionID = "session_id"
+            case taskCounts = "task_counts"
         }
     }
 }

@@ -41,9 +41,15 @@ public struct APITask: Sendable, Equatable, Codable {
     enum CodingKeys: String, CodingKey {
         case id, kind, state, auth, file, download, request, upload, priority, description, configuration, attempts, progress
         case response, error, cancellation
-        case sessionID = "session_id", waitingReason = "waiting_reason", idempotencyKey = "idempotency_key"
-        case deleteFileOnSuccess = "delete_file_on_success", createdAt = "created_at", startedAt = "started_at"
-        case finishedAt = "finished_at", nextAttemptAt = "next_attempt_at", earliestBeginAt = "earliest_begin_at"
+        case sessionID = "session_id"
+        case waitingReason = "waiting_reason"
+        case idempotencyKey = "idempotency_key"
+        case deleteFileOnSuccess = "delete_file_on_success"
+        case createdAt = "created_at"
+        case startedAt = "started_at"
+        case finishedAt = "finished_at"
+        case nextAttemptAt = "next_attempt_at"
+        case earliestBeginAt = "earliest_begin_at"
         case lastError = "last_error"
     }
 
@@ -104,7 +110,9 @@ public struct APITask: Sendable, Equatable, Codable {
 
         enum CodingKeys: String, CodingKey {
             case `protocol`
-            case chunkSize = "chunk_size", contentType = "content_type", protocolSelected = "protocol_selected"
+            case chunkSize = "chunk_size"
+            case contentType = "content_type"
+            case protocolSelected = "protocol_selected"
             case interopVersionSelected = "interop_version_selected"
         }
     }
@@ -177,8 +185,11 @@ public struct TaskProgress: Sendable, Equatable, Codable {
 
     enum CodingKeys: String, CodingKey {
         case fraction
-        case bytesSent = "bytes_sent", bytesReceived = "bytes_received", bytesTotal = "bytes_total"
-        case bytesPerSecond = "bytes_per_second", etaSeconds = "eta_seconds"
+        case bytesSent = "bytes_sent"
+        case bytesReceived = "bytes_received"
+        case bytesTotal = "bytes_total"
+        case bytesPerSecond = "bytes_per_second"
+        case etaSeconds = "eta_seconds"
     }
 
     /// Bytes moved either way (a task counts only one of them).

@@ -174,7 +174,8 @@ public final class BackhaulClient: Sendable {
                 throw .invalidRequest("\(call.method) \(call.endpoint): \(error)")
             }
         }
-        let request = APIRequest(method: call.method, url: baseURL + call.endpoint.pathAndQuery, headers: authorization, body: body)
+        let request = APIRequest(
+            method: call.method, url: baseURL + call.endpoint.pathAndQuery, headers: authorization, body: body)
         let response: APIResponse
         do {
             response = try await transport.send(request)

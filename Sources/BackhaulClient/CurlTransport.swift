@@ -81,7 +81,9 @@ private final class CallQueue: Sendable {
         let thread = WorkerThread(name: "bh-client")
         thread.start { [state] in
             var client: HTTPClient?
-            while let job = state.withLock(when: { !$0.jobs.isEmpty || $0.closed }, { $0.jobs.isEmpty ? nil : $0.jobs.removeFirst() }) {
+            while let job = state.withLock(
+                when: { !$0.jobs.isEmpty || $0.closed }, { $0.jobs.isEmpty ? nil : $0.jobs.removeFirst() })
+            {
                 job(&client)
             }
         }

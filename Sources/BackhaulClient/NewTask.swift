@@ -81,13 +81,17 @@ public struct NewTask: Sendable, Equatable, Encodable {
 
         enum CodingKeys: String, CodingKey {
             case `protocol`, field, filename, fields
-            case chunkSize = "chunk_size", interopVersion = "interop_version", contentType = "content_type"
+            case chunkSize = "chunk_size"
+            case interopVersion = "interop_version"
+            case contentType = "content_type"
         }
     }
 
     enum CodingKeys: String, CodingKey {
         case kind, file, destination, overwrite, request, upload, priority, description, configuration
-        case expectedSHA256 = "expected_sha256", earliestBeginAt = "earliest_begin_at", idempotencyKey = "idempotency_key"
+        case expectedSHA256 = "expected_sha256"
+        case earliestBeginAt = "earliest_begin_at"
+        case idempotencyKey = "idempotency_key"
         case deleteFileOnSuccess = "delete_file_on_success"
     }
 }

@@ -1,6 +1,8 @@
 /// API objects as the daemon writes them, for the client's and the command line's decoding tests.
 public enum Canned {
-    public static func task(id: String = "tsk_a", state: String = "running", kind: String = "upload", extra: String = "") -> String {
+    public static func task(id: String = "tsk_a", state: String = "running", kind: String = "upload", extra: String = "")
+        -> String
+    {
         let local =
             kind == "upload"
             ? #""file": {"path": "/data/clip.bin", "size": 4096, "modified_at": "2026-11-20T10:00:00Z"}, "download": null, "upload": {"protocol": "chunked", "chunk_size": 1024}"#

@@ -1,6 +1,6 @@
 import BackhaulClient
-import Foundation
 import BackhaulTesting
+import Foundation
 import Testing
 
 @testable import BackhaulCLI
@@ -60,11 +60,11 @@ struct FormatTests {
     @Test("the attempt table: how long each took, bytes moved, outcome, error")
     func attempts() throws {
         let attempt: APIAttempt = try decoded(
-                """
-                {"number": 2, "started_at": "2026-11-20T10:00:05.250Z", "ended_at": "2026-11-20T10:01:10.250Z", "bytes_sent": 2048,
-                 "bytes_received": 0, "outcome": "retry", "http_status": 503,
-                 "error": {"code": -1011, "name": "bad_server_response", "message": "503", "http_status": 503}}
-                """)
+            """
+            {"number": 2, "started_at": "2026-11-20T10:00:05.250Z", "ended_at": "2026-11-20T10:01:10.250Z", "bytes_sent": 2048,
+             "bytes_received": 0, "outcome": "retry", "http_status": 503,
+             "error": {"code": -1011, "name": "bad_server_response", "message": "503", "http_status": 503}}
+            """)
         #expect(
             Format.attempts([attempt]) == """
                 #  STARTED              TOOK  MOVED    OUTCOME  ERROR

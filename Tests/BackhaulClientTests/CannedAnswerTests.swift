@@ -32,7 +32,9 @@ struct CannedAnswerTests {
     func downloadTask() async throws {
         let transport = CannedTransport(["GET /v1/tasks/tsk_d": (200, Canned.task(id: "tsk_d", kind: "download"))])
         let task = try await client(transport).task("tsk_d")
-        #expect(task.kind == .download && task.localPath == "/data/map.tiles" && task.file == nil && task.download?.overwrite == false && task.uploadProtocol == nil)
+        #expect(
+            task.kind == .download && task.localPath == "/data/map.tiles" && task.file == nil && task.download?.overwrite == false
+                && task.uploadProtocol == nil)
         #expect(task.progress.bytesReceived == 300 && task.progress.moved == 300 && task.progress.bytesTotal == nil)
         #expect(task.progress.etaSeconds == nil)
     }
@@ -171,7 +173,9 @@ struct CannedAnswerTests {
         let transport = CannedTransport([
             "GET /v1/sessions/cli/tasks?limit=500": (200, #"{"tasks": [\#(Canned.task()), \#(broken)]}"#)
         ])
-        await #expect(throws: APIError.unexpectedAnswer("GET /v1/sessions/cli/tasks?limit=500 answered 200: tasks[1].kind is not a string")) {
+        await #expect(
+            throws: APIError.unexpectedAnswer("GET /v1/sessions/cli/tasks?limit=500 answered 200: tasks[1].kind is not a string")
+        ) {
             try await client(transport).allTasks(session: "cli")
         }
     }

@@ -79,7 +79,9 @@ struct LiveDaemonTests {
         #expect(page.tasks.map(\.id) == [id] && page.nextCursor != nil)
         #expect(try await client.allTasks(session: "cam").map(\.id) == tasks.map(\.id))
         let patched = try await client.updateTask(id, TaskPatch(priority: 0.9, headers: ["X-Camera": nil, "X-Lens": "wide"]))
-        #expect(patched.priority == 0.9 && patched.request.headers?["X-Lens"] == "wide" && patched.request.headers?["X-Camera"] == nil)
+        #expect(
+            patched.priority == 0.9 && patched.request.headers?["X-Lens"] == "wide" && patched.request.headers?["X-Camera"] == nil
+        )
         #expect(try await client.suspend(task: id).state == .suspended)
         #expect(try await client.resume(task: id).state != .suspended)
         let cancelled = try await client.cancel(task: id)
