@@ -39,6 +39,7 @@ public struct APIEventStream: AsyncSequence, Sendable {
         return Iterator(base: stream.makeAsyncIterator())
     }
 
+    /// Reads one stream; errors are `APIError`.
     public struct Iterator: AsyncIteratorProtocol {
         var base: AsyncThrowingStream<APIEvent, any Error>.Iterator
 

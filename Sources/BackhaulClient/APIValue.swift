@@ -37,11 +37,13 @@ public enum APIValue: Sendable, Equatable, Codable {
         }
     }
 
+    /// An object's member (nil for a missing one, or when this is not an object).
     public subscript(key: String) -> APIValue? {
         guard case .object(let members) = self else { return nil }
         return members[key]
     }
 
+    /// The string, when this is one; likewise `numberValue` and `boolValue`.
     public var stringValue: String? {
         guard case .string(let value) = self else { return nil }
         return value

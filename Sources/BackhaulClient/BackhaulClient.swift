@@ -113,8 +113,11 @@ public final class BackhaulClient: Sendable {
         try await send(.perform(command, task: id))
     }
 
+    /// Cancels (reason `user_cancelled`); a running transfer stops.
     public func cancel(task id: String) async throws(APIError) -> APITask { try await perform(.cancel, task: id) }
+    /// Suspends an unfinished task; it keeps its place.
     public func suspend(task id: String) async throws(APIError) -> APITask { try await perform(.suspend, task: id) }
+    /// Resumes a suspended task (back to `queued`).
     public func resume(task id: String) async throws(APIError) -> APITask { try await perform(.resume, task: id) }
 
     /// The network the policy sees.
@@ -134,6 +137,7 @@ public final class BackhaulClient: Sendable {
     /// A consistent copy of the daemon's state, written by the daemon to `path` (absolute, new).
     public func backup(to path: String) async throws(APIError) -> BackupResult { try await send(.backup(to: path)) }
 
+    /// The session's subscriptions, without their secrets.
     public func webhooks(session: String) async throws(APIError) -> [APIWebhook] { try await send(.webhooks(session: session)) }
 
     /// A new subscription, with its secret (shown this once).
@@ -143,6 +147,7 @@ public final class BackhaulClient: Sendable {
         try await send(.addWebhook(session: session, url: url, events: events, secret: secret))
     }
 
+    /// Removes a subscription; its pending deliveries are abandoned.
     public func deleteWebhook(_ id: String) async throws(APIError) { try await send(.deleteWebhook(id)) }
 
     /// The event log as it happens (`GET /v1/events`), one session's when given, after the
