@@ -103,10 +103,10 @@ deb-test: deps
 
 ## Style: swift-format's rules (.swift-format) as errors; `make format` fixes most in place.
 lint:
-	$(SWIFT) format lint --strict --parallel --recursive --configuration .swift-format Sources Tests Package.swift
+	$(SWIFT) format lint --strict --parallel --recursive --configuration .swift-format Sources Tests Examples Package.swift
 
 format:
-	$(SWIFT) format format --in-place --parallel --recursive --configuration .swift-format Sources Tests Package.swift
+	$(SWIFT) format format --in-place --parallel --recursive --configuration .swift-format Sources Tests Examples Package.swift
 
 clean:
 	rm -rf .build .build-ietfpeer

@@ -13,6 +13,8 @@ let package = Package(
         .executable(name: "backhauld", targets: ["backhauld"]),
         .executable(name: "backhaul", targets: ["backhaul"]),
         .library(name: "BackhaulServer", targets: ["BackhaulServer"]),
+        /// The API from Swift: async calls, Codable models (docs/client.md).
+        .library(name: "BackhaulClient", targets: ["BackhaulClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -98,11 +100,18 @@ let package = Package(
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhauld", dependencies: ["BackhaulServer"], swiftSettings: swiftSettings),
 
-        // The command-line client: the API over HTTP, human tables or JSON.
+        // The client library: the API's calls and models over libcurl, without the daemon's domain.
+        .target(name: "BackhaulClient", dependencies: ["Curl", "Threads"], swiftSettings: swiftSettings),
+        /// docs/client.md's example program, built so that the tests run it.
+        .executableTarget(
+            name: "backhaul-client-example", dependencies: ["BackhaulClient"], path: "Examples/ClientExample",
+            swiftSettings: swiftSettings),
+
+        // The command-line client: the API through BackhaulClient, human tables or JSON.
         .target(
             name: "BackhaulCLI",
             dependencies: [
-                "BackhaulCore", "Curl", "JSONCodec", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "BackhaulClient", "BackhaulCore", "JSONCodec", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: swiftSettings),
         .executableTarget(name: "backhaul", dependencies: ["BackhaulCLI"], swiftSettings: swiftSettings),
@@ -119,7 +128,12 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(name: "CurlTests", dependencies: ["Curl"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulCore", "JSONCodec"], swiftSettings: swiftSettings),
+            name: "BackhaulCLITests", dependencies: ["BackhaulCLI", "BackhaulClient", "BackhaulTesting", "JSONCodec"],
+            swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulClientTests",
+            dependencies: ["BackhaulClient", "BackhaulTesting", "JSONCodec", "Threads", "backhauld", "backhaul-client-example"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec"],
             swiftSettings: swiftSettings),

@@ -1,13 +1,16 @@
 import ArgumentParser
-import BackhaulCore
+import BackhaulClient
 import FoundationEssentials
 import Glibc
+import JSONCodec
+
+import enum BackhaulCore.BackhaulVersion
 
 /// `backhaul`: the command-line client of backhauld. Each group of commands has its file:
 /// TransferCommands (upload, download), TaskCommands (ls, show), TaskControlCommands (cancel,
 /// suspend, resume), SessionCommands (sessions, info), NetworkCommand, WebhookCommands,
 /// WatchCommand (with WatchFrame); all of them speak to the daemon through `BackhaulClient`.
-public struct Backhaul: ParsableCommand {
+public struct Backhaul: AsyncParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "backhaul",
         abstract: "Hand uploads to backhauld and follow them.",
@@ -23,6 +26,13 @@ public struct Backhaul: ParsableCommand {
         ])
 
     public init() {}
+
+    /// Parses the command line and runs the command: what `main.swift` calls (ArgumentParser's
+    /// async entry point, named so that the blocking one is never picked instead).
+    public static func runFromCommandLine() async {
+        let main: () async -> Void = Self.main
+        await main()
+    }
 }
 
 /// Where the daemon is, and how to print.
@@ -45,10 +55,10 @@ struct Connection: ParsableArguments {
 
 /// Runs a command body, turning a `CLIError` or an `APIError` into its message on stderr and its
 /// exit status.
-func running(_ body: () throws -> Void) throws {
+func running(_ body: () async throws -> Void) async throws {
     let failure: CLIError
     do {
-        try body()
+        try await body()
         return
     } catch let error as CLIError {
         failure = error
@@ -62,7 +72,21 @@ func running(_ body: () throws -> Void) throws {
 
 func emit(_ text: String) { print(text) }
 
-/// Sleeps the calling thread (the CLI's only one) for `seconds`.
-func pause(_ seconds: Double) {
-    usleep(UInt32(seconds * 1_000_000))
+/// Waits `seconds` without holding a thread.
+func pause(_ seconds: Double) async {
+    try? await Task.sleep(for: .seconds(seconds))
+}
+
+/// An answer as the daemon sent it, for `--json` (the library's models are for the tables).
+func answerJSON(_ body: [UInt8]) throws(CLIError) -> JSON {
+    do {
+        return try JSON.parse(body, maxDepth: 64)
+    } catch {
+        throw CLIError(status: .refused, description: "backhauld's answer is not JSON: \(error)")
+    }
+}
+
+/// The array `member` of an answer, as sent.
+func answerItems(_ body: [UInt8], _ member: String) throws(CLIError) -> [JSON] {
+    try answerJSON(body)[member]?.arrayValue ?? []
 }

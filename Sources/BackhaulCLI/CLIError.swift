@@ -1,3 +1,5 @@
+import BackhaulClient
+
 /// Exit codes scripts can rely on.
 public enum ExitStatus: Int32, Sendable {
     case ok = 0
@@ -27,7 +29,7 @@ public struct CLIError: Error, CustomStringConvertible {
         switch error {
         case .problem: self.init(status: .refused, description: error.description)
         case .transport: self.init(status: .unreachable, description: error.description)
-        case .unexpectedAnswer: self.init(status: .refused, description: error.description)
+        case .unexpectedAnswer, .invalidRequest: self.init(status: .refused, description: error.description)
         }
     }
 }

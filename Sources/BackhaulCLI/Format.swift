@@ -1,5 +1,7 @@
-import BackhaulCore
+import BackhaulClient
 import JSONCodec
+
+import enum BackhaulCore.RFC3339
 
 /// Human output shared by the commands: aligned tables, sizes, rates, durations, task rows and
 /// error lines; and `--json` output.
@@ -76,7 +78,9 @@ extension Format {
     }
 
     /// An error in one line: `-1011 bad_server_response (HTTP 503): the server answered 503`.
-    public static func errorLine(_ error: TaskFailure) -> String { "\(error.code) \(errorSummary(error)): \(error.message)" }
+    public static func errorLine(_ error: TaskFailure) -> String {
+        "\(error.code) \(errorSummary(error)): \(error.message ?? "")"
+    }
 
     /// The attempt history of `GET /v1/tasks/{id}/attempts`, newest first, as a table.
     public static func attempts(_ attempts: [APIAttempt]) -> String {
@@ -88,7 +92,7 @@ extension Format {
                 }
                 return [
                     String(attempt.number), String(attempt.startedAt.prefix(19)).replacing("T", with: " "), took ?? "-",
-                    bytes(attempt.bytesTransferred + attempt.bytesReceived), attempt.outcome,
+                    bytes(attempt.bytesSent + attempt.bytesReceived), attempt.outcome,
                     attempt.error.map(errorSummary) ?? "-",
                 ]
             })

@@ -1,19 +1,20 @@
 import ArgumentParser
-import BackhaulCore
+import BackhaulClient
 import JSONCodec
 
 /// `sessions` and `info`: what the daemon holds, and how it is set up.
-struct Sessions: ParsableCommand {
+struct Sessions: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List sessions and their task counts.")
     @OptionGroup var connection: Connection
 
-    mutating func run() throws {
-        try running {
-            let sessions = try connection.client().sessions()
+    mutating func run() async throws {
+        try await running {
+            let reply = try await connection.client().reply(.sessions)
             if connection.json {
-                emit(Format.json(sessions.map(\.json)))
+                emit(Format.json(try answerItems(reply.body, "sessions")))
                 return
             }
+            let sessions = reply.value
             let states: [TaskState] = [.queued, .waiting, .running, .retrying, .completed, .failed, .cancelled]
             emit(
                 Format.table(
@@ -25,21 +26,25 @@ struct Sessions: ParsableCommand {
     }
 }
 
-struct Info: ParsableCommand {
+struct Info: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the daemon's version, protocols and effective configuration (GET /v1/info).")
     @OptionGroup var connection: Connection
 
-    mutating func run() throws {
-        try running {
-            let info = try connection.client().info()
+    mutating func run() async throws {
+        try await running {
+            let reply = try await connection.client().reply(.info)
+            let json = try answerJSON(reply.body)
             if connection.json {
-                emit(info.json.serialized())
+                emit(json.serialized())
                 return
             }
+            let info = reply.value
+            // The settings in the daemon's order: every member but the three above.
+            let settings = (json.objectValue ?? [:]).entries.filter { !["version", "protocols", "task_counts"].contains($0.key) }
             let rows =
                 [["version", info.version], ["protocols", info.protocols.joined(separator: ", ")]]
-                + info.settings.map { [$0.name, $0.value.stringValue ?? $0.value.serialized()] }
+                + settings.map { [$0.key, $0.value.stringValue ?? $0.value.serialized()] }
             emit(Format.table(["SETTING", "VALUE"], rows))
         }
     }

@@ -1,47 +1,60 @@
 import ArgumentParser
+import BackhaulClient
+import JSONCodec
 
 /// `ls` and `show`: tasks listed, and one task in full with its attempts.
-struct List: ParsableCommand {
+struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ls", abstract: "List tasks.")
 
     @OptionGroup var connection: Connection
     @Option(help: "Only this session.") var session: String?
-    @Option(help: "Only tasks in this state.") var state: String?
+    @Option(help: "Only tasks in this state.") var state: TaskState?
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let client = connection.client()
             var tasks: [APITask] = []
-            for id in try client.sessionIDs(session) { tasks += try client.allTasks(session: id, state: state) }
-            emit(connection.json ? Format.json(tasks.map(\.json)) : Format.tasks(tasks))
+            var objects: [JSON] = []
+            for id in try await client.sessionIDs(session) {
+                var cursor: String?
+                repeat {
+                    let reply = try await client.reply(.tasks(session: id, state: state, cursor: cursor))
+                    tasks += reply.value.tasks
+                    if connection.json { objects += try answerItems(reply.body, "tasks") }
+                    cursor = reply.value.nextCursor.flatMap { $0.isEmpty ? nil : $0 }
+                } while cursor != nil
+            }
+            emit(connection.json ? Format.json(objects) : Format.tasks(tasks))
         }
     }
 }
 
+extension TaskState: ExpressibleByArgument {}
+
 extension BackhaulClient {
     /// The one session asked for, or every session.
-    func sessionIDs(_ only: String?) throws(APIError) -> [String] {
+    func sessionIDs(_ only: String?) async throws(APIError) -> [String] {
         if let only { return [only] }
-        return try sessions().map(\.id)
+        return try await sessions().map(\.id)
     }
 }
 
-struct Show: ParsableCommand {
+struct Show: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show one task.")
 
     @OptionGroup var connection: Connection
     @Argument var id: String
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let client = connection.client()
-            let task = try client.task(id)
+            let reply = try await client.reply(.task(id))
             if connection.json {
-                emit(task.json.serialized())
+                emit(try answerJSON(reply.body).serialized())
                 return
             }
-            var text = Self.describe(task)
-            let attempts = try client.attempts(task: id)
+            var text = Self.describe(reply.value)
+            let attempts = try await client.attempts(task: id)
             if !attempts.isEmpty { text += "\n\nattempts, newest first:\n" + Format.attempts(attempts) }
             emit(text)
         }

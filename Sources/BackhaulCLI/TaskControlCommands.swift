@@ -1,20 +1,26 @@
 import ArgumentParser
-import BackhaulCore
+import BackhaulClient
+import JSONCodec
 
 /// cancel, suspend, resume: one command each, on one or more tasks.
-protocol TaskControlCommand: ParsableCommand {
+protocol TaskControlCommand: AsyncParsableCommand {
     static var command: TaskCommand { get }
     var connection: Connection { get }
     var ids: [String] { get }
 }
 
 extension TaskControlCommand {
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let client = connection.client()
             var tasks: [APITask] = []
-            for id in ids { tasks.append(try client.perform(Self.command, task: id)) }
-            emit(connection.json ? Format.json(tasks.map(\.json)) : Format.tasks(tasks))
+            var objects: [JSON] = []
+            for id in ids {
+                let reply = try await client.reply(.perform(Self.command, task: id))
+                tasks.append(reply.value)
+                if connection.json { objects.append(try answerJSON(reply.body)) }
+            }
+            emit(connection.json ? Format.json(objects) : Format.tasks(tasks))
         }
     }
 }

@@ -1,9 +1,10 @@
 import ArgumentParser
-import BackhaulCore
+import BackhaulClient
 import FoundationEssentials
+import JSONCodec
 
 /// `upload` and `download`: tasks handed over, optionally waited for.
-struct Upload: ParsableCommand {
+struct Upload: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Upload files in the background.")
 
     @OptionGroup var connection: Connection
@@ -32,8 +33,8 @@ struct Upload: ParsableCommand {
 
     @OptionGroup var submission: Submission
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let headers = try submission.parsedHeaders()
             // tus creates the upload and multipart posts a form: POST unless told otherwise.
             let method = method ?? (protocolName == "tus" || protocolName == "multipart" ? "POST" : nil)
@@ -45,12 +46,12 @@ struct Upload: ParsableCommand {
                     file: path, url: url, method: method, headers: headers, protocol: protocolName, chunkSize: chunkSize,
                     interopVersion: interopVersion)
             }
-            try submission.submit(tasks, connection: connection)
+            try await submission.submit(tasks, connection: connection)
         }
     }
 }
 
-struct Download: ParsableCommand {
+struct Download: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Download a URL in the background.")
 
     @OptionGroup var connection: Connection
@@ -72,8 +73,8 @@ struct Download: ParsableCommand {
 
     @OptionGroup var submission: Submission
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             var path = absolute(to)
             if path.hasSuffix("/") {
                 let name = URL(string: url)?.lastPathComponent ?? ""
@@ -85,7 +86,7 @@ struct Download: ParsableCommand {
             let task = NewTask.download(
                 url: url, destination: path, headers: try submission.parsedHeaders(), overwrite: overwrite,
                 sha256: sha256)
-            try submission.submit([task], connection: connection)
+            try await submission.submit([task], connection: connection)
         }
     }
 }
@@ -117,34 +118,47 @@ struct Submission: ParsableArguments {
             guard let colon = header.firstIndex(of: ":") else {
                 throw CLIError(status: .usage, description: "a header is Name: value, not \(header)")
             }
-            pairs.append((String(header[..<colon]), String(header[header.index(after: colon)...].trimmed())))
+            pairs.append((String(header[..<colon]), String(header[header.index(after: colon)...].trimmingWhitespace())))
         }
         return pairs
     }
 
     /// Creates the tasks in one batch (the session first, when missing), waits for them with
     /// `--wait`, and prints them; exit 3 when a waited-for task did not complete.
-    func submit(_ tasks: [NewTask], connection: Connection) throws {
+    func submit(_ tasks: [NewTask], connection: Connection) async throws {
         let client = connection.client()
-        try client.ensureSession(session)
-        var results = try client.createTasks(tasks, session: session)
-        if wait { results = try waitForAll(client, results.map(\.id), timeout: timeout) }
-        emit(connection.json ? Format.json(results.map(\.json)) : Format.tasks(results))
+        try await client.ensureSession(session)
+        let created = try await client.reply(.createTasks(tasks, session: session))
+        var results = created.value
+        var objects = connection.json ? try answerItems(created.body, "tasks") : []
+        if wait { (results, objects) = try await waitForAll(client, results.map(\.id), timeout: timeout) }
+        emit(connection.json ? Format.json(objects) : Format.tasks(results))
         if wait, results.contains(where: { $0.state != .completed }) {
             throw CLIError(status: .taskUnsuccessful, description: "not every task completed")
         }
     }
 }
 
-/// Polls until every task is final (or the timeout passes); returns the tasks as last seen.
-private func waitForAll(_ client: BackhaulClient, _ ids: [String], timeout: Double) throws(APIError) -> [APITask] {
-    let deadline = Date().addingTimeInterval(timeout)
-    var latest: [String: APITask] = [:]
-    func isFinal(_ id: String) -> Bool { latest[id]?.state.isFinal ?? false }
+/// Polls until every task is final (or the timeout passes); returns the tasks as last seen, and
+/// each as the daemon sent it.
+private func waitForAll(_ client: BackhaulClient, _ ids: [String], timeout: Double) async throws -> ([APITask], [JSON]) {
+    let deadline = ContinuousClock.now + .seconds(timeout)
+    var latest: [String: APIReply<APITask>] = [:]
+    func isFinal(_ id: String) -> Bool { latest[id]?.value.state.isFinal ?? false }
     while true {
-        for id in ids where !isFinal(id) { latest[id] = try client.task(id) }
-        if ids.allSatisfy(isFinal) || Date() > deadline { break }
-        pause(0.2)
+        for id in ids where !isFinal(id) { latest[id] = try await client.reply(.task(id)) }
+        if ids.allSatisfy(isFinal) || ContinuousClock.now > deadline { break }
+        await pause(0.2)
     }
-    return ids.compactMap { latest[$0] }
+    let replies = ids.compactMap { latest[$0] }
+    return (replies.map(\.value), try replies.map { (reply) throws(CLIError) in try answerJSON(reply.body) })
+}
+
+extension Substring {
+    /// Without the whitespace at either end.
+    func trimmingWhitespace() -> Substring {
+        var text = drop(while: \.isWhitespace)
+        while text.last?.isWhitespace == true { text = text.dropLast() }
+        return text
+    }
 }

@@ -1,9 +1,11 @@
 import ArgumentParser
-import BackhaulCore
+import BackhaulClient
 import Glibc
 
+import func BackhaulCore.monotonicSeconds
+
 /// `watch`: live progress from the event stream, drawn by `WatchFrame`.
-struct Watch: ParsableCommand {
+struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Live progress: one line per running task with rate and ETA, and a summary line.",
         discussion: """
@@ -19,24 +21,23 @@ struct Watch: ParsableCommand {
     @Flag(help: "Print one frame and exit.") var once = false
     @Flag(help: "Exit when no task is left unfinished.") var untilDone = false
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let client = connection.client()
             let watch = LiveTasks(client: client, session: session, interval: interval, untilDone: untilDone)
-            try watch.load()
+            try await watch.load()
             guard !once else {
                 emit(WatchFrame.render(running: watch.runningTasks(at: monotonicSeconds()), counts: watch.counts))
                 return
             }
-            guard watch.drawIfDue() else { return }
+            guard await watch.drawIfDue() else { return }
             var lastEventID: String?
             var lost: Double?
             // The stream ends when the daemon stops: follow it again from the last event seen, for
             // up to 30 seconds without it.
             while true {
                 do {
-                    lastEventID = try client.followEvents(
-                        session: session, after: lastEventID, receive: watch.apply, tick: watch.drawIfDue)
+                    lastEventID = try await follow(client, watch, after: lastEventID)
                     lost = nil
                 } catch APIError.transport(let failure) {
                     let since = lost ?? monotonicSeconds()
@@ -47,9 +48,60 @@ struct Watch: ParsableCommand {
                 }
                 if let failure = watch.failure { throw failure }
                 if watch.isOver { return }
-                pause(1)
+                await pause(1)
             }
         }
+    }
+
+    /// What the watch loop takes in, one at a time: an event, a tick of the clock (so frames
+    /// move on while no event comes), or the stream's end.
+    private enum Input: Sendable {
+        case event(APIEvent)
+        case tick
+        case end(APIError?)
+    }
+
+    /// Follows the event stream until it ends or watching is over, drawing frames on events and
+    /// ticks; the id of the last event received.
+    private func follow(_ client: BackhaulClient, _ watch: LiveTasks, after lastEventID: String?) async throws(APIError)
+        -> String?
+    {
+        let (inputs, feed) = AsyncStream<Input>.makeStream()
+        let events = client.events(session: session, after: lastEventID)
+        let reader = Task {
+            do {
+                for try await event in events { feed.yield(.event(event)) }
+                feed.yield(.end(nil))
+            } catch {
+                feed.yield(.end(error as? APIError))
+            }
+            feed.finish()
+        }
+        let tick = min(max(interval, 0.1), 1)
+        let ticker = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(tick))
+                feed.yield(.tick)
+            }
+        }
+        defer {
+            reader.cancel()
+            ticker.cancel()
+        }
+        var last = lastEventID
+        for await input in inputs {
+            switch input {
+            case .event(let event):
+                last = event.id ?? last
+                guard await watch.apply(event) else { return last }
+            case .tick:
+                guard await watch.drawIfDue() else { return last }
+            case .end(let failure):
+                if let failure { throw failure }
+                return last
+            }
+        }
+        return last
     }
 }
 
@@ -91,27 +143,27 @@ final class LiveTasks {
     }
 
     /// The running tasks and the counts as they are now.
-    func load() throws(APIError) {
-        for id in try client.sessionIDs(session) {
-            for task in try client.allTasks(session: id, state: TaskState.running.rawValue) {
+    func load() async throws(APIError) {
+        for id in try await client.sessionIDs(session) {
+            for task in try await client.allTasks(session: id, state: .running) {
                 running[task.id] = (task, monotonicSeconds())
             }
         }
-        try refreshCounts()
+        try await refreshCounts()
     }
 
-    private func refreshCounts() throws(APIError) {
+    private func refreshCounts() async throws(APIError) {
         guard countsStale else { return }
         var counts: [TaskState: Int] = [:]
-        for id in try client.sessionIDs(session) {
-            for (state, count) in try client.session(id).taskCounts { counts[state, default: 0] += count }
+        for id in try await client.sessionIDs(session) {
+            for (state, count) in try await client.session(id).taskCounts.byState { counts[state, default: 0] += count }
         }
         self.counts = counts
         countsStale = false
     }
 
     /// Takes in one event; false once watching is over.
-    func apply(_ event: APIEvent) -> Bool {
+    func apply(_ event: APIEvent) async -> Bool {
         if let task = event.task {
             if task.state == .running {
                 running[task.id] = (task, monotonicSeconds())
@@ -123,16 +175,16 @@ final class LiveTasks {
             countsStale = true
         }
         changed = true
-        return drawIfDue()
+        return await drawIfDue()
     }
 
     /// Draws a frame when something changed (in a terminal, running tasks always move on) and
     /// `interval` has passed; false once watching is over.
-    func drawIfDue() -> Bool {
+    func drawIfDue() async -> Bool {
         let now = monotonicSeconds()
         guard changed || (terminal && !running.isEmpty), now - drawn >= interval else { return !isOver }
         do {
-            try refreshCounts()
+            try await refreshCounts()
         } catch {
             failure = error
             return false

@@ -1,4 +1,4 @@
-import BackhaulCore
+import BackhaulClient
 
 /// What `watch` prints each refresh (pure, so tests can check the rendering).
 public enum WatchFrame {
@@ -8,13 +8,13 @@ public enum WatchFrame {
         var progress = task.progress
         let rate = progress.bytesPerSecond
         guard rate > 0, seconds > 0 else { return task }
-        var moved = (task.kind == .download ? progress.bytesReceived : progress.bytesTransferred) + Int64(Double(rate) * seconds)
+        var moved = (task.kind == .download ? progress.bytesReceived : progress.bytesSent) + Int64(Double(rate) * seconds)
         if let total = progress.bytesTotal, total > 0 {
             moved = min(moved, total)
             progress.fraction = Double(moved) / Double(total)
             progress.etaSeconds = Double(total - moved) / Double(rate)
         }
-        if task.kind == .download { progress.bytesReceived = moved } else { progress.bytesTransferred = moved }
+        if task.kind == .download { progress.bytesReceived = moved } else { progress.bytesSent = moved }
         var moving = task
         moving.progress = progress
         return moving

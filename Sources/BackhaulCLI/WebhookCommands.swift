@@ -1,7 +1,8 @@
 import ArgumentParser
+import BackhaulClient
 
 /// `webhooks`: a session's subscriptions listed, or one added.
-struct Webhooks: ParsableCommand {
+struct Webhooks: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List a session's webhook subscriptions, or `add URL`.")
 
     @OptionGroup var connection: Connection
@@ -9,19 +10,23 @@ struct Webhooks: ParsableCommand {
     @Argument(help: "Nothing (list) or add.") var action: String?
     @Argument(help: "With add: the receiver's URL.") var url: String?
 
-    mutating func run() throws {
-        try running {
+    mutating func run() async throws {
+        try await running {
             let client = connection.client()
             if action == "add" {
                 guard let url else { throw CLIError(status: .usage, description: "webhooks add needs a URL") }
-                let created = try client.addWebhook(session: session, url: url)
-                emit(connection.json ? created.json.serialized() : "\(created.id) secret \(created.secret ?? "") (shown once)")
+                let reply = try await client.reply(.addWebhook(session: session, url: url))
+                let created = reply.value
+                emit(
+                    connection.json
+                        ? try answerJSON(reply.body).serialized() : "\(created.id) secret \(created.secret ?? "") (shown once)")
                 return
             }
-            let hooks = try client.webhooks(session: session)
+            let reply = try await client.reply(.webhooks(session: session))
+            let hooks = reply.value
             emit(
                 connection.json
-                    ? Format.json(hooks.map(\.json))
+                    ? Format.json(try answerItems(reply.body, "webhooks"))
                     : Format.table(
                         ["ID", "ENABLED", "URL"],
                         hooks.map {

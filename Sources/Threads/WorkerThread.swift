@@ -35,6 +35,14 @@ public final class WorkerThread: @unchecked Sendable {
         started = true
     }
 
+    /// Lets the thread end on its own, its resources freed when it does: for a thread nobody
+    /// waits for (`pthread_detach`). Call once, after `start`, instead of `join`.
+    public func detach() {
+        guard started else { return }
+        started = false
+        pthread_detach(thread)
+    }
+
     public func join() {
         guard started else { return }
         started = false

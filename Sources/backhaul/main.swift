@@ -1,3 +1,3 @@
 import BackhaulCLI
 
-Backhaul.main()
+await Backhaul.runFromCommandLine()

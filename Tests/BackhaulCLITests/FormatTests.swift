@@ -1,5 +1,6 @@
-import BackhaulCore
-import JSONCodec
+import BackhaulClient
+import BackhaulTesting
+import Foundation
 import Testing
 
 @testable import BackhaulCLI
@@ -7,7 +8,7 @@ import Testing
 @Suite("Command-line output: task rows, error lines, attempts, show, exit statuses")
 struct FormatTests {
     static func task(_ state: String, extra: String = "") throws -> APITask {
-        try APITask(json: JSON.parse(Canned.task(state: state, extra: extra)))
+        try decoded(Canned.task(state: state, extra: extra))
     }
 
     static let lastError = """
@@ -58,13 +59,12 @@ struct FormatTests {
 
     @Test("the attempt table: how long each took, bytes moved, outcome, error")
     func attempts() throws {
-        let attempt = try APIAttempt(
-            json: JSON.parse(
-                """
-                {"number": 2, "started_at": "2026-11-20T10:00:05.250Z", "ended_at": "2026-11-20T10:01:10.250Z", "bytes_sent": 2048,
-                 "bytes_received": 0, "outcome": "retry", "http_status": 503,
-                 "error": {"code": -1011, "name": "bad_server_response", "message": "503", "http_status": 503}}
-                """))
+        let attempt: APIAttempt = try decoded(
+            """
+            {"number": 2, "started_at": "2026-11-20T10:00:05.250Z", "ended_at": "2026-11-20T10:01:10.250Z", "bytes_sent": 2048,
+             "bytes_received": 0, "outcome": "retry", "http_status": 503,
+             "error": {"code": -1011, "name": "bad_server_response", "message": "503", "http_status": 503}}
+            """)
         #expect(
             Format.attempts([attempt]) == """
                 #  STARTED              TOOK  MOVED    OUTCOME  ERROR
@@ -82,4 +82,9 @@ struct FormatTests {
                 && unreachable.description == "cannot reach backhauld at http://127.0.0.1:9: curl error 7: refused")
         #expect(CLIError(.unexpectedAnswer("state is missing")).status == .refused)
     }
+}
+
+/// An API object read as the client library reads it.
+func decoded<T: Decodable>(_ text: String, as type: T.Type = T.self) throws -> T {
+    try JSONDecoder().decode(T.self, from: Data(text.utf8))
 }

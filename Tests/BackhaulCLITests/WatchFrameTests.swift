@@ -1,5 +1,5 @@
 import BackhaulCLI
-import BackhaulCore
+import BackhaulClient
 import JSONCodec
 import Testing
 
@@ -11,16 +11,18 @@ struct WatchFrameTests {
         throws -> APITask
     {
         let key = kind == "download" ? "bytes_received" : "bytes_sent"
-        return try APITask(json: [
+        let other = kind == "download" ? "bytes_sent" : "bytes_received"
+        let object: JSON = [
             "id": .string(id), "session_id": "cli", "kind": .string(kind), "state": "running", "attempts": 1,
             "created_at": "2026-11-20T10:00:00Z", "request": ["url": "https://in.example/a.bin"],
             kind == "download" ? "download" : "file": kind == "download" ? ["destination": "/d/a.bin"] : ["path": "/d/a.bin"],
             "progress": [
-                key: .int(moved), "bytes_total": total.map { .int($0) } ?? .null, "bytes_per_second": .int(rate),
+                key: .int(moved), other: 0, "bytes_total": total.map { .int($0) } ?? .null, "bytes_per_second": .int(rate),
                 "fraction": total.map { .double(Double(moved) / Double($0)) } ?? 0,
                 "eta_seconds": eta.map { .double($0) } ?? .null,
             ],
-        ])
+        ]
+        return try decoded(object.serialized())
     }
 
     @Test("moved on at the last rate, capped at the size; unchanged without a rate or time")
@@ -36,9 +38,9 @@ struct WatchFrameTests {
         ]
         for (task, seconds, download, moved, fraction, eta) in cases {
             let progress = WatchFrame.extrapolated(task, by: seconds).progress
-            let comment = Comment(rawValue: "\(task.json.serialized()) after \(seconds) s")
-            #expect((download ? progress.bytesReceived : progress.bytesTransferred) == moved, comment)
-            #expect((download ? progress.bytesTransferred : progress.bytesReceived) == 0, comment)
+            let comment = Comment(rawValue: "\(task.id) after \(seconds) s")
+            #expect((download ? progress.bytesReceived : progress.bytesSent) == moved, comment)
+            #expect((download ? progress.bytesSent : progress.bytesReceived) == 0, comment)
             #expect(progress.fraction == fraction, comment)
             #expect(progress.etaSeconds == eta, comment)
         }

@@ -1,10 +1,10 @@
-import BackhaulCore
-
 /// Every API address the client uses, built here and only here: each path segment and query
 /// value is percent-encoded, so an id or a cursor can never reach another route.
-public struct Endpoint: Sendable, Equatable {
+public struct Endpoint: Sendable, Equatable, CustomStringConvertible {
     public var segments: [String]
     public var query: [(name: String, value: String)]
+
+    public var description: String { pathAndQuery }
 
     init(_ segments: String..., query: [(String, String?)] = []) {
         self.segments = segments
@@ -24,10 +24,18 @@ public struct Endpoint: Sendable, Equatable {
     public static func command(_ command: TaskCommand, task id: String) -> Endpoint {
         Endpoint("v1", "tasks", id, command.rawValue)
     }
+    /// `DELETE /v1/sessions/{id}?mode=`.
+    public static func session(_ id: String, mode: SessionEnd) -> Endpoint {
+        Endpoint("v1", "sessions", id, query: [("mode", mode.rawValue)])
+    }
     public static let network = Endpoint("v1", "network")
+    public static let policy = Endpoint("v1", "policy")
     public static let backup = Endpoint("v1", "admin", "backup")
     public static func webhooks(session: String) -> Endpoint { Endpoint("v1", "sessions", session, "webhooks") }
-    public static func events(session: String?) -> Endpoint { Endpoint("v1", "events", query: [("session", session)]) }
+    public static func webhook(_ id: String) -> Endpoint { Endpoint("v1", "webhooks", id) }
+    public static func events(session: String?, after: String? = nil) -> Endpoint {
+        Endpoint("v1", "events", query: [("session", session), ("after", after)])
+    }
 
     /// `/v1/…?name=value&…`, encoded.
     public var pathAndQuery: String {

@@ -1,4 +1,4 @@
-import BackhaulCLI
+import BackhaulClient
 import Testing
 
 @Suite("Server-sent events parser")
