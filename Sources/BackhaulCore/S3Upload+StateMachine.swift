@@ -105,7 +105,7 @@ public struct S3Upload: TransferStateMachine {
 
     public init(task: TaskRecord, headers: [(String, String)], checkpoint: TransferCheckpoint?) {
         url = task.request.url
-        ran = task.attempts > 0
+        ran = task.startedAt != nil
         credentials = task.upload.s3
         var signed = headers
         signed.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))

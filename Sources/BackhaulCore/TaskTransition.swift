@@ -132,9 +132,15 @@ extension TaskRecord {
             if !counted { task.attempts = Self.counted(task.attempts, plus: -1) }
 
         case .command(let command, let reason):
+            // A running attempt a client stops (suspend, cancel) is listed but not counted, as a
+            // policy hold or a shutdown is not (docs/concepts.md).
+            if state == .running, command != .resume { task.attempts = Self.counted(task.attempts, plus: -1) }
             switch state.applying(command) {
             case .failure(let refusal): return .failure(refusal)
             case .success(.cancelled): task.cancel(reason, now: now)
+            // A resumed task stands where a new one would: waiting while its begin time is ahead.
+            case .success(.queued) where (task.earliestBeginAt ?? now) > now:
+                task.enter(.waiting, now: now, waitingReason: .scheduled)
             case .success(let next): task.enter(next, now: now)
             }
 
@@ -256,10 +262,12 @@ public enum TaskTransition {
         return EventType.forTaskState(after.state)
     }
 
-    /// Whether the change cancelled a task that may have left something at its server (it ran, or
-    /// holds a resumable upload): its protocol's release is queued with it.
+    /// Whether the change cancelled a task that may have left something at its server (an attempt
+    /// began, or it holds a resumable upload): its protocol's release is queued with it. An attempt
+    /// that began is known by `startedAt`, not by `attempts`, which leaves out the attempts a
+    /// policy hold, a shutdown or a client stopped.
     public static func releasesServerSide(from before: TaskRecord?, to after: TaskRecord) -> Bool {
-        after.state == .cancelled && before?.state.isFinal != true && (after.attempts > 0 || after.checkpoint != nil)
+        after.state == .cancelled && before?.state.isFinal != true && (after.startedAt != nil || after.checkpoint != nil)
     }
 
     /// Whether a change of the task's URL or method (PATCH) leaves an upload resource at the old

@@ -49,13 +49,13 @@ public struct EngineOptions: Sendable {
     public init() {}
 }
 
-/// The transfer engine: a client of the shared curl worker (one thread owns the curl multi
+/// The transfer engine: a client of the shared curl loop (one thread owns the curl multi
 /// handle and every easy handle). It keeps the runnable work in memory (`Scheduler`), fed by the
 /// store's commits, starts attempts into free slots, and reports their ends back to the store;
 /// the rules of what an end does to a task are Core's (`TaskRecord.applying`).
 ///
 /// This type is the engine's face to the rest of the daemon (start, stop, status); the loop that
-/// runs on the worker's thread is `EngineLoop`.
+/// runs on the curl loop's thread is `EngineLoop`.
 public final class Engine: TransferStatus {
     struct Shared {
         var stopDeadline: Double?
@@ -70,7 +70,7 @@ public final class Engine: TransferStatus {
 
     let store: Store
     let settings: ServiceSettings
-    let worker: CurlWorker
+    let curlLoop: CurlLoop
     let logger: Logger
     let options: EngineOptions
     let clock: any Clock
@@ -81,13 +81,13 @@ public final class Engine: TransferStatus {
     private nonisolated(unsafe) var watcher: NetworkManagerWatcher?
 
     public init(
-        store: Store, settings: ServiceSettings, worker: CurlWorker, logger: Logger, options: EngineOptions = EngineOptions(),
+        store: Store, settings: ServiceSettings, curlLoop: CurlLoop, logger: Logger, options: EngineOptions = EngineOptions(),
         clock: any Clock = SystemClock()
     ) {
         self.store = store
         self.settings = settings
-        self.worker = worker
-        inbox = EngineInbox { [worker] in worker.wake() }
+        self.curlLoop = curlLoop
+        inbox = EngineInbox { [curlLoop] in curlLoop.wake() }
         self.logger = logger
         self.options = options
         self.clock = clock
@@ -98,7 +98,7 @@ public final class Engine: TransferStatus {
         store.observe { [inbox] changes in inbox.post(changes) }
     }
 
-    /// Puts interrupted tasks back in the queue, and joins the curl worker (which must then be
+    /// Puts interrupted tasks back in the queue, and joins the curl loop (which must then be
     /// started). With transfers disabled by the policy, unfinished tasks are cancelled first.
     public func start() throws {
         let recovered = try store.recoverInterrupted()
@@ -125,7 +125,7 @@ public final class Engine: TransferStatus {
         }
         let loop = EngineLoop(engine: self)
         self.loop = loop
-        worker.register(loop)
+        curlLoop.register(loop)
     }
 
     /// NetworkManager's view changed (nil: it left the bus): the loop decides again at once.
@@ -153,7 +153,7 @@ public final class Engine: TransferStatus {
     /// back in the queue (their attempt not counted), and waits until the loop is done.
     public func shutdown(grace: Double) {
         shared.withLock { $0.stopDeadline = monotonicSeconds() + grace }
-        worker.wake()
+        curlLoop.wake()
         shared.wait(until: { $0.stopped }, timeout: grace + 30) { _ in }
         watcher?.stop()
     }
@@ -211,7 +211,7 @@ final class EngineInbox: Sendable {
     private let state = Locked<(items: [Item], policyReview: Bool)>(([], false))
     private let wake: @Sendable () -> Void
 
-    /// `wake`: makes the loop take a turn (the curl worker's wake-up).
+    /// `wake`: makes the loop take a turn (the curl loop's wake-up).
     init(wake: @escaping @Sendable () -> Void) { self.wake = wake }
 
     func post(_ changes: StoreChanges) { add { $0.items.append(.changes(changes)) } }

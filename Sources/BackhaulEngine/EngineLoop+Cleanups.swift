@@ -24,7 +24,7 @@ extension EngineLoop {
     static let maxCleanupAttempts = 5
     static let maxCleanupsInFlight = 4
 
-    func startCleanups(_ driver: CurlDriver) {
+    func startCleanups(_ transfers: CurlTransfers) {
         cleanupsDue = false
         // Those waiting for the signer are in flight too.
         var busy = Set(cleanups.values.map(\.sequence))
@@ -68,7 +68,7 @@ extension EngineLoop {
                     try askSigner(signer, for: cleanup, of: task)
                     continue
                 }
-                try send(cleanup, plan.request, driver)
+                try send(cleanup, plan.request, transfers)
             } catch {
                 fault(.curl, "cannot start a cleanup request", ["error": "\(error)"])
             }
@@ -77,7 +77,7 @@ extension EngineLoop {
 
     /// Sends a cleanup's request: as planned (signed with SigV4 when it says so), or as the
     /// signer answered.
-    func send(_ cleanup: Cleanup, _ request: PlannedRequest, _ driver: CurlDriver) throws {
+    func send(_ cleanup: Cleanup, _ request: PlannedRequest, _ transfers: CurlTransfers) throws {
         var options = RequestOptions(url: request.url, method: RequestOptions.Method(request.method))
         options.timeoutSeconds = 30
         options.caBundle = self.options.caBundle
@@ -93,7 +93,7 @@ extension EngineLoop {
                 region: signing.region, accessKeyID: signing.accessKeyID, secretAccessKey: signing.secretAccessKey)
         }
         try cleanup.easy.configure(options)
-        try driver.add(cleanup.easy, for: self)
+        try transfers.add(cleanup.easy, for: self)
         cleanups[ObjectIdentifier(cleanup.easy)] = cleanup
     }
 

@@ -6,7 +6,7 @@ import Curl
 /// request, the end, a failure); the retry planner decides on failures; the store records the
 /// attempt's end (and the rules of Core say what it does to the task).
 extension EngineLoop {
-    func finished(_ transfer: Transfer, code: CurlCode, _ driver: CurlDriver) {
+    func finished(_ transfer: Transfer, code: CurlCode, _ transfers: CurlTransfers) {
         let now = clock.now()
         var step: TransferStep
         if let refused = transfer.refusedLocation {
@@ -219,7 +219,7 @@ extension EngineLoop {
 
     /// Hashes the bodies of waiting requests, at most `hashBudget` bytes per turn so that running
     /// transfers are not starved; a request whose digest is done goes to curl.
-    func advanceHashing(_ driver: CurlDriver) {
+    func advanceHashing(_ transfers: CurlTransfers) {
         var budget = Self.hashBudget
         for (id, transfer) in hashing where budget > 0 {
             let slice = budget / max(1, hashing.count)

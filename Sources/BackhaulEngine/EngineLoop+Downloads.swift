@@ -7,7 +7,7 @@ extension EngineLoop {
     /// Downloads the verifier is done with: a task still in that attempt is renamed into place
     /// and completes, or fails with the verifier's error. One whose task moved on meanwhile
     /// (cancelled, say) is left alone: the store removes its `.part` file.
-    func placeVerifiedDownloads(_ driver: CurlDriver) {
+    func placeVerifiedDownloads(_ transfers: CurlTransfers) {
         for outcome in verifier.take() {
             guard let transfer = active[outcome.taskID], transfer.attempt == outcome.attempt, transfer.verifying,
                 let part = transfer.part, let spec = transfer.task.download

@@ -27,7 +27,7 @@ extension EngineLoop {
     /// Decides again for every running task and every task the policy holds: running ones no
     /// longer allowed stop and wait (resumable ones keep their checkpoint), held ones now allowed
     /// go back to the queue. Then the next clock edge is noted.
-    func reevaluatePolicy(_ driver: CurlDriver) {
+    func reevaluatePolicy(_ transfers: CurlTransfers) {
         policyReviewNeeded = false
         let detected = engine.network
         if detected.type != network.type {

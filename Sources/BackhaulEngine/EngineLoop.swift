@@ -3,10 +3,10 @@ import BackhaulStore
 import Curl
 import Logging
 
-/// The engine's state on the curl worker's thread (everything here is touched by that thread
+/// The engine's state on the curl loop's thread (everything here is touched by that thread
 /// only) and its turn: take what the store said, fire timers, decide again for the policy, start
 /// queued tasks into free slots; after curl ran, conclude what ended and publish progress.
-final class EngineLoop: CurlClient {
+final class EngineLoop: CurlLoopClient {
     unowned let engine: Engine
     let store: Store
     let logger: Logger
@@ -83,7 +83,7 @@ final class EngineLoop: CurlClient {
     /// The shutdown is complete (the loop has stopped for good).
     private(set) var isDone = false
     /// The worker's multi handle, as the worker hands it to each call.
-    var curl: CurlDriver!
+    var curl: CurlTransfers!
 
     init(engine: Engine) {
         self.engine = engine
@@ -91,7 +91,7 @@ final class EngineLoop: CurlClient {
         logger = engine.logger
         options = engine.options
         clock = engine.clock
-        verifier = DownloadVerifier { [worker = engine.worker] in worker.wake() }
+        verifier = DownloadVerifier { [curlLoop = engine.curlLoop] in curlLoop.wake() }
         verifier.start()
         policy = engine.settings.policy
         network = engine.network
@@ -102,15 +102,15 @@ final class EngineLoop: CurlClient {
 
     var stopDeadline: Double? { engine.shared.withLock { $0.stopDeadline } }
 
-    // MARK: CurlClient
+    // MARK: CurlLoopClient
 
     /// The store's writes of a turn go to the writer together when it ends, with the ends of the
     /// transfers curl finished just before (`finished` holds them, `afterPerform` keeps them held
     /// when the next turn comes at once): one transaction for a slot's end and its next claim,
     /// not one each, and a third fewer commits over many small uploads. While many transfers run,
     /// they wait for the turns of the next `writePacing` too (`releaseWritesWhenDue`).
-    func turn(_ driver: CurlDriver) {
-        curl = driver
+    func turn(_ transfers: CurlTransfers) {
+        curl = transfers
         store.holdWrites()
         defer { releaseWritesWhenDue() }
         stallIfAsked()
@@ -126,9 +126,9 @@ final class EngineLoop: CurlClient {
         let monotonic = monotonicSeconds()
         if let deadline = stopDeadline {
             // Running transfers may still finish (and downloads be placed) within the grace period.
-            advanceHashing(driver)
-            if verifier.hasOutcomes { placeVerifiedDownloads(driver) }
-            if active.isEmpty && claiming.isEmpty || monotonic >= deadline { stop(driver) }
+            advanceHashing(transfers)
+            if verifier.hasOutcomes { placeVerifiedDownloads(transfers) }
+            if active.isEmpty && claiming.isEmpty || monotonic >= deadline { stop(transfers) }
             return
         }
         if !sessionsLoaded { loadSessions() }
@@ -137,30 +137,30 @@ final class EngineLoop: CurlClient {
             lastNetworkCheck = monotonic
             if engine.refreshDetectedNetwork() { policyReviewNeeded = true }
         }
-        if policyReviewNeeded || budgetExceeded || clock.now() >= nextPolicyEdge { reevaluatePolicy(driver) }
+        if policyReviewNeeded || budgetExceeded || clock.now() >= nextPolicyEdge { reevaluatePolicy(transfers) }
         fireTimersIfDue(monotonic)
         forgetSpentSignatures(monotonic)
         if orphansPossible { requeueOrphans() }
-        if cleanupsDue { startCleanups(driver) }
+        if cleanupsDue { startCleanups(transfers) }
         if scheduleNeeded { schedule() }
-        advanceHashing(driver)
-        if verifier.hasOutcomes { placeVerifiedDownloads(driver) }
+        advanceHashing(transfers)
+        if verifier.hasOutcomes { placeVerifiedDownloads(transfers) }
         if bandwidthDirty { applyBandwidth() }
     }
 
-    func finished(_ easy: EasyHandle, _ code: CurlCode, _ driver: CurlDriver) {
-        curl = driver
+    func finished(_ easy: EasyHandle, _ code: CurlCode, _ transfers: CurlTransfers) {
+        curl = transfers
         store.holdWrites()
         if let call = signerCalls.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedSigner(call, code: code)
         } else if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedCleanup(cleanup, code: code)
         } else if let transfer = byHandle[ObjectIdentifier(easy)] {
-            finished(transfer, code: code, driver)
+            finished(transfer, code: code, transfers)
         }
     }
 
-    func afterPerform(_ driver: CurlDriver) {
+    func afterPerform(_ transfers: CurlTransfers) {
         publishProgress(force: false)
         if sleepLimit != 0 { releaseWritesWhenDue() }
     }
@@ -320,14 +320,14 @@ final class EngineLoop: CurlClient {
     }
 
     /// Shutdown: every running transfer goes back to the queue without counting its attempt.
-    func stop(_ driver: CurlDriver) {
+    func stop(_ transfers: CurlTransfers) {
         for transfer in Array(active.values) {
             release(transfer)
             record(transfer, .interrupted)
         }
-        for cleanup in cleanups.values { driver.remove(cleanup.easy) }
+        for cleanup in cleanups.values { transfers.remove(cleanup.easy) }
         cleanups.removeAll()
-        for call in signerCalls.values { driver.remove(call.easy) }
+        for call in signerCalls.values { transfers.remove(call.easy) }
         signerCalls.removeAll()
         signatures.removeAll()
         spareHandles.removeAll()

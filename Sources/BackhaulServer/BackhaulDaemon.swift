@@ -18,7 +18,7 @@ public final class BackhaulDaemon: Sendable {
     let logger: Logger
     let store: Store
     let settings: ServiceSettings
-    let worker: CurlWorker
+    let curlLoop: CurlLoop
     let engine: Engine
     let dispatcher: WebhookDispatcher
     let housekeeper: Housekeeper
@@ -97,8 +97,8 @@ public final class BackhaulDaemon: Sendable {
         // The connection cache holds four connections for every transfer and delivery that can
         // run at once (libcurl's own ratio, on the most that can run rather than on those running
         // at the moment); libcurl closes a connection left unused for two minutes.
-        worker = try CurlWorker(keptConnections: 4 * (configuration.maxConcurrentTransfers + dispatcherOptions.maxInFlight)) {
-            message in errorLogger.error("the curl worker failed", metadata: ["error": "\(message)"])
+        curlLoop = try CurlLoop(keptConnections: 4 * (configuration.maxConcurrentTransfers + dispatcherOptions.maxInFlight)) {
+            message in errorLogger.error("the curl loop failed", metadata: ["error": "\(message)"])
         }
         var engineOptions = EngineOptions()
         engineOptions.maxConcurrentTransfers = configuration.maxConcurrentTransfers
@@ -113,11 +113,11 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.testStallFile = getenv("BACKHAUL_TEST_ENGINE_STALL_FILE").map { String(cString: $0) }
         engineOptions.destinations = configuration.destinations
         engineOptions.awsCredentials = AWSCredentialChain(environment: processEnvironment(), imds: configuration.awsIMDS)
-        engine = Engine(store: store, settings: settings, worker: worker, logger: logger, options: engineOptions)
+        engine = Engine(store: store, settings: settings, curlLoop: curlLoop, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
         dispatcherOptions.caBundle = configuration.caBundle
         dispatcherOptions.denyPrivateDestinations = configuration.destinations.denyPrivate
-        dispatcher = WebhookDispatcher(store: store, worker: worker, logger: logger, options: dispatcherOptions)
+        dispatcher = WebhookDispatcher(store: store, curlLoop: curlLoop, logger: logger, options: dispatcherOptions)
         let feed = self.feed
         store.observe { changes in if changes.eventsAppended { feed.notify() } }
         housekeeper = Housekeeper(store: store, finishedTaskRetention: configuration.finishedTaskRetention) { message in
@@ -125,7 +125,7 @@ public final class BackhaulDaemon: Sendable {
         }
         try engine.start()
         dispatcher.start()
-        worker.start()
+        curlLoop.start()
         housekeeper.start()
 
         var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
@@ -165,7 +165,7 @@ public final class BackhaulDaemon: Sendable {
         } catch {
             engine.shutdown(grace: 0)
             dispatcher.shutdown()
-            worker.stop()
+            curlLoop.stop()
             housekeeper.stop()
             store.close()
             throw StartupError(description: error.description)
@@ -194,7 +194,7 @@ public final class BackhaulDaemon: Sendable {
         feed.close()
         engine.shutdown(grace: configuration.shutdownGraceSeconds)
         dispatcher.shutdown()
-        worker.stop()
+        curlLoop.stop()
         housekeeper.stop()
         http.stop()
         store.close()

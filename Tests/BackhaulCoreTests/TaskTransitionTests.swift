@@ -14,6 +14,7 @@ struct TaskTransitionTests {
         task.state = state
         task.waitingReason = reason
         task.attempts = attempts
+        if attempts > 0 { task.startedAt = 0 }
         return task
     }
 
@@ -114,9 +115,43 @@ struct TaskTransitionTests {
                 from: Self.task(.queued, attempts: 0),
                 to: try Self.task(.queued, attempts: 0)
                     .applying(.command(.cancel, .userCancelled), now: 30).get()))
+        // Its only attempt stopped by the policy (not counted), then cancelled: it began, so what it
+        // may have left at the server is released.
+        let heldFirst = try Self.task(.queued, attempts: 0).applying(.attemptStarted, now: 31).get()
+            .applying(.attemptEnded(attempt: 1, bytesTransferred: 0, .held(.cellularNotAllowed)), now: 32).get()
+        let heldCancelled = try heldFirst.applying(.command(.cancel, .userCancelled), now: 33).get()
+        #expect(heldCancelled.attempts == 0 && TaskTransition.releasesServerSide(from: heldFirst, to: heldCancelled))
         let auth = try Self.task(.authRequired).applying(.deadlinePassed, now: 40).get()
         #expect(auth.error?.code == -1013 && auth.error?.httpStatus == 401)
         #expect(try Self.task(.retrying).applying(.deadlinePassed, now: 40).get().error?.code == -1001)
+    }
+
+    /// A resumed task goes back to where a new one would stand: waiting while its begin time is
+    /// ahead, queued once it is past.
+    @Test(
+        "a resumed task waits for its earliest_begin_at",
+        arguments: [
+            (nil, TaskState.queued, nil),
+            (2_000.0, .waiting, WaitingReason.scheduled),
+            (500.0, .queued, nil),
+        ] as [(Timestamp?, TaskState, WaitingReason?)])
+    func resumedBeforeItsBegin(begin: Timestamp?, state: TaskState, reason: WaitingReason?) throws {
+        var task = Self.task(.suspended)
+        task.earliestBeginAt = begin
+        let resumed = try task.applying(.command(.resume, .userCancelled), now: Self.now).get()
+        #expect(resumed.state == state && resumed.waitingReason == reason)
+    }
+
+    /// An attempt a client stops is not counted, so a suspended task resumed later has the same
+    /// count of attempts against its retry limit as before it ran.
+    @Test("a client's suspend or cancel of a running task does not count its attempt")
+    func clientStopsAreNotCounted() throws {
+        let suspended = try Self.task(.running, attempts: 2).applying(.command(.suspend, .userCancelled), now: 10).get()
+        #expect(suspended.state == .suspended && suspended.attempts == 1)
+        let cancelled = try Self.task(.running, attempts: 2).applying(.command(.cancel, .userCancelled), now: 10).get()
+        #expect(cancelled.state == .cancelled && cancelled.attempts == 1)
+        let queued = try Self.task(.queued, attempts: 2).applying(.command(.suspend, .userCancelled), now: 10).get()
+        #expect(queued.attempts == 2)
     }
 
     @Test(

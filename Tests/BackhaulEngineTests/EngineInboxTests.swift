@@ -27,7 +27,7 @@ struct EngineInboxTests {
         #expect(wakes.withLock { $0 } == 3)
     }
 
-    /// Four threads post while a loop takes a turn at each wake, as the curl worker does: a wake
+    /// Four threads post while a loop takes a turn at each wake, as the curl loop does: a wake
     /// that came while it was awake makes it turn again. Every post is taken, and the loop never
     /// sleeps with posts waiting (a lost wake would leave it waiting for the deadline).
     @Test("under concurrent posts every item is taken after some wake, none left waiting")
