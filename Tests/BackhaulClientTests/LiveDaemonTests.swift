@@ -190,7 +190,7 @@ struct LiveDaemonTests {
         #expect(again?.type == "session.drained")
     }
 
-    @Test("cancelling the task that iterates the event stream ends its loop at once and its connection soon after; so does leaving the loop")
+    @Test("cancelling the task that iterates the event stream ends its loop at once, its connection soon after; so does leaving")
     func cancellation() async throws {
         let live = try LiveDaemon()
         let client = live.client
