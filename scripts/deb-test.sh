@@ -110,7 +110,9 @@ in_container 30 dpkg-query -W -f='${Conffiles}\n' backhaul | grep -q '^ /etc/bac
     || fail "/etc/backhaul/backhauld.json is not a conffile"
 unit=/lib/systemd/system/backhauld.service
 in_container 30 test -f "$unit" || fail "no $unit"
-echo "user: $user; state: /var/lib/backhaul $state; conffile /etc/backhaul/backhauld.json"
+outbox=$(in_container 30 stat -c '%U:%G %a' /var/spool/outbox) || fail "no /var/spool/outbox"
+[ "$outbox" = "root:backhaul 2775" ] || fail "/var/spool/outbox is $outbox, not root:backhaul 2775 (the group drops files there)"
+echo "user: $user; state: /var/lib/backhaul $state; outbox $outbox; conffile /etc/backhaul/backhauld.json"
 
 say "systemd-analyze verify $unit"
 in_container 300 sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd' >"$work/systemd.log" 2>&1 \
