@@ -177,7 +177,7 @@ public final class BackhaulDaemon: Sendable {
                 "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
             ])
         // The state is open, the engine runs and the API listens.
-        notifier.ready(status: "listening on \(configuration.listenHost):\(http.port)")
+        notifier.ready()
     }
 
     public var port: UInt16 { http.port }

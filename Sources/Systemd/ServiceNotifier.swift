@@ -30,8 +30,9 @@ public struct ServiceNotifier: Sendable {
         return sd_notify(0, assignments) > 0
     }
 
-    /// The service is up: `READY=1`, with a first status line.
-    public func ready(status: String) { notify("READY=1\nSTATUS=" + Self.oneLine(status)) }
+    /// The service is up: `READY=1`. It carries no status line, so that the one systemd shows stays
+    /// the last one `status(_:)` sent (the engine sends its first before the daemon is ready).
+    public func ready() { notify("READY=1") }
 
     /// A one-line summary shown by `systemctl status`.
     public func status(_ line: String) { notify("STATUS=" + Self.oneLine(line)) }
