@@ -70,6 +70,8 @@ let package = Package(
             name: "BackhaulStore",
             dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
+        /// The fleet's shared queue in PostgreSQL: schema, claims, leases, takeover (docs/fleet.md).
+        .target(name: "BackhaulPostgres", dependencies: ["PostgreSQL"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
@@ -140,6 +142,9 @@ let package = Package(
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
         .testTarget(
             name: "PostgreSQLTests", dependencies: ["PostgreSQL", "BackhaulTesting"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "BackhaulPostgresTests", dependencies: ["BackhaulPostgres", "BackhaulTesting", "PostgreSQL", "Threads"],
+            swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",
             dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSONCodec", "SQLite", "Threads"],
