@@ -91,7 +91,8 @@ image-test:
 ## backhaul in /usr/bin (release, static Swift standard library, no debug information), the
 ## systemd unit, /etc/backhaul/backhauld.json as a conffile and a postinst that makes the user
 ## `backhaul`; the version is BackhaulVersion.string. lintian's errors fail it (scripts/deb.sh).
-deb: deps
+deb:
+	bash scripts/install-deps.sh --deb
 	bash scripts/deb.sh
 
 ## Installs that package with apt in a clean Debian bookworm container (the image test's cached

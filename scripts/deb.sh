@@ -48,13 +48,21 @@ echo "release build: $(($(date +%s) - build_started)) s"
 rm -rf "$out/root"
 root=$out/root
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/backhaul" \
-    "$root/usr/share/doc/backhaul" "$root/usr/share/lintian/overrides" "$root/var/spool/outbox"
+    "$root/usr/share/doc/backhaul" "$root/usr/share/lintian/overrides" "$root/var/spool/outbox" \
+    "$root/usr/share/man/man1" "$root/usr/share/man/man8"
 install -m 0755 "$bin/backhauld" "$bin/backhaul" "$root/usr/bin/"
 # The unit as the repository has it, with the programs where the package puts them.
 sed -e 's|/usr/local/bin/|/usr/bin/|g' \
     -e '1s|^# /etc/systemd/system/backhauld.service$|# /lib/systemd/system/backhauld.service (the backhaul package; override in /etc/systemd/system)|' \
     "$unit" >"$root/lib/systemd/system/backhauld.service"
 chmod 0644 "$root/lib/systemd/system/backhauld.service"
+# The manual pages are the programs' own --help and --version (help2man), so they say what the
+# settings table says; dated by SOURCE_DATE_EPOCH.
+help2man --no-info --section 8 --name "background upload daemon: hands files to servers and finishes them" \
+    "$bin/backhauld" | gzip -9n >"$root/usr/share/man/man8/backhauld.8.gz"
+help2man --no-info --section 1 --name "hand uploads to backhauld and follow them" \
+    "$bin/backhaul" | gzip -9n >"$root/usr/share/man/man1/backhaul.1.gz"
+chmod 0644 "$root/usr/share/man/man8/backhauld.8.gz" "$root/usr/share/man/man1/backhaul.1.gz"
 install -m 0644 Deploy/debian/backhauld.json "$root/etc/backhaul/backhauld.json"
 install -m 0644 Deploy/debian/copyright "$root/usr/share/doc/backhaul/copyright"
 install -m 0644 Deploy/debian/lintian-overrides "$root/usr/share/lintian/overrides/backhaul"

