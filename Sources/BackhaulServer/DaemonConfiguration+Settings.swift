@@ -177,15 +177,15 @@ extension DaemonConfiguration {
 
         static let network: Setting<NetworkDetection> = Setting(
             "network", flag: nil, environment: nil, file: FileSpelling("network", note: "interface patterns, `check_interval`"),
-            default: NetworkDetection(), defaultText: "see *Network and policy*",
-            help: "interface patterns, check_interval and route_file (README: Network and policy)", value: NetworkDetection.value,
+            default: NetworkDetection(), defaultText: "see docs/policy.md",
+            help: "interface patterns, check_interval and route_file (docs/policy.md)", value: NetworkDetection.value,
             property: \.networkDetection, info: .summary("network_check_interval", { .double($0.checkInterval) }))
 
         static let policy: Setting<ServicePolicy> = Setting(
             "policy", flag: nil, environment: nil,
             file: FileSpelling("policy", note: "bandwidth, discretionary window and budgets, `transfers_enabled`"),
             default: ServicePolicy(),
-            defaultText: "no limits", help: "the service policy (GET/PUT /v1/policy at run time; README: Network and policy)",
+            defaultText: "no limits", help: "the service policy (GET/PUT /v1/policy at run time; docs/policy.md)",
             value: SettingValue(
                 text: { (_) throws(SettingError) in throw SettingError("is an object of the config file") },
                 json: { (member) throws(SettingError) in

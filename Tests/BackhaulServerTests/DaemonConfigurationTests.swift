@@ -349,25 +349,25 @@ struct DaemonConfigurationTests {
         #expect(try resolved(["--finished-task-retention", "90"]).infoJSON["finished_task_retention"] == .double(90))
     }
 
-    /// The README's Configuration table is generated from the settings table, and this test keeps
-    /// them one: it fails when they differ, and with `BACKHAUL_UPDATE_README=1` it rewrites the
-    /// README's table instead.
-    @Test("README.md's Configuration table is the one the settings table generates")
-    func readme() throws {
+    /// docs/operations.md's Configuration table is generated from the settings table, and this
+    /// test keeps them one: it fails when they differ, and with `BACKHAUL_UPDATE_DOCS=1` it
+    /// rewrites the page's table instead.
+    @Test("docs/operations.md's Configuration table is the one the settings table generates")
+    func documentedTable() throws {
         let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-            .appendingPathComponent("README.md")
+            .appendingPathComponent("docs/operations.md")
         let text = try String(contentsOf: readme, encoding: .utf8)
         let section = try #require(text.range(of: "\n## Configuration\n"))
         let start = try #require(text.range(of: "\n| flag |", range: section.upperBound..<text.endIndex))
         let end = text.range(of: "\n\n", range: start.upperBound..<text.endIndex)?.lowerBound ?? text.endIndex
         let table = String(text[text.index(after: start.lowerBound)..<end])
         let generated = DaemonConfiguration.markdownTable
-        if ProcessInfo.processInfo.environment["BACKHAUL_UPDATE_README"] == "1", table != generated {
+        if ProcessInfo.processInfo.environment["BACKHAUL_UPDATE_DOCS"] == "1", table != generated {
             try text.replacingCharacters(in: text.index(after: start.lowerBound)..<end, with: generated)
                 .write(to: readme, atomically: true, encoding: .utf8)
             return
         }
-        #expect(table == generated, "the README's table should read (BACKHAUL_UPDATE_README=1 writes it):\n\(generated)")
+        #expect(table == generated, "docs/operations.md's table should read (BACKHAUL_UPDATE_DOCS=1 writes it):\n\(generated)")
     }
 }
