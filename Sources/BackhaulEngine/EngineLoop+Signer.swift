@@ -52,10 +52,17 @@ extension EngineLoop {
         let target = SignTarget.of(request, kind: task.kind, protocolName: task.upload.protocolName)
         let key = "\(target.step.rawValue) \(target.partNumber ?? 0) \(request.method) \(request.url)"
         if let kept = signatures[task.id]?[key], kept.usable(at: clock.now()) {
-            try dispatch(transfer, kept.applied(to: request))
+            try dispatch(transfer, signed(request, with: kept, for: transfer))
             return
         }
         try askSigner(signer, transfer, request, target: target, key: key)
+    }
+
+    /// `request` as `signature` says to send it; what the signature gave that is secret is noted on
+    /// the transfer, to be kept out of its stored response.
+    func signed(_ request: PlannedRequest, with signature: Signature, for transfer: Transfer) -> PlannedRequest {
+        transfer.signerSecrets.formUnion(ResponseRedaction.secrets(of: signature, planned: request))
+        return signature.applied(to: request)
     }
 
     /// Hands a request to curl, or first to the hasher when it carries a digest header.
@@ -150,7 +157,7 @@ extension EngineLoop {
             }
             if signature.usable(at: clock.now()) { signatures[transfer.task.id, default: [:]][call.key] = signature }
             do {
-                try dispatch(transfer, signature.applied(to: call.request))
+                try dispatch(transfer, signed(call.request, with: signature, for: transfer))
             } catch {
                 conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))
             }
