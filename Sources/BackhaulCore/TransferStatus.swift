@@ -31,7 +31,7 @@ public struct EngineMetrics: Sendable, Equatable {
     /// Kinds of retried failures, a closed set for metric labels.
     public static let retryReasons = [
         "http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
-        "connection_lost", "checksum_mismatch", "other",
+        "connection_lost", "checksum_mismatch", "credentials_expired", "other",
     ]
     /// Questions to a session's signer, by what its answer meant (one of `signerOutcomes`).
     public var signerRequests: [String: Int] = [:]

@@ -294,6 +294,9 @@ extension EndToEndTests {
         let first = attempts["attempts"]?.arrayValue?.first { $0["number"]?.intValue == 1 }
         #expect(first?["http_status"]?.intValue == 403, "\(attempts.serialized())")
         #expect(first?["error"]?["message"]?.stringValue?.contains("the signer is asked again") == true)
+        #expect(first?["error"]?["code"]?.intValue == -1013, "an expiry, not a network failure: \(attempts.serialized())")
+        #expect(first?["error"]?["reason"]?.stringValue == "credentials_expired")
+        #expect(first?["error"]?["http_status"]?.intValue == 403)
 
         let types = try eventTypes(fixture, task: id)
         #expect(types.contains("task.completed"), "\(types)")
