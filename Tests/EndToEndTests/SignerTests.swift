@@ -303,6 +303,10 @@ extension EndToEndTests {
         #expect(!types.contains("task.auth_required"), "\(types)")
         let counts = try signerRequests(fixture, expected: ["ok": 2, "transient": 0, "refused": 0, "invalid": 0])
         #expect(counts == ["ok": 2, "transient": 0, "refused": 0, "invalid": 0])
+        let metrics = try HTTPClient().send("GET", fixture.daemon.url + "/metrics")
+        let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))
+        #expect(figures["backhaul_retries_total{reason=credentials_expired}"] == 1)
+        #expect(figures["backhaul_retries_total{reason=other}"] == 0)
         try expectNowhere(signer.handedOut, fixture, task: id)
     }
 
