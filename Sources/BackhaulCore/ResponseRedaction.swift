@@ -43,8 +43,11 @@ public enum ResponseRedaction {
     ) -> (headers: [(String, String)], body: [UInt8]) {
         // Longest first: a secret that contains another is replaced whole.
         let needles = secrets.map { Array($0.utf8) }.sorted { $0.count > $1.count }
-        let shownHeaders = headers.map { name, value in
-            (name, String(decoding: redact(Array(value.utf8), needles), as: UTF8.self))
+        // Without secrets, only a header that names an `x-amz-` parameter is copied and rewritten:
+        // most answers' headers pass untouched.
+        var shownHeaders = headers
+        for index in headers.indices where !needles.isEmpty || mentionsAmz(headers[index].1) {
+            shownHeaders[index].1 = String(decoding: redact(Array(headers[index].1.utf8), needles), as: UTF8.self)
         }
         guard !body.isEmpty else { return (shownHeaders, body) }
         return (shownHeaders, redact(body, needles))
@@ -68,7 +71,13 @@ public enum ResponseRedaction {
 
     private static let amzPrefix = Array("x-amz-".utf8)
 
-    private static func containsIgnoringCase(_ key: [UInt8], _ text: [UInt8]) -> Bool {
+    private static func mentionsAmz(_ value: String) -> Bool {
+        var text = value
+        return text.withUTF8 { containsIgnoringCase(amzPrefix, $0) }
+    }
+
+    private static func containsIgnoringCase<Text: RandomAccessCollection<UInt8>>(_ key: [UInt8], _ text: Text) -> Bool
+    where Text.Index == Int {
         guard text.count >= key.count else { return false }
         for index in 0...(text.count - key.count) where matchesIgnoringCase(key, text, at: index) { return true }
         return false
@@ -154,7 +163,9 @@ public enum ResponseRedaction {
         return nil
     }
 
-    private static func matchesIgnoringCase(_ key: [UInt8], _ text: [UInt8], at index: Int) -> Bool {
+    private static func matchesIgnoringCase<Text: RandomAccessCollection<UInt8>>(
+        _ key: [UInt8], _ text: Text, at index: Int
+    ) -> Bool where Text.Index == Int {
         for offset in key.indices {
             var byte = text[index + offset]
             if (65...90).contains(byte) { byte += 32 }

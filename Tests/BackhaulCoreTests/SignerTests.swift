@@ -201,6 +201,9 @@ struct ResponseRedactionTests {
             String(decoding: shown.body, as: UTF8.self)
                 == "GET\n/k\nX-Amz-Credential=[redacted]&amp;x-amz-security-token=[redacted]&X-Amz-Signature=[redacted] rest")
         let plain = Array("{\"ok\": true}".utf8)
-        #expect(ResponseRedaction.redact(headers: [], body: plain, secrets: []).body == plain)
+        let headers = [("Location", "https://h/k?X-Amz-Signature=ab12&x=1"), ("ETag", "\"e-1\"")]
+        let untouched = ResponseRedaction.redact(headers: headers, body: plain, secrets: [])
+        #expect(untouched.body == plain)
+        #expect(untouched.headers.map(\.1) == ["https://h/k?X-Amz-Signature=[redacted]&x=1", "\"e-1\""])
     }
 }
