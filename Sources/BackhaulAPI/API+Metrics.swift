@@ -54,6 +54,13 @@ extension API {
                 text.sample("backhaul_retries_total", ["reason": reason], Double(figures.retries[reason] ?? 0))
             }
             text.family(
+                "backhaul_signer_requests_total", "counter",
+                "Questions to sessions' signers, by outcome: ok, transient (retried), refused (4xx), invalid (an answer that cannot be used)."
+            )
+            for outcome in EngineMetrics.signerOutcomes {
+                text.sample("backhaul_signer_requests_total", ["outcome": outcome], Double(figures.signerRequests[outcome] ?? 0))
+            }
+            text.family(
                 "backhaul_engine_faults_total", "counter",
                 "Things the engine could not do and logged as errors, by kind (each should be zero).")
             for fault in EngineMetrics.Fault.allCases {

@@ -86,6 +86,10 @@ extension AttemptFailure {
             return TaskError(
                 .userAuthenticationRequired, message: "the server answered \(status): the credentials or the signed URL expired",
                 httpStatus: status, reason: .credentialsExpired)
+        case .credentialsRenewed(let status, let message):
+            return TaskError(
+                .userAuthenticationRequired, message: "the server answered \(status): \(message)", httpStatus: status,
+                reason: .credentialsExpired)
         case .http(let status, _):
             return TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
         case .checksumMismatch(let status):
@@ -102,7 +106,9 @@ extension AttemptFailure {
     /// The HTTP status of the answer that ended the attempt, if one did.
     public var httpStatus: Int? {
         switch self {
-        case .http(let status, _), .checksumMismatch(let status), .credentialsExpired(let status): return status
+        case .http(let status, _), .checksumMismatch(let status), .credentialsExpired(let status),
+            .credentialsRenewed(let status, _):
+            return status
         case .fatal(let error): return error.httpStatus
         case .transport: return nil
         }

@@ -6,6 +6,10 @@ public enum AttemptFailure: Sendable, Equatable {
     /// `TokenRefreshRequired`, `AccessDenied` "Request has expired"): new ones are wanted, as
     /// after a 401.
     case credentialsExpired(status: Int)
+    /// The server said they expired, and the task's own source of them (its session's signer, the
+    /// AWS credential chain) is asked for new ones: retried with backoff, and shown as the expiry
+    /// it is (`-1013`, `credentials_expired`), not as a network failure.
+    case credentialsRenewed(status: Int, message: String)
     /// The server computed a different checksum of the body than the one sent with it (tus 460,
     /// S3 `BadDigest`): the bytes were damaged on the way, so the piece is sent again.
     case checksumMismatch(status: Int)
@@ -65,6 +69,10 @@ public enum RetryPlanner {
                 attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
                 random: random)
                 ?? .fail(TaskError(.timedOut, message: "the resource timeout ends before the next attempt", httpStatus: status))
+        case .credentialsRenewed:
+            guard !exhausted else { return .fail(failure.error) }
+            return schedule(attempts: attempts, policy: policy, retryAfter: nil, now: now, deadline: deadline, random: random)
+                ?? .fail(failure.error)
         case .checksumMismatch(let status):
             let error = TaskError(
                 .badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",

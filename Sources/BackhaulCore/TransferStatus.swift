@@ -31,8 +31,14 @@ public struct EngineMetrics: Sendable, Equatable {
     /// Kinds of retried failures, a closed set for metric labels.
     public static let retryReasons = [
         "http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
-        "connection_lost", "checksum_mismatch", "other",
+        "connection_lost", "checksum_mismatch", "credentials_expired", "other",
     ]
+    /// Questions to a session's signer, by what its answer meant (one of `signerOutcomes`).
+    public var signerRequests: [String: Int] = [:]
+    /// What a signer's answer meant, a closed set for metric labels: `ok` (a signature that was
+    /// used), `transient` (retried: no answer, 5xx, 408, 429, not JSON), `refused` (another 4xx),
+    /// `invalid` (JSON that cannot be used, or a URL outside the upload allow-list).
+    public static let signerOutcomes = ["ok", "transient", "refused", "invalid"]
     /// The bandwidth limit in force (bytes/s), nil when there is none.
     public var bandwidthLimit: Int64?
     /// What is left today of each discretionary budget.

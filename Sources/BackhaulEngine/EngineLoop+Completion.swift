@@ -93,15 +93,18 @@ extension EngineLoop {
             }
             record(transfer, bytesTransferred: bytes, .completed(response))
         case .failed(var failure):
-            if case .credentialsExpired = failure, task.upload.s3?.isFromChain == true, let chain = options.awsCredentials {
+            if case .credentialsExpired(let status) = failure, task.upload.s3?.isFromChain == true,
+                let chain = options.awsCredentials
+            {
                 // The chain's keys expired early (docs/credentials.md): asked again at once, and the attempt
-                // retried like a transient failure instead of waiting for a client.
+                // retried with backoff instead of waiting for a client.
                 chain.invalidate()
-                failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")
-            } else if case .credentialsExpired = failure, transfer.configuration.signer != nil {
+                failure = .credentialsRenewed(
+                    status: status, message: "the AWS credentials expired; the chain is asked for new ones")
+            } else if case .credentialsExpired(let status) = failure, transfer.configuration.signer != nil {
                 // A signed URL that expired early: the signer is asked again at the retry.
                 signatures[task.id] = nil
-                failure = .transport(.other, message: "the signed request expired; the signer is asked again")
+                failure = .credentialsRenewed(status: status, message: "the signed request expired; the signer is asked again")
             }
             let decision = RetryPlanner.decide(
                 failure, attempts: transfer.failuresSinceProgress, policy: transfer.configuration.retry,
@@ -254,6 +257,7 @@ extension EngineLoop {
         case .http(let status, _) where [408, 425, 429].contains(status): return "http_\(status)"
         case .http(let status, _) where status >= 500: return "http_5xx"
         case .checksumMismatch: return "checksum_mismatch"
+        case .credentialsRenewed: return "credentials_expired"
         case .transport(.timedOut, _): return "timed_out"
         case .transport(.cannotConnect, _): return "cannot_connect"
         case .transport(.cannotFindHost, _): return "cannot_find_host"

@@ -52,10 +52,17 @@ extension EngineLoop {
         let target = SignTarget.of(request, kind: task.kind, protocolName: task.upload.protocolName)
         let key = "\(target.step.rawValue) \(target.partNumber ?? 0) \(request.method) \(request.url)"
         if let kept = signatures[task.id]?[key], kept.usable(at: clock.now()) {
-            try dispatch(transfer, kept.applied(to: request))
+            try dispatch(transfer, signed(request, with: kept, for: transfer))
             return
         }
         try askSigner(signer, transfer, request, target: target, key: key)
+    }
+
+    /// `request` as `signature` says to send it; what the signature gave that is secret is noted on
+    /// the transfer, to be kept out of its stored response.
+    func signed(_ request: PlannedRequest, with signature: Signature, for transfer: Transfer) -> PlannedRequest {
+        transfer.signerSecrets.formUnion(ResponseRedaction.secrets(of: signature, planned: request))
+        return signature.applied(to: request)
     }
 
     /// Hands a request to curl, or first to the hasher when it carries a digest header.
@@ -132,9 +139,16 @@ extension EngineLoop {
         let metadata: Logger.Metadata = [
             "task.id": "\(transfer.task.id)", "signer.step": "\(call.target.step.rawValue)", "http.status": "\(status)",
         ]
+        let refusal: TaskError?
+        if case .signed(let signature) = outcome {
+            refusal = options.destinations.locationRefusal(signature.url, taskURL: transfer.task.request.url)
+        } else {
+            refusal = nil
+        }
+        count(outcome, outsideAllowList: refusal != nil)
         switch outcome {
         case .signed(let signature):
-            if var refused = options.destinations.locationRefusal(signature.url, taskURL: transfer.task.request.url) {
+            if var refused = refusal {
                 // The message names the origin only: the signed URL's query is a credential.
                 refused.message = refused.message.replacing("the server named", with: "the signer named")
                 logger.warning("the signer named a host outside the upload allow-list", metadata: metadata)
@@ -143,7 +157,7 @@ extension EngineLoop {
             }
             if signature.usable(at: clock.now()) { signatures[transfer.task.id, default: [:]][call.key] = signature }
             do {
-                try dispatch(transfer, signature.applied(to: call.request))
+                try dispatch(transfer, signed(call.request, with: signature, for: transfer))
             } catch {
                 conclude(transfer, step: .failed(.transport(.other, message: "cannot continue: \(error)")))
             }
@@ -155,6 +169,18 @@ extension EngineLoop {
             logger.warning("the signer's answer ends the task", metadata: metadata.merging(["error": "\(error.message)"]) { $1 })
             conclude(transfer, step: .failed(.fatal(error)))
         }
+    }
+
+    /// Counts an answer for `backhaul_signer_requests_total` (a signed URL outside the upload
+    /// allow-list is an answer that cannot be used: `invalid`).
+    func count(_ outcome: SignerOutcome, outsideAllowList: Bool) {
+        let label: String
+        switch outcome {
+        case .signed: label = outsideAllowList ? "invalid" : "ok"
+        case .transient: label = "transient"
+        case .failed(let error): label = error.reason == .signerRefused ? "refused" : "invalid"
+        }
+        metrics.signerRequests[label, default: 0] += 1
     }
 
     /// What the signer's answer (or its absence) means.
@@ -169,12 +195,20 @@ extension EngineLoop {
     /// cleanup's attempt counts as failed and is retried later like one the server refused.
     func finishedSigner(_ call: SignerCall, code: CurlCode, for cleanup: Cleanup) {
         let metadata: Logger.Metadata = ["cleanup.seq": "\(cleanup.sequence)"]
-        guard case .signed(let signature) = Self.outcome(of: call, code: code) else {
+        let outcome = Self.outcome(of: call, code: code)
+        let outside: Bool
+        if case .signed(let signature) = outcome {
+            outside = options.destinations.allowListRefusal(signature.url, for: .upload) != nil
+        } else {
+            outside = false
+        }
+        count(outcome, outsideAllowList: outside)
+        guard case .signed(let signature) = outcome else {
             logger.warning("the signer did not sign a cleanup; it is tried again later", metadata: metadata)
             finishedCleanup(cleanup, code: .couldNotConnect)
             return
         }
-        if options.destinations.allowListRefusal(signature.url, for: .upload) != nil {
+        if outside {
             logger.warning("dropping a cleanup the signer sent outside the upload allow-list", metadata: metadata)
             do { try store.recordCleanup(sequence: cleanup.sequence, retryAt: nil) } catch {
                 fault(.storeWrite, "cannot drop a cleanup", ["error": "\(error)"])

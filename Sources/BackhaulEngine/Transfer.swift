@@ -59,6 +59,9 @@ final class Transfer {
     private var lastCounters: (Int64, Int64) = (0, 0)
 
     let response = ResponseCollector(bodyLimit: ResponseRecord.maxBodyBytes)
+    /// What the signer's answers gave this attempt's requests that is secret (query values,
+    /// header values), taken out of the stored response (`responseRecord`).
+    var signerSecrets: Set<String> = []
     /// A body the protocol built in memory (S3's CompleteMultipartUpload).
     private let memory = MemoryBody()
     /// The SHA-256 of the body read so far, when the request sends digest trailers.
@@ -250,8 +253,12 @@ final class Transfer {
         ResponseHead(status: response.status, received: response.headers, body: response.body)
     }
 
+    /// The task's response as stored and shown: what a server repeats of the credentials (the
+    /// signer's query values and headers of this attempt, S3's signature elements) is redacted.
     var responseRecord: ResponseRecord? {
-        response.status == 0 ? nil : ResponseRecord(status: response.status, headers: response.headers, body: response.body)
+        guard response.status != 0 else { return nil }
+        let shown = ResponseRedaction.redact(headers: response.headers, body: response.body, secrets: signerSecrets)
+        return ResponseRecord(status: response.status, headers: shown.headers, body: shown.body)
     }
 
     /// Configures a fresh handle for the next request the protocol asked for.

@@ -74,6 +74,19 @@ struct RetryTests {
         #expect(error.code == -1011 && error.httpStatus == 400)
     }
 
+    @Test("credentials renewed by the task's signer or chain: retried, shown -1013 credentials_expired with the status")
+    func credentialsRenewed() {
+        let words = "the signed request expired; the signer is asked again"
+        let failure = AttemptFailure.credentialsRenewed(status: 403, message: words)
+        #expect(decide(failure) == .retry(at: 1001))
+        let expected = TaskError(
+            .userAuthenticationRequired, message: "the server answered 403: \(words)", httpStatus: 403,
+            reason: .credentialsExpired)
+        #expect(failure.error == expected)
+        let limited = RetryPolicy(maxAttempts: 2, initialBackoff: 2, maxBackoff: 600)
+        #expect(decide(failure, attempts: 2, policy: limited) == .fail(expected), "not endlessly: max_attempts bounds it")
+    }
+
     @Test("Retry-After wins over a shorter backoff")
     func retryAfter() {
         #expect(decide(.http(status: 503, retryAfter: 30)) == .retry(at: 1030))

@@ -146,3 +146,64 @@ extension SignerOutcome {
         return nil
     }
 }
+
+@Suite("What a server repeats of a request's credentials is redacted from the stored response")
+struct ResponseRedactionTests {
+    static let token = "Fq0Zx%2Fa9+b/secret=="
+    static let planned = PlannedRequest(
+        method: "PUT", url: "https://b.example/k?partNumber=1&uploadId=u-1", headers: [], body: .empty)
+    static let signature = Signature(
+        url: "https://b.example/k?partNumber=1&uploadId=u-1&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600"
+            + "&X-Amz-Date=20261123T101010Z&X-Amz-SignedHeaders=host&sig=0123456789abcdef&tok=\(token)&short=abc",
+        headers: [("X-Upload-Token", "header-secret-42"), ("X-Short", "yes")])
+
+    @Test("the signer's query values in each form a server writes them, and its header values; not what the plan had")
+    func secrets() {
+        let found = ResponseRedaction.secrets(of: Self.signature, planned: Self.planned)
+        #expect(found.contains("0123456789abcdef"))
+        #expect(found.contains(Self.token), "as written")
+        #expect(found.contains("Fq0Zx/a9+b/secret=="), "decoded")
+        #expect(found.contains("Fq0Zx%2Fa9%2Bb%2Fsecret%3D%3D"), "as SigV4's canonical query encodes it")
+        #expect(found.contains("header-secret-42"))
+        for shown in ["u-1", "1", "AWS4-HMAC-SHA256", "3600", "20261123T101010Z", "host", "abc", "yes"] {
+            #expect(!found.contains(shown), "\(shown) is not a secret")
+        }
+    }
+
+    @Test("an S3 SignatureDoesNotMatch body and an echoing header keep their words, not the credentials")
+    func redactsBodyAndHeaders() {
+        let body = """
+            <Error><Code>SignatureDoesNotMatch</Code><Message>does not match</Message>\
+            <SignatureProvided>0123456789abcdef</SignatureProvided>\
+            <CanonicalRequest>PUT\n/k\npartNumber=1&amp;tok=Fq0Zx%2Fa9%2Bb%2Fsecret%3D%3D&amp;uploadId=u-1</CanonicalRequest>\
+            <CanonicalRequestBytes>50 55 54 0a</CanonicalRequestBytes><Echo>header-secret-42</Echo></Error>
+            """
+        let secrets = ResponseRedaction.secrets(of: Self.signature, planned: Self.planned)
+        let shown = ResponseRedaction.redact(
+            headers: [("X-Echo", "tok=\(Self.token)"), ("ETag", "\"e-1\"")], body: Array(body.utf8), secrets: secrets)
+        let text = String(decoding: shown.body, as: UTF8.self)
+        #expect(text.contains("<Code>SignatureDoesNotMatch</Code><Message>does not match</Message>"))
+        #expect(text.contains("<SignatureProvided>[redacted]</SignatureProvided>"))
+        #expect(text.contains("&amp;tok=[redacted]&amp;uploadId=u-1"))
+        #expect(text.contains("<CanonicalRequestBytes>[redacted]</CanonicalRequestBytes>"))
+        #expect(text.contains("<Echo>[redacted]</Echo>"))
+        #expect(shown.headers[0].1 == "tok=[redacted]")
+        #expect(shown.headers[1].1 == "\"e-1\"")
+    }
+
+    @Test("X-Amz-Signature, -Security-Token and -Credential values are redacted in any body, signer or not")
+    func awsParametersAlways() {
+        let body = Array(
+            "GET\n/k\nX-Amz-Credential=AKIA%2F2026%2Fus-east-1&amp;x-amz-security-token=IQoJb3JpZ2lu&X-Amz-Signature=ab12 rest"
+                .utf8)
+        let shown = ResponseRedaction.redact(headers: [], body: body, secrets: [])
+        #expect(
+            String(decoding: shown.body, as: UTF8.self)
+                == "GET\n/k\nX-Amz-Credential=[redacted]&amp;x-amz-security-token=[redacted]&X-Amz-Signature=[redacted] rest")
+        let plain = Array("{\"ok\": true}".utf8)
+        let headers = [("Location", "https://h/k?X-Amz-Signature=ab12&x=1"), ("ETag", "\"e-1\"")]
+        let untouched = ResponseRedaction.redact(headers: headers, body: plain, secrets: [])
+        #expect(untouched.body == plain)
+        #expect(untouched.headers.map(\.1) == ["https://h/k?X-Amz-Signature=[redacted]&x=1", "\"e-1\""])
+    }
+}

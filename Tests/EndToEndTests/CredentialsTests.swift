@@ -343,7 +343,10 @@ extension EndToEndTests {
         #expect(fixture.sink.requests.count == 2)
         #expect(fixture.sink.requests.allSatisfy { $0.headers["authorization"]?.contains("Credential=AKIAEXAMPLE/") == true })
         let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue ?? []
-        #expect(attempts.contains { $0["outcome"]?.stringValue == "retry" })
+        let retried = attempts.first { $0["outcome"]?.stringValue == "retry" }
+        #expect(retried?["error"]?["code"]?.intValue == -1013, "an expiry, not a network failure: \(attempts)")
+        #expect(retried?["error"]?["reason"]?.stringValue == "credentials_expired")
+        #expect(retried?["error"]?["http_status"]?.intValue == 400)
         try expectNowhere(["env-secret"], fixture, task: id)
     }
 }

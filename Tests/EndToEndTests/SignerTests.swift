@@ -1,5 +1,6 @@
 import BackhaulCore
 import BackhaulTesting
+import Curl
 import Foundation
 import JSONCodec
 import Testing
@@ -13,7 +14,12 @@ final class SignerPeer {
     let modeFile: String
     let files: String
 
-    init(directory: String, name: String = "signer", lifetime: Double = 3, s3Credentials: String? = nil) throws {
+    /// `s3Errors`: the sink answers an expired token as S3 does (403 `AccessDenied`, "Request has
+    /// expired"), not with a plain 403.
+    init(
+        directory: String, name: String = "signer", lifetime: Double = 3, s3Credentials: String? = nil,
+        s3Errors: Bool = false
+    ) throws {
         logFile = directory + "/\(name).jsonl"
         secretFile = directory + "/\(name).secret"
         modeFile = directory + "/\(name).mode"
@@ -25,11 +31,13 @@ final class SignerPeer {
             arguments: [
                 "--secret-file", secretFile, "--log", logFile, "--mode-file", modeFile, "--lifetime", String(lifetime),
                 "--files", files,
-            ] + (s3Credentials.map { ["--s3", $0] } ?? []))
+            ] + (s3Credentials.map { ["--s3", $0] } ?? []) + (s3Errors ? ["--s3-errors"] : []))
     }
 
     var signURL: String { "http://127.0.0.1:\(peer.port)/sign" }
     func sinkURL(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/upload/\(name)" }
+    /// Where the sink serves `files/<name>` to a GET with a valid token.
+    func downloadURL(_ name: String) -> String { "http://127.0.0.1:\(peer.port)/download/\(name)" }
     var entries: [JSON] { PythonPeer.lines(logFile) }
     var questions: [JSON] { entries.filter { $0["sign"] != nil } }
     var uploads: [JSON] { entries.filter { $0["sink"] != nil } }
@@ -163,6 +171,10 @@ extension EndToEndTests {
         #expect(error("outside")["reason"]?.stringValue == "location_host_not_allowed")
         for mode in ["4xx", "nourl", "outside"] { #expect(tasks[mode]?["attempts"]?.intValue == 1, "\(mode) not retried") }
         for mode in modes { #expect(signers[mode]!.uploads.isEmpty, "\(mode): nothing uploaded") }
+        // Each answer counted once: badjson, hang and 5xx twice (transient), 4xx refused, nourl and
+        // the URL outside the allow-list invalid, the other session's signature ok.
+        let expected: [String: Double] = ["ok": 1, "transient": 6, "refused": 1, "invalid": 2]
+        #expect(try signerRequests(fixture, expected: expected) == expected)
         #expect(!fixture.daemon.log(lastLines: 100_000).contains("token="), "no signed URL in the log")
     }
 }
@@ -219,5 +231,137 @@ extension EndToEndTests {
         #expect(abort?["request"]?["method"]?.stringValue == "DELETE")
         let delete = s3.requests.last { $0["presigned"]?.boolValue == true && $0["method"]?.stringValue == "DELETE" }
         #expect(delete?["refused"] == .null, "moto's wrapper took the presigned DELETE")
+    }
+}
+
+/// `backhaul_signer_requests_total` by outcome, read from `/metrics` with the Prometheus client's
+/// parser once the engine has published `expected` (its figures reach the API every few hundred ms).
+func signerRequests(_ fixture: Fixture, expected: [String: Double]) throws -> [String: Double] {
+    var counts: [String: Double] = [:]
+    _ = try eventually(timeout: 5) {
+        let exchange = try HTTPClient().send("GET", fixture.daemon.url + "/metrics")
+        let figures = try PrometheusParser.parse(String(decoding: exchange.body, as: UTF8.self))
+        for outcome in ["ok", "transient", "refused", "invalid"] {
+            counts[outcome] = figures["backhaul_signer_requests_total{outcome=\(outcome)}"]
+        }
+        return counts == expected
+    }
+    return counts
+}
+
+/// The task events of `id` in the event log, replayed by the SSE stream (curl reads it for two seconds).
+func eventTypes(_ fixture: Fixture, task id: String) throws -> [String] {
+    let curl = Process()
+    curl.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+    curl.arguments = ["-sN", "-m", "2", fixture.daemon.url + "/v1/events?after=0"]
+    let output = Pipe()
+    curl.standardOutput = output
+    try curl.run()
+    let stream = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    curl.waitUntilExit()
+    var types: [String] = []
+    for line in stream.split(separator: "\n") where line.hasPrefix("data:") && line.contains(id) {
+        guard let event = try? JSON.parse(Array(line.dropFirst(5).utf8)) else { continue }
+        types.append(event["type"]?.stringValue ?? "")
+    }
+    return types
+}
+
+extension EndToEndTests {
+    @Test("signer: a signed URL the server finds expired is signed again at once; the task never waits in auth_required")
+    func signerExpiryRenewal() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        // The first answer's token is already past while its expires_at claims 120 s: the daemon keeps
+        // and uses it, and the sink answers as S3 does, 403 AccessDenied "Request has expired".
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 120, s3Errors: true)
+        try signer.setMode("expiredfirst")
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        let file = fixture.makeFile("renewed.bin", size: 200_000)
+        let id = try fixture.enqueue(
+            file, extra: ["request": ["url": .string(signer.sinkURL("renewed.bin")), "method": "PUT"]])
+        let task = try fixture.daemon.waitForTask(id, timeout: 30)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(Bytes(fixture.contents(signer.files + "/renewed.bin")) == Bytes(fixture.contents(file)))
+
+        let steps = signer.questions.map { $0["step"]?.stringValue ?? "" }
+        #expect(steps == ["request", "request"], "asked once, then again after the expiry: \(steps)")
+        #expect(signer.questions.first?["expired_token"]?.boolValue == true)
+        let reasons = signer.uploads.map { $0["reason"]?.stringValue ?? "accepted" }
+        #expect(reasons == ["expired", "accepted"], "\(reasons)")
+        #expect(task["attempts"]?.intValue == 2)
+        let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1
+        let first = attempts["attempts"]?.arrayValue?.first { $0["number"]?.intValue == 1 }
+        #expect(first?["http_status"]?.intValue == 403, "\(attempts.serialized())")
+        #expect(first?["error"]?["message"]?.stringValue?.contains("the signer is asked again") == true)
+        #expect(first?["error"]?["code"]?.intValue == -1013, "an expiry, not a network failure: \(attempts.serialized())")
+        #expect(first?["error"]?["reason"]?.stringValue == "credentials_expired")
+        #expect(first?["error"]?["http_status"]?.intValue == 403)
+
+        let types = try eventTypes(fixture, task: id)
+        #expect(types.contains("task.completed"), "\(types)")
+        #expect(!types.contains("task.auth_required"), "\(types)")
+        let counts = try signerRequests(fixture, expected: ["ok": 2, "transient": 0, "refused": 0, "invalid": 0])
+        #expect(counts == ["ok": 2, "transient": 0, "refused": 0, "invalid": 0])
+        let metrics = try HTTPClient().send("GET", fixture.daemon.url + "/metrics")
+        let figures = try PrometheusParser.parse(String(decoding: metrics.body, as: UTF8.self))
+        #expect(figures["backhaul_retries_total{reason=credentials_expired}"] == 1)
+        #expect(figures["backhaul_retries_total{reason=other}"] == 0)
+        try expectNowhere(signer.handedOut, fixture, task: id)
+    }
+
+    @Test("signer: a download asks the signer (step request) and fetches from the signed URL, byte-exact")
+    func signerDownload() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 120)
+        let source = signer.files + "/firmware.bin"
+        try FileManager.default.copyItem(atPath: scratch.makeFile("firmware.bin", size: 3 << 20 | 7), toPath: source)
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        let id = try fixture.enqueueDownload(signer.downloadURL("firmware.bin"), to: "firmware.bin")
+        let task = try fixture.daemon.waitForTask(id, timeout: 30)
+        fixture.expectLog(task["state"]?.stringValue == "completed", task.serialized())
+        #expect(Bytes(fixture.contents(fixture.data + "/firmware.bin")) == Bytes(fixture.contents(source)))
+
+        let question = try #require(signer.questions.first)
+        #expect(signer.questions.count == 1)
+        #expect(question["verified"]?.boolValue == true)
+        #expect(question["step"]?.stringValue == "request")
+        #expect(question["request"]?["method"]?.stringValue == "GET")
+        #expect(question["request"]?["url"]?.stringValue == signer.downloadURL("firmware.bin"))
+        let gets = signer.uploads.filter { $0["method"]?.stringValue == "GET" }
+        #expect(gets.count == 1 && gets.allSatisfy { $0["accepted"]?.boolValue == true }, "\(gets)")
+        let counts = try signerRequests(fixture, expected: ["ok": 1, "transient": 0, "refused": 0, "invalid": 0])
+        #expect(counts["ok"] == 1)
+        try expectNowhere(signer.handedOut, fixture, task: id)
+
+        // The sink is not lenient: the same URL without a token is refused.
+        let unsigned = try HTTPClient().send("GET", signer.downloadURL("firmware.bin"))
+        #expect(unsigned.status == 403)
+    }
+
+    @Test("signer: a server's SignatureDoesNotMatch repeating the token, query and header is stored with them redacted")
+    func signerSecretsInErrorBody() throws {
+        let scratch = TemporaryDirectory("backhaul-signer")
+        let signer = try SignerPeer(directory: scratch.path, lifetime: 120)
+        try signer.setMode("mismatch")
+        let fixture = try Fixture(daemonArguments: ["--allow-upload-host", "127.0.0.1"])
+        try signer.session(fixture, "s1", quickRetry.objectValue ?? [:])
+        let file = fixture.makeFile("mismatch.bin", size: 10_000)
+        let id = try fixture.enqueue(
+            file, extra: ["request": ["url": .string(signer.sinkURL("mismatch.bin")), "method": "PUT"]])
+        let task = try fixture.daemon.waitForTask(id, timeout: 30)
+        #expect(task["state"]?.stringValue == "failed", "\(task.serialized())")
+        #expect(task["error"]?["http_status"]?.intValue == 403)
+        let response = task["response"] ?? .null
+        let body = response["body"]?.stringValue ?? ""
+        #expect(body.contains("<Code>SignatureDoesNotMatch</Code>"), "the rest of the body is kept: \(body)")
+        #expect(body.contains("<SignatureProvided>[redacted]</SignatureProvided>"), "\(body)")
+        #expect(body.contains("<CanonicalRequestBytes>[redacted]</CanonicalRequestBytes>"), "\(body)")
+        #expect(body.contains("token=[redacted]"), "\(body)")
+        #expect(response["headers"]?["X-Echo-Query"]?.stringValue?.contains("token=[redacted]") == true, "\(response)")
+        let tokens = signer.handedOut.filter { !$0.isEmpty }
+        #expect(tokens.count == 2)
+        try expectNowhere(tokens, fixture, task: id)
     }
 }
