@@ -104,8 +104,6 @@ extension EngineLoop {
         let now = clock.now()
         let id = RandomID.make(prefix: "sign_", at: now)
         let timestamp = Int64(now)
-        let signature = WebhookSigner.header(
-            keys: WebhookRecord.key(of: signer.secret).map { [$0] } ?? [], id: id, timestamp: timestamp, body: body)
         let call = try SignerCall(owner: owner, request: request, target: target, key: key, body: body)
         if options.denyPrivateDestinations { call.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
         var curlOptions = RequestOptions(url: signer.url, method: .post)
@@ -113,10 +111,8 @@ extension EngineLoop {
         curlOptions.timeoutSeconds = Self.signerTimeout
         curlOptions.userAgent = options.userAgent
         curlOptions.caBundle = options.caBundle
-        curlOptions.headers = [
-            "Content-Type: application/json", "webhook-id: \(id)", "webhook-timestamp: \(timestamp)",
-            "webhook-signature: \(signature)", "Expect:",
-        ]
+        curlOptions.headers = WebhookSigner.headerLines(
+            keys: WebhookRecord.key(of: signer.secret).map { [$0] } ?? [], id: id, timestamp: timestamp, body: body)
         try call.easy.configure(curlOptions)
         try curl.add(call.easy, for: self)
         signerCalls[ObjectIdentifier(call.easy)] = call

@@ -163,18 +163,14 @@ public final class WebhookDispatcher: Sendable {
                 let item = try InFlight(delivery)
                 if options.denyPrivateDestinations { item.easy.allowPeer = { !DestinationRules.isPrivate(address: $0) } }
                 let timestamp = Int64(now)
-                let signature = WebhookSigner.header(
-                    keys: delivery.secrets.compactMap(WebhookRecord.key(of:)), id: delivery.eventID, timestamp: timestamp,
-                    body: delivery.payload)
                 var request = RequestOptions(url: delivery.url, method: .post)
                 request.body = .stream(length: Int64(delivery.payload.count))
                 request.timeoutSeconds = options.requestTimeout
                 request.userAgent = options.userAgent
                 request.caBundle = options.caBundle
-                request.headers = [
-                    "Content-Type: application/json", "webhook-id: \(delivery.eventID)", "webhook-timestamp: \(timestamp)",
-                    "webhook-signature: \(signature)", "Expect:",
-                ]
+                request.headers = WebhookSigner.headerLines(
+                    keys: delivery.secrets.compactMap(WebhookRecord.key(of:)), id: delivery.eventID, timestamp: timestamp,
+                    body: delivery.payload)
                 try item.easy.configure(request)
                 try transfers.add(item.easy, for: self)
                 inFlight[ObjectIdentifier(item.easy)] = item

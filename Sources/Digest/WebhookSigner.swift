@@ -15,6 +15,15 @@ public enum WebhookSigner {
         keys.map { signature(key: $0, id: id, timestamp: timestamp, body: body) }.joined(separator: " ")
     }
 
+    /// The header lines of a signed JSON POST, as libcurl takes them: the content type, the three
+    /// `webhook-*` headers, and no `Expect: 100-continue` (a receiver answers the whole request).
+    public static func headerLines(keys: [[UInt8]], id: String, timestamp: Int64, body: [UInt8]) -> [String] {
+        [
+            "Content-Type: application/json", "webhook-id: \(id)", "webhook-timestamp: \(timestamp)",
+            "webhook-signature: \(header(keys: keys, id: id, timestamp: timestamp, body: body))", "Expect:",
+        ]
+    }
+
     /// Standard base64 with padding (`EVP_EncodeBlock`, which writes no line breaks).
     static func base64(_ bytes: [UInt8]) -> String {
         var output = [UInt8](repeating: 0, count: (bytes.count + 2) / 3 * 4 + 1)
