@@ -82,7 +82,7 @@ extension EngineLoop {
         let response = transfer.responseRecord
         let bytes = transfer.machine.bytesAcknowledged
         if case .send = step { return }
-        if case .completed = step { signatures[task.id] = nil }
+        if case .completed = step { forgetSignatures(of: task.id) }
         switch step {
         case .send:
             return
@@ -100,7 +100,7 @@ extension EngineLoop {
                 failure = .transport(.other, message: "the AWS credentials expired; the chain is asked for new ones")
             } else if case .credentialsExpired = failure, transfer.configuration.signer != nil {
                 // A signed URL that expired early: the signer is asked again at the retry.
-                signatures[task.id] = nil
+                forgetSignatures(of: task.id)
                 failure = .transport(.other, message: "the signed request expired; the signer is asked again")
             }
             let decision = RetryPlanner.decide(
@@ -128,7 +128,7 @@ extension EngineLoop {
                             "error.message": "\(error.message)",
                         ])
                 }
-                signatures[task.id] = nil
+                forgetSignatures(of: task.id)
                 logger.info(
                     "task failed",
                     metadata: [
