@@ -82,7 +82,7 @@ extension EngineLoop {
         let response = transfer.responseRecord
         let bytes = transfer.machine.bytesAcknowledged
         if case .send = step { return }
-        if case .completed = step { signatures[task.id] = nil }
+        if case .completed = step { forgetSignatures(of: task.id) }
         switch step {
         case .send:
             return
@@ -103,7 +103,7 @@ extension EngineLoop {
                     status: status, message: "the AWS credentials expired; the chain is asked for new ones")
             } else if case .credentialsExpired(let status) = failure, transfer.configuration.signer != nil {
                 // A signed URL that expired early: the signer is asked again at the retry.
-                signatures[task.id] = nil
+                forgetSignatures(of: task.id)
                 failure = .credentialsRenewed(status: status, message: "the signed request expired; the signer is asked again")
             }
             let decision = RetryPlanner.decide(
@@ -131,7 +131,7 @@ extension EngineLoop {
                             "error.message": "\(error.message)",
                         ])
                 }
-                signatures[task.id] = nil
+                forgetSignatures(of: task.id)
                 logger.info(
                     "task failed",
                     metadata: [

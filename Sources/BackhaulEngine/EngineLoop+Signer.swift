@@ -221,11 +221,19 @@ extension EngineLoop {
 
     /// Takes a transfer's questions to the signer out of curl (it stopped or ended).
     func cancelSignerCalls(of transfer: Transfer) {
+        guard !signerCalls.isEmpty else { return }
         for (id, call) in signerCalls {
             guard case .transfer(let owner) = call.owner, owner === transfer else { continue }
             curl.remove(call.easy)
             signerCalls[id] = nil
         }
+    }
+
+    /// Forgets a task's kept signatures (it ended, or its signed URL expired early). Most sessions
+    /// have no signer and keep none: then the task's id is not even hashed.
+    func forgetSignatures(of taskID: String) {
+        guard !signatures.isEmpty else { return }
+        signatures[taskID] = nil
     }
 
     /// Forgets the signatures no request may use any more (kept only until their `expires_at`,

@@ -151,7 +151,7 @@ final class EngineLoop: CurlLoopClient {
     func finished(_ easy: EasyHandle, _ code: CurlCode, _ transfers: CurlTransfers) {
         curl = transfers
         store.holdWrites()
-        if let call = signerCalls.removeValue(forKey: ObjectIdentifier(easy)) {
+        if !signerCalls.isEmpty, let call = signerCalls.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedSigner(call, code: code)
         } else if let cleanup = cleanups.removeValue(forKey: ObjectIdentifier(easy)) {
             finishedCleanup(cleanup, code: code)

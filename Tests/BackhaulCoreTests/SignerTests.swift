@@ -26,6 +26,16 @@ struct SignerTests {
         }
     }
 
+    @Test("a signer keeps a configuration within 128 bytes, which the engine copies without memcpy")
+    func configurationSize() {
+        // Past 128 bytes every copy of a configuration (several a task) became a call to memcpy:
+        // BENCHMARKS.md's instructions per task.
+        #expect(MemoryLayout<TransferConfiguration>.size <= 128)
+        let one = SignerConfiguration(url: "http://127.0.0.1:9/sign", secret: Self.secret)
+        #expect(one == SignerConfiguration(url: "http://127.0.0.1:9/sign", secret: Self.secret), "equal by value")
+        #expect(one != SignerConfiguration(url: "http://127.0.0.1:9/other", secret: Self.secret))
+    }
+
     @Test("a task's configuration may not name a signer")
     func notForTasks() {
         let body: JSON = [
