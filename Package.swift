@@ -71,7 +71,7 @@ let package = Package(
             dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         /// The fleet's shared queue in PostgreSQL: schema, claims, leases, takeover (docs/fleet.md).
-        .target(name: "BackhaulPostgres", dependencies: ["PostgreSQL"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulPostgres", dependencies: ["PostgreSQL", "Threads"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
