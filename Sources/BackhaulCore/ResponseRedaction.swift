@@ -24,7 +24,7 @@ public enum ResponseRedaction {
             let decodedName = SignTarget.percentDecoded(Substring(name)).asciiLowercased
             guard !publicParameters.contains(decodedName) else { continue }
             let decoded = SignTarget.percentDecoded(Substring(value))
-            for form in [value, decoded, sigV4Encoded(decoded), xmlEscaped(decoded)]
+            for form in [value, decoded, S3Upload.escape(decoded), xmlEscaped(decoded)]
             where form.utf8.count >= minimumSecretLength {
                 found.insert(form)
             }
@@ -192,22 +192,6 @@ public enum ResponseRedaction {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
         }
-    }
-
-    /// Percent-encoding as SigV4's canonical query writes it: all but `A-Z a-z 0-9 - _ . ~`,
-    /// upper-case hex.
-    static func sigV4Encoded(_ text: String) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        for byte in text.utf8 {
-            switch byte {
-            case 65...90, 97...122, 48...57, UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
-                out.append(byte)
-            default:
-                out.append(contentsOf: [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 15)]])
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// `text` as XML writes it in element content.

@@ -81,12 +81,11 @@ extension EngineLoop {
         let task = transfer.task
         let response = transfer.responseRecord
         let bytes = transfer.machine.bytesAcknowledged
-        if case .send = step { return }
-        if case .completed = step { forgetSignatures(of: task.id) }
         switch step {
         case .send:
             return
         case .completed:
+            forgetSignatures(of: task.id)
             if let changed = transfer.file?.checkUnchanged() {
                 record(transfer, bytesTransferred: bytes, .failed(changed, response))
                 return

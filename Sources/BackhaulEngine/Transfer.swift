@@ -255,8 +255,13 @@ final class Transfer {
 
     /// The task's response as stored and shown: what a server repeats of the credentials (the
     /// signer's query values and headers of this attempt, S3's signature elements) is redacted.
+    /// A success without a signer's secrets is stored as it came: the echoes redacted here come
+    /// in refusals (S3's SignatureDoesNotMatch is a 403), and this runs at the end of every attempt.
     var responseRecord: ResponseRecord? {
         guard response.status != 0 else { return nil }
+        if signerSecrets.isEmpty, response.status < 300 {
+            return ResponseRecord(status: response.status, headers: response.headers, body: response.body)
+        }
         let shown = ResponseRedaction.redact(headers: response.headers, body: response.body, secrets: signerSecrets)
         return ResponseRecord(status: response.status, headers: shown.headers, body: shown.body)
     }

@@ -1,4 +1,3 @@
-import Glibc
 import PostgreSQL
 import Threads
 
@@ -45,7 +44,7 @@ public final class FleetHeartbeat: Sendable {
     /// Stops beating (the leases then run out unless the node ends its tasks first) and waits
     /// for the thread.
     public func stop() {
-        state.withLock { $0.stopping = true }
+        state.withLockNotifyingAll { $0.stopping = true }
         thread.join()
     }
 
@@ -73,10 +72,8 @@ public final class FleetHeartbeat: Sendable {
         }
     }
 
+    /// Waits a beat's interval, or less when `stop()` comes meanwhile.
     private func sleepUnlessStopping(_ seconds: Double) {
-        let steps = Int((seconds / 0.05).rounded(.up))
-        for _ in 0..<steps where !state.withLock({ $0.stopping }) {
-            usleep(50_000)
-        }
+        state.wait(until: { $0.stopping }, timeout: seconds) { _ in }
     }
 }

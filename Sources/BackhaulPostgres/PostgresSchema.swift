@@ -57,7 +57,7 @@ public enum PostgresSchema {
     /// older node); the version found before.
     @discardableResult
     public static func migrate(_ db: PostgresConnection, upTo known: Int? = nil) throws -> Int {
-        let known = known ?? currentVersion
+        let known = min(known ?? currentVersion, currentVersion)
         try db.execute("SELECT pg_advisory_lock($1)", [.int(lockKey)])
         defer { _ = try? db.execute("SELECT pg_advisory_unlock($1)", [.int(lockKey)]) }
         try db.execute("CREATE TABLE IF NOT EXISTS backhaul_schema (version integer NOT NULL)")

@@ -13,7 +13,10 @@ public final class PostgresServer {
 
     public let port: UInt16
     public let password: String
-    public let directory: String
+    /// The data, the socket, the log and the programs' output; removed after the server stopped
+    /// (a stored property is released after `deinit` ran).
+    private let scratch = TemporaryDirectory("backhaul-pg")
+    public var directory: String { scratch.path }
     private let binaries: String
     private var running = false
 
@@ -36,9 +39,6 @@ public final class PostgresServer {
             throw Failure(description: "PostgreSQL is not installed: run `make test-deps`")
         }
         self.binaries = binaries
-        var template = Array("/tmp/backhaul-pg-XXXXXX".utf8CString)
-        guard let made = mkdtemp(&template) else { throw Failure(description: "mkdtemp failed: errno \(errno)") }
-        directory = String(cString: made)
         port = try freePort()
         password = "pw-" + UUID().uuidString.lowercased()
         try password.write(toFile: directory + "/password", atomically: true, encoding: .utf8)
@@ -56,7 +56,6 @@ public final class PostgresServer {
 
     deinit {
         if running { try? run("pg_ctl", "-D", directory + "/data", "-m", "immediate", "-w", "-t", "20", "stop") }
-        try? FileManager.default.removeItem(atPath: directory)
     }
 
     /// Starts the server and waits until it takes connections.

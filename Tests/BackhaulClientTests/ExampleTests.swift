@@ -27,12 +27,20 @@ struct ExampleTests {
             .appendingPathComponent("backhaul-client-example")
         process.arguments = arguments
         process.environment = ["BACKHAUL_URL": daemon]
-        let output = Pipe()
+        // Its output goes to a file, read once it has ended: a hang fails the test after 60 s
+        // instead of blocking it.
+        let outputPath = NSTemporaryDirectory() + "backhaul-example-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).out"
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: outputPath) }
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputPath))
+        defer { try? output.close() }
         process.standardOutput = output
         try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let ended = eventually(timeout: 60) { !process.isRunning }
+        if !ended { process.terminate() }
         process.waitUntilExit()
-        return (process.terminationStatus, text)
+        #expect(ended, "the example did not end within 60 s")
+        return (process.terminationStatus, (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
     }
 
     @Test("the example uploads a file in chunks and sees it complete on the event stream")

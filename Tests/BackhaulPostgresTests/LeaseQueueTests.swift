@@ -25,7 +25,7 @@ final class LeaseQueueTests {
         let url = server.url
         let found = Locked<[Int]>([])
         let failures = Locked<[String]>([])
-        DispatchQueue.concurrentPerform(iterations: 4) { _ in
+        concurrently(4) { _ in
             do {
                 let before = try PostgresSchema.migrate(try PostgresConnection(url))
                 found.withLock { $0.append(before) }
@@ -55,29 +55,22 @@ final class LeaseQueueTests {
         let url = server.url
         let claimed = Locked<[String: [String]]>([:])
         let failures = Locked<[String]>([])
-        // Three threads, one a node each, started together (concurrentPerform would run two at a
-        // time on two cores).
-        let group = DispatchGroup()
-        for index in 0..<3 {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                let node = "node-\(index)"
-                do {
-                    let queue = LeaseQueue(db: try PostgresConnection(url), node: node, leaseSeconds: 30)
-                    let deadline = Date().addingTimeInterval(60)
-                    while Date() < deadline {
-                        let batch = try queue.claim(limit: 25)
-                        if batch.isEmpty { break }
-                        for task in batch { try queue.finish(task.id, state: "completed", record: #"{"by": "\#(node)"}"#) }
-                        claimed.withLock { $0[node, default: []] += batch.map(\.id) }
-                    }
-                } catch {
-                    failures.withLock { $0.append("\(node): \(error)") }
+        // Three nodes, a thread each, released together.
+        concurrently(3) { index in
+            let node = "node-\(index)"
+            do {
+                let queue = LeaseQueue(db: try PostgresConnection(url), node: node, leaseSeconds: 30)
+                let deadline = Date().addingTimeInterval(60)
+                while Date() < deadline {
+                    let batch = try queue.claim(limit: 25)
+                    if batch.isEmpty { break }
+                    for task in batch { try queue.finish(task.id, state: "completed", record: #"{"by": "\#(node)"}"#) }
+                    claimed.withLock { $0[node, default: []] += batch.map(\.id) }
                 }
-            }.start()
+            } catch {
+                failures.withLock { $0.append("\(node): \(error)") }
+            }
         }
-        #expect(group.wait(timeout: .now() + 90) == .success)
         #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
         let byNode = claimed.withLock { $0 }
         let all = byNode.values.flatMap { $0 }
@@ -235,5 +228,25 @@ final class FleetHeartbeatTests {
         #expect(firstBeats.withLock { $0 }.last?.lost == held)
         #expect(errors.withLock { $0 }.isEmpty, "\(errors.withLock { $0 })")
         print("heartbeat: taken over \(String(format: "%.2f", tookOver)) s after the first node stopped (lease \(lease) s)")
+    }
+
+    @Test("the database going away is reported at each beat, and the heartbeat reconnects once it is back")
+    func databaseAway() throws {
+        try PostgresSchema.migrate(try PostgresConnection(server.url))
+        let beats = Locked<Int>(0)
+        let errors = Locked<[PostgresError]>([])
+        let heart = FleetHeartbeat(
+            url: server.url, node: "n", leaseSeconds: 0.6, onBeat: { _ in beats.withLock { $0 += 1 } },
+            onError: { error in errors.withLock { $0.append(error) } })
+        heart.start()
+        defer { heart.stop() }
+        #expect(eventually(timeout: 5) { beats.withLock { $0 } >= 2 })
+        try server.stop(immediate: true)
+        #expect(eventually(timeout: 10) { errors.withLock { $0 }.count >= 2 })
+        let reported = errors.withLock { $0 }
+        #expect(reported.allSatisfy { $0.isConnectionLost }, "\(reported)")
+        try server.start()
+        let before = beats.withLock { $0 }
+        #expect(eventually(timeout: 10) { beats.withLock { $0 } > before }, "no beat after the server came back")
     }
 }
