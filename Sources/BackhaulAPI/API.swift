@@ -27,7 +27,7 @@ public struct APIOptions: Sendable {
 /// The REST API's handlers. Each takes a request value and returns a response value; none
 /// knows the transport (tests call `router` in process).
 public final class API: Sendable {
-    let store: Store
+    let store: any StateStore
     /// The transfer engine's live figures (nil in tests that run the API alone).
     let status: (any TransferStatus)?
     /// The network override and run-time policy (nil in tests that run the API alone).
@@ -40,7 +40,7 @@ public final class API: Sendable {
     let requestMetrics: RequestMetrics?
 
     public init(
-        store: Store, status: (any TransferStatus)?, settings: ServiceSettings?, eventFeed: EventFeed? = nil,
+        store: any StateStore, status: (any TransferStatus)?, settings: ServiceSettings?, eventFeed: EventFeed? = nil,
         requestMetrics: RequestMetrics? = nil, options: APIOptions,
         clock: any Clock = SystemClock(), logger: Logger
     ) {

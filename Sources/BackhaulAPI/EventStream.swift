@@ -33,7 +33,7 @@ public final class EventFeed: Sendable {
 /// block while it waits for events.
 final class EventStream: ResponseStream, @unchecked Sendable {
     // @unchecked: libmicrohttpd calls `read` from the connection's one thread only.
-    private let store: Store
+    private let store: any StateStore
     private let feed: EventFeed
     private let session: String?
     /// For a client token streaming without `?session=`: the sessions it may see.
@@ -43,7 +43,7 @@ final class EventStream: ResponseStream, @unchecked Sendable {
     private var offset = 0
     static let keepAliveSeconds = 15.0
 
-    init(store: Store, feed: EventFeed, session: String?, visible: (@Sendable (String) -> Bool)? = nil, after cursor: Int64) {
+    init(store: any StateStore, feed: EventFeed, session: String?, visible: (@Sendable (String) -> Bool)? = nil, after cursor: Int64) {
         self.store = store
         self.feed = feed
         self.session = session

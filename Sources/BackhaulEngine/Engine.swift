@@ -68,7 +68,7 @@ public final class Engine: TransferStatus {
         var metrics = EngineMetrics()
     }
 
-    let store: Store
+    let store: any StateStore
     let settings: ServiceSettings
     let curlLoop: CurlLoop
     let logger: Logger
@@ -81,7 +81,7 @@ public final class Engine: TransferStatus {
     private nonisolated(unsafe) var watcher: NetworkManagerWatcher?
 
     public init(
-        store: Store, settings: ServiceSettings, curlLoop: CurlLoop, logger: Logger, options: EngineOptions = EngineOptions(),
+        store: any StateStore, settings: ServiceSettings, curlLoop: CurlLoop, logger: Logger, options: EngineOptions = EngineOptions(),
         clock: any Clock = SystemClock()
     ) {
         self.store = store

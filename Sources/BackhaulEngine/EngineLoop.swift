@@ -8,7 +8,7 @@ import Logging
 /// queued tasks into free slots; after curl ran, conclude what ended and publish progress.
 final class EngineLoop: CurlLoopClient {
     unowned let engine: Engine
-    let store: Store
+    let store: any StateStore
     let logger: Logger
     let options: EngineOptions
     let clock: any Clock

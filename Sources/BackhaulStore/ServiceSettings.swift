@@ -13,7 +13,7 @@ public final class ServiceSettings: Sendable {
     static let networkOverrideKey = "network_override"
     static let policyKey = "policy"
 
-    private let store: Store
+    private let store: any StateStore
     /// The config file's policy: what `DELETE /v1/policy` goes back to.
     public let basePolicy: ServicePolicy
     public let classifier: NetworkClassifier
@@ -29,7 +29,7 @@ public final class ServiceSettings: Sendable {
 
     /// Loads what is stored; a stored value this build cannot read refuses the start
     /// (`StoreError.corrupt`): running without it could send over a network the operator ruled out.
-    public init(store: Store, basePolicy: ServicePolicy, classifier: NetworkClassifier) throws(StoreError) {
+    public init(store: any StateStore, basePolicy: ServicePolicy, classifier: NetworkClassifier) throws(StoreError) {
         self.store = store
         self.basePolicy = basePolicy
         self.classifier = classifier

@@ -201,7 +201,7 @@ extension Store {
 /// the shortest retention in force when that is shorter (never under half a second), so a task
 /// goes within a quarter of its retention after it is due.
 public final class Housekeeper: Sendable {
-    private let store: Store
+    private let store: any StateStore
     private let retention: Double
     private let eventRetention: Double
     private let interval: Double
@@ -212,7 +212,7 @@ public final class Housekeeper: Sendable {
     private let report: @Sendable (String) -> Void
 
     public init(
-        store: Store, finishedTaskRetention: Double, eventRetention: Double = 7 * 86_400, interval: Double = 30,
+        store: any StateStore, finishedTaskRetention: Double, eventRetention: Double = 7 * 86_400, interval: Double = 30,
         report: @escaping @Sendable (String) -> Void
     ) {
         self.store = store

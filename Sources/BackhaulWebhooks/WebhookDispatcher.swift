@@ -32,7 +32,7 @@ public final class WebhookDispatcher: Sendable {
         var recording: Set<Int64> = []
     }
 
-    private let store: Store
+    private let store: any StateStore
     private let curlLoop: CurlLoop
     private let logger: Logger
     private let options: DispatcherOptions
@@ -40,7 +40,7 @@ public final class WebhookDispatcher: Sendable {
     fileprivate let shared = Locked(Shared())
 
     public init(
-        store: Store, curlLoop: CurlLoop, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
+        store: any StateStore, curlLoop: CurlLoop, logger: Logger, options: DispatcherOptions = DispatcherOptions(),
         clock: any Clock = SystemClock()
     ) {
         self.store = store
@@ -92,7 +92,7 @@ public final class WebhookDispatcher: Sendable {
             }
         }
 
-        let store: Store
+        let store: any StateStore
         let logger: Logger
         let options: DispatcherOptions
         let clock: any Clock
@@ -101,7 +101,7 @@ public final class WebhookDispatcher: Sendable {
         var nextDue: Timestamp?
         private(set) var isDone = false
 
-        init(store: Store, logger: Logger, options: DispatcherOptions, clock: any Clock, shared: Locked<Shared>) {
+        init(store: any StateStore, logger: Logger, options: DispatcherOptions, clock: any Clock, shared: Locked<Shared>) {
             self.store = store
             self.logger = logger
             self.options = options
