@@ -43,7 +43,10 @@ final class EventStream: ResponseStream, @unchecked Sendable {
     private var offset = 0
     static let keepAliveSeconds = 15.0
 
-    init(store: any StateStore, feed: EventFeed, session: String?, visible: (@Sendable (String) -> Bool)? = nil, after cursor: Int64) {
+    init(
+        store: any StateStore, feed: EventFeed, session: String?, visible: (@Sendable (String) -> Bool)? = nil,
+        after cursor: Int64
+    ) {
         self.store = store
         self.feed = feed
         self.session = session

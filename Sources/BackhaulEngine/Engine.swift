@@ -81,7 +81,8 @@ public final class Engine: TransferStatus {
     private nonisolated(unsafe) var watcher: NetworkManagerWatcher?
 
     public init(
-        store: any StateStore, settings: ServiceSettings, curlLoop: CurlLoop, logger: Logger, options: EngineOptions = EngineOptions(),
+        store: any StateStore, settings: ServiceSettings, curlLoop: CurlLoop, logger: Logger,
+        options: EngineOptions = EngineOptions(),
         clock: any Clock = SystemClock()
     ) {
         self.store = store
