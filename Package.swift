@@ -71,7 +71,9 @@ let package = Package(
             dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         /// The fleet's shared queue in PostgreSQL: schema, claims, leases, takeover (docs/fleet.md).
-        .target(name: "BackhaulPostgres", dependencies: ["PostgreSQL", "Threads"], swiftSettings: swiftSettings),
+        .target(
+            name: "BackhaulPostgres", dependencies: ["BackhaulCore", "BackhaulStore", "JSONCodec", "PostgreSQL", "Threads"],
+            swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
@@ -143,7 +145,8 @@ let package = Package(
         .testTarget(
             name: "PostgreSQLTests", dependencies: ["PostgreSQL", "BackhaulTesting"], swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulPostgresTests", dependencies: ["BackhaulPostgres", "BackhaulTesting", "PostgreSQL", "Threads"],
+            name: "BackhaulPostgresTests",
+            dependencies: ["BackhaulCore", "BackhaulPostgres", "BackhaulStore", "BackhaulTesting", "PostgreSQL", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",

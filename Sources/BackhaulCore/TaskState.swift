@@ -24,6 +24,8 @@ public enum WaitingReason: String, Sendable, CaseIterable {
     case hostConnectionLimit = "host_connection_limit"
     case sessionFinishing = "session_finishing"
     case sessionDisabled = "session_disabled"
+    /// The task is pinned to a node of the fleet that is down (docs/fleet.md).
+    case nodeUnavailable = "node_unavailable"
 }
 
 /// What a client asks of one task through the API.

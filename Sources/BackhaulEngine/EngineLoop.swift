@@ -215,6 +215,7 @@ final class EngineLoop: CurlLoopClient {
         for id in changes.leftRunning { stopTransfer(id) }
         if let timer = changes.earliestTimer { nextTimer = min(nextTimer ?? timer, timer) }
         if changes.cleanupsAdded { cleanupsDue = true }
+        if changes.queueReload { loadingAfter = 0 }
         if changes.policyReview { policyReviewNeeded = true }
         if !changes.sessions.isEmpty {
             sessionsLoaded = false

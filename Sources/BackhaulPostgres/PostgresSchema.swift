@@ -9,32 +9,152 @@ public enum PostgresSchema {
     static let lockKey: Int64 = 0x6261_636B_6861_756C
 
     /// Each migration, in order; the schema's version is how many have run.
+    /// The tables are the SQLite store's (`BackhaulStore/Schema.swift`), column for column, so that
+    /// both read and write a task's columns with the same code (`TaskRows`), with what the fleet
+    /// adds: the nodes, a task's pin and lease, and the claims of deliveries and cleanups. Times are
+    /// the daemon's clock (seconds since 1970, as in SQLite), except leases and heartbeats, which
+    /// are the database's (`clock_timestamp()`), so that the nodes' clocks need not agree.
     static let migrations: [String] = [
         """
         CREATE TABLE nodes (
             id text PRIMARY KEY,
             version text NOT NULL,
-            started_at timestamptz NOT NULL,
+            started_at double precision NOT NULL,
             last_heartbeat_at timestamptz NOT NULL,
             running integer NOT NULL DEFAULT 0,
-            network jsonb
+            network text
+        );
+        CREATE TABLE sessions (
+            id text PRIMARY KEY,
+            configuration text NOT NULL,
+            enabled integer NOT NULL DEFAULT 1,
+            lifecycle text NOT NULL DEFAULT 'active',
+            created_at double precision NOT NULL
         );
         CREATE TABLE tasks (
             seq bigserial PRIMARY KEY,
             id text NOT NULL UNIQUE,
             session_id text NOT NULL,
+            kind text NOT NULL,
             state text NOT NULL,
             waiting_reason text,
-            priority double precision NOT NULL DEFAULT 0.5,
+            file_path text NOT NULL,
+            file_size bigint NOT NULL,
+            file_mtime_ns bigint NOT NULL,
+            request text NOT NULL,
+            upload text NOT NULL,
+            host_key text NOT NULL,
+            priority double precision NOT NULL,
+            description text,
+            idempotency_key text,
+            delete_file_on_success integer NOT NULL DEFAULT 0,
+            configuration text NOT NULL,
+            attempts integer NOT NULL DEFAULT 0,
+            bytes_sent bigint NOT NULL DEFAULT 0,
+            created_at double precision NOT NULL,
+            started_at double precision,
+            finished_at double precision,
+            next_attempt_at double precision,
+            earliest_begin_at double precision,
+            deadline_at double precision NOT NULL,
+            response text,
+            error text,
+            cancellation integer,
+            checkpoint text,
+            download text,
+            detached_from text,
+            last_error text,
             pinned_node text,
             lease_node text,
-            lease_expires_at timestamptz,
-            record jsonb NOT NULL,
-            created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+            lease_expires_at timestamptz
         );
-        CREATE INDEX tasks_claimable ON tasks (priority DESC, seq) WHERE state = 'queued';
-        CREATE INDEX tasks_leased ON tasks (lease_expires_at) WHERE state = 'running';
-        CREATE INDEX tasks_pinned ON tasks (pinned_node) WHERE pinned_node IS NOT NULL;
+        CREATE UNIQUE INDEX tasks_idempotency ON tasks (session_id, idempotency_key)
+            WHERE idempotency_key IS NOT NULL AND detached_from IS NULL;
+        CREATE INDEX tasks_by_session ON tasks (session_id, seq);
+        CREATE INDEX tasks_open ON tasks (session_id, state) WHERE finished_at IS NULL;
+        CREATE INDEX tasks_held ON tasks (state, waiting_reason, seq) WHERE state = 'queued' OR state = 'waiting';
+        CREATE INDEX tasks_retries ON tasks (next_attempt_at) WHERE state = 'retrying';
+        CREATE INDEX tasks_deadlines ON tasks (deadline_at) WHERE finished_at IS NULL;
+        CREATE INDEX tasks_finished ON tasks (finished_at) WHERE finished_at IS NOT NULL;
+        CREATE INDEX tasks_leased ON tasks (lease_node, lease_expires_at) WHERE state = 'running';
+        CREATE INDEX tasks_pinned ON tasks (pinned_node, state) WHERE pinned_node IS NOT NULL;
+        CREATE TABLE attempts (
+            task_seq bigint NOT NULL REFERENCES tasks (seq) ON DELETE CASCADE,
+            number integer NOT NULL,
+            started_at double precision NOT NULL,
+            ended_at double precision NOT NULL,
+            bytes_sent bigint NOT NULL,
+            bytes_received bigint NOT NULL,
+            outcome text NOT NULL,
+            http_status integer,
+            error text,
+            network_type text,
+            PRIMARY KEY (task_seq, number)
+        );
+        CREATE TABLE events (
+            seq bigserial PRIMARY KEY,
+            id text NOT NULL,
+            type text NOT NULL,
+            session_id text NOT NULL,
+            task_id text,
+            created_at double precision NOT NULL,
+            data text NOT NULL
+        );
+        CREATE INDEX events_by_session ON events (session_id, seq);
+        CREATE INDEX events_by_task ON events (task_id) WHERE task_id IS NOT NULL;
+        CREATE TABLE webhooks (
+            id text PRIMARY KEY,
+            session_id text NOT NULL,
+            url text NOT NULL,
+            events text NOT NULL,
+            secret text NOT NULL,
+            previous_secret text,
+            previous_secret_expires_at double precision,
+            enabled integer NOT NULL DEFAULT 1,
+            disabled_reason text,
+            created_at double precision NOT NULL
+        );
+        CREATE INDEX webhooks_by_session ON webhooks (session_id);
+        CREATE TABLE deliveries (
+            seq bigserial PRIMARY KEY,
+            webhook_id text NOT NULL,
+            event_seq bigint NOT NULL,
+            event_type text NOT NULL,
+            state text NOT NULL,
+            attempts integer NOT NULL DEFAULT 0,
+            next_attempt_at double precision,
+            last_status integer,
+            last_error text,
+            history text NOT NULL DEFAULT '[]',
+            created_at double precision NOT NULL,
+            finished_at double precision,
+            claimed_by text,
+            claim_expires_at timestamptz
+        );
+        CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+        CREATE INDEX deliveries_by_webhook ON deliveries (webhook_id, seq);
+        CREATE INDEX deliveries_by_event ON deliveries (event_seq);
+        CREATE TABLE cleanups (
+            seq bigserial PRIMARY KEY,
+            task_id text NOT NULL,
+            request text NOT NULL,
+            attempts integer NOT NULL DEFAULT 0,
+            next_attempt_at double precision NOT NULL,
+            created_at double precision NOT NULL,
+            claimed_by text,
+            claim_expires_at timestamptz
+        );
+        CREATE INDEX cleanups_due ON cleanups (next_attempt_at);
+        CREATE TABLE settings (
+            key text PRIMARY KEY,
+            value text NOT NULL
+        );
+        CREATE TABLE budget_usage (
+            day text NOT NULL,
+            network_type text NOT NULL,
+            bytes bigint NOT NULL,
+            PRIMARY KEY (day, network_type)
+        );
         """
     ]
 

@@ -4,11 +4,13 @@ import Threads
 
 /// A write's answer, waited for by the thread that handed it over.
 public final class PendingWrite<T>: @unchecked Sendable {
+    package init() {}
+
     // @unchecked: `value` is written on the writer thread before `finish`, read after `wait`.
-    var value: T?
+    package var value: T?
     private let state = Locked<(done: Bool, error: StoreError?)>((false, nil))
 
-    func finish(_ error: StoreError?) {
+    package func finish(_ error: StoreError?) {
         state.withLockNotifyingAll { $0 = (true, error) }
     }
 

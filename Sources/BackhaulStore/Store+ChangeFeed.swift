@@ -11,7 +11,7 @@ import SQLite
 struct TaskFeed {
     let recorder: ChangeRecorder
 
-    func inserted(_ task: TaskRecord) { changed(from: nil, to: task, configurationChanged: false) }
+    func inserted(_ task: TaskRecord) { changed(from: nil, to: task) }
 
     /// A row updated from `before` (as it was) to `after`.
     func updated(from before: TaskRecord, to after: TaskRecord) {
@@ -23,13 +23,8 @@ struct TaskFeed {
                 recorder.settleTouched(after.sequence)
             }
         }
-        let configurationChanged = before.configurationOverrides != after.configurationOverrides
-        guard
-            configurationChanged || before.state != after.state || before.priority != after.priority
-                || before.request != after.request || before.nextAttemptAt != after.nextAttemptAt
-                || before.earliestBeginAt != after.earliestBeginAt || before.deadlineAt != after.deadlineAt
-        else { return }
-        changed(from: before, to: after, configurationChanged: configurationChanged)
+        guard StoreChanges.concerns(from: before, to: after) else { return }
+        changed(from: before, to: after)
     }
 
     /// A removed session's tasks (all final) were detached: its pending counts go with it.
@@ -45,22 +40,8 @@ struct TaskFeed {
         recorder.countMove(from: session, state.rawValue, to: nil, nil)
     }
 
-    private func changed(from before: TaskRecord?, to after: TaskRecord, configurationChanged: Bool) {
-        recorder.update { changes in
-            if after.state == .queued {
-                let key = Scheduler.Key(session: after.sessionID, host: after.request.hostKey)
-                let limit = after.configurationOverrides["max_connections_per_host"]?.intValue.map { Int($0) }
-                changes.queued.append(Scheduler.Entry(sequence: after.sequence, priority: after.priority, key: key, limit: limit))
-            } else if before?.state == .queued {
-                changes.unqueued.append(after.sequence)
-            }
-            if before?.state == .running, after.state != .running { changes.leftRunning.append(after.id) }
-            if after.state == .retrying { changes.noteTimer(after.nextAttemptAt) }
-            if after.state == .waiting { changes.noteTimer(after.earliestBeginAt) }
-            if !after.state.isFinal { changes.noteTimer(after.deadlineAt) }
-            // A held task whose own configuration changed may be allowed now: the policy decides again.
-            if configurationChanged, after.state == .waiting { changes.policyReview = true }
-        }
+    private func changed(from before: TaskRecord?, to after: TaskRecord) {
+        recorder.update { $0.note(from: before, to: after) }
         // The per-session counts follow every change of state.
         if before?.state != after.state || before?.sessionID != after.sessionID {
             recorder.countMove(from: before?.sessionID, before?.state.rawValue, to: after.sessionID, after.state.rawValue)
@@ -68,6 +49,37 @@ struct TaskFeed {
         // A download that ends without completing leaves no `.part` file (removed after the commit).
         if after.kind == .download, after.state.isFinal, after.state != .completed, let before, !before.state.isFinal {
             recorder.downloadEnded(after.file.path)
+        }
+    }
+}
+
+extension StoreChanges {
+    /// Whether a task's change from `before` to `after` is one the observers hear of: its state,
+    /// or what the queue, the timers or the policy read.
+    package static func concerns(from before: TaskRecord, to after: TaskRecord) -> Bool {
+        before.configurationOverrides != after.configurationOverrides || before.state != after.state
+            || before.priority != after.priority || before.request != after.request
+            || before.nextAttemptAt != after.nextAttemptAt || before.earliestBeginAt != after.earliestBeginAt
+            || before.deadlineAt != after.deadlineAt
+    }
+
+    /// Notes a task written from `before` (nil: created) to `after`: the queue it enters or leaves,
+    /// a transfer to stop, its timers, a policy review.
+    package mutating func note(from before: TaskRecord?, to after: TaskRecord) {
+        if after.state == .queued {
+            let key = Scheduler.Key(session: after.sessionID, host: after.request.hostKey)
+            let limit = after.configurationOverrides["max_connections_per_host"]?.intValue.map { Int($0) }
+            queued.append(Scheduler.Entry(sequence: after.sequence, priority: after.priority, key: key, limit: limit))
+        } else if before?.state == .queued {
+            unqueued.append(after.sequence)
+        }
+        if before?.state == .running, after.state != .running { leftRunning.append(after.id) }
+        if after.state == .retrying { noteTimer(after.nextAttemptAt) }
+        if after.state == .waiting { noteTimer(after.earliestBeginAt) }
+        if !after.state.isFinal { noteTimer(after.deadlineAt) }
+        // A held task whose own configuration changed may be allowed now: the policy decides again.
+        if let before, before.configurationOverrides != after.configurationOverrides, after.state == .waiting {
+            policyReview = true
         }
     }
 }

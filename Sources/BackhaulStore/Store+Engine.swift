@@ -9,6 +9,16 @@ public struct HeldTask: Sendable, Equatable {
     public var sessionID: String
     public var configurationOverrides: JSONObject
     public var reason: WaitingReason
+
+    package init(
+        sequence: Int64, id: String, sessionID: String, configurationOverrides: JSONObject, reason: WaitingReason
+    ) {
+        self.sequence = sequence
+        self.id = id
+        self.sessionID = sessionID
+        self.configurationOverrides = configurationOverrides
+        self.reason = reason
+    }
 }
 
 /// The engine's side of the store. Its writes are handed over without waiting (relaxed

@@ -21,7 +21,7 @@ extension Store {
     /// A session row. Its configuration was validated when it was written; read back it is
     /// applied over the defaults like any stored configuration, and refused as corrupt if that
     /// fails (never replaced by the defaults).
-    static func decodeSession(_ row: Row) throws -> SessionRecord {
+    package static func decodeSession(_ row: some StoredRow) throws -> SessionRecord {
         let id = row.string(0)
         let configuration: TransferConfiguration
         do {
@@ -197,6 +197,11 @@ extension Store {
             WHERE \(Store.openInSession) AND configuration != '{}' ORDER BY seq
             """, [sessionID]
         ) { ($0.string(0), $0.string(1)) }
+        try checkOverrides(rows, against: configuration)
+    }
+
+    /// The same over the unfinished tasks' ids and stored overrides, in creation order.
+    package static func checkOverrides(_ rows: [(String, String)], against configuration: TransferConfiguration) throws {
         var refused: [String] = []
         var reason = ""
         for (taskID, overrides) in rows {
@@ -246,11 +251,11 @@ extension Store {
 /// task creation reads its session, which need not parse and apply the same text each time. The
 /// value is a function of the text alone, so nothing here is ever out of date; the table is
 /// emptied when it holds more texts than any daemon has sessions.
-final class DecodedConfigurations: Sendable {
+package final class DecodedConfigurations: Sendable {
     private let table = Locked<[String: TransferConfiguration]>([:])
     static let limit = 1024
 
-    func configuration(_ text: String) throws -> TransferConfiguration {
+    package func configuration(_ text: String) throws -> TransferConfiguration {
         if let known = table.withLock({ $0[text] }) { return known }
         let decoded = try TransferConfiguration().applying(JSON.parse(text, maxDepth: 64))
         table.withLock { table in
@@ -262,7 +267,7 @@ final class DecodedConfigurations: Sendable {
 }
 
 extension Store {
-    static let decodedConfigurations = DecodedConfigurations()
+    package static let decodedConfigurations = DecodedConfigurations()
 }
 
 /// Committed session records, kept for reads: a POST of a task reads its session for the

@@ -6,6 +6,11 @@ import SQLite
 public struct TaskPage: Sendable {
     public var tasks: [TaskRecord]
     public var nextCursor: String?
+
+    package init(tasks: [TaskRecord], nextCursor: String?) {
+        self.tasks = tasks
+        self.nextCursor = nextCursor
+    }
 }
 
 /// The tasks as clients see and change them (OpenAPI/backhaul.yaml).
@@ -252,17 +257,21 @@ extension Store {
                 SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
                 FROM attempts WHERE task_seq = ? ORDER BY number DESC
                 """, [sequence]
-            ) { row -> AttemptRecord in
-                guard let outcome = AttemptRecord.Outcome(rawValue: row.string(5)) else {
-                    throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
-                }
-                return AttemptRecord(
-                    number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesTransferred: row.int(3),
-                    bytesReceived: row.int(4), outcome: outcome, httpStatus: row.optionalInt(6).map { Int($0) },
-                    error: try row.optionalString(7).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) },
-                    networkType: row.optionalString(8).flatMap(NetworkType.init(rawValue:)))
-            }
+            ) { row in try Store.decodeAttempt(row, taskID: taskID) }
         }
+    }
+
+    /// An attempt's row: number, started_at, ended_at, bytes_sent, bytes_received, outcome,
+    /// http_status, error, network_type.
+    package static func decodeAttempt(_ row: some StoredRow, taskID: String) throws -> AttemptRecord {
+        guard let outcome = AttemptRecord.Outcome(rawValue: row.string(5)) else {
+            throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
+        }
+        return AttemptRecord(
+            number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesTransferred: row.int(3),
+            bytesReceived: row.int(4), outcome: outcome, httpStatus: row.optionalInt(6).map { Int($0) },
+            error: try row.optionalString(7).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) },
+            networkType: row.optionalString(8).flatMap(NetworkType.init(rawValue:)))
     }
 
     /// Counts of waiting tasks by reason (metrics).

@@ -17,15 +17,15 @@ public struct PendingDelivery: Sendable {
 extension Store {
     /// `session.drained` means "everything before was delivered": it waits until every earlier
     /// delivery to the same subscription has ended (in flight ones are still `pending`).
-    static let drainedIsLast = """
+    package static let drainedIsLast = """
         (d.event_type != 'session.drained' OR NOT EXISTS (SELECT 1 FROM deliveries p
             WHERE p.webhook_id = d.webhook_id AND p.state = 'pending' AND p.seq < d.seq))
         """
 
-    static let webhookColumns =
+    package static let webhookColumns =
         "id, session_id, url, events, secret, previous_secret, previous_secret_expires_at, enabled, disabled_reason, created_at"
 
-    static func decodeWebhook(_ row: Row) throws -> WebhookRecord {
+    package static func decodeWebhook(_ row: some StoredRow) throws -> WebhookRecord {
         let events =
             (try JSON.parse(row.string(3))).arrayValue?.compactMap { $0.stringValue.flatMap(EventType.init(rawValue:)) } ?? []
         var webhook = WebhookRecord(

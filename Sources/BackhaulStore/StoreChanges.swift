@@ -34,15 +34,19 @@ public struct StoreChanges: Sendable {
     /// Queued tasks whose row was changed (a client's PATCH, new headers) and that stay queued:
     /// a copy of one from `created` is out of date.
     public var touched: [Int64] = []
+    /// The queue may have changed in ways not listed here (another node's changes were missed while
+    /// its connection to the database was down): the engine reads it again (docs/fleet.md).
+    public var queueReload = false
 
     public init() {}
 
     public var isEmpty: Bool {
         queued.isEmpty && unqueued.isEmpty && leftRunning.isEmpty && earliestTimer == nil && !eventsAppended && !cleanupsAdded
             && sessions.isEmpty && settings.isEmpty && pruned == 0 && !policyReview && created.isEmpty && touched.isEmpty
+            && !queueReload
     }
 
-    mutating func noteTimer(_ time: Timestamp?) {
+    package mutating func noteTimer(_ time: Timestamp?) {
         guard let time else { return }
         earliestTimer = min(earliestTimer ?? time, time)
     }
@@ -62,6 +66,7 @@ public struct StoreChanges: Sendable {
         policyReview = policyReview || later.policyReview
         created += later.created
         touched += later.touched
+        queueReload = queueReload || later.queueReload
     }
 }
 

@@ -35,9 +35,9 @@ public final class TaskBatch: Sendable {
     /// A part of the batch: its tasks as the API made them, and, when the API expects them to be
     /// created waiting for their disabled session, the JSON of each as created that way (the
     /// `task.waiting` event's data).
-    struct Part {
-        var tasks: [TaskRecord]
-        var waitingJSON: [String]?
+    package struct Part {
+        package var tasks: [TaskRecord]
+        package var waitingJSON: [String]?
     }
 
     private struct State {
@@ -55,7 +55,7 @@ public final class TaskBatch: Sendable {
     private let state = Locked(State())
 
     /// Whether every part was there from the start (nothing can stop it half-way).
-    let isComplete: Bool
+    package let isComplete: Bool
 
     public init(count: Int, partTimeout: Double = 10) {
         self.count = count
@@ -107,7 +107,7 @@ public final class TaskBatch: Sendable {
     // MARK: The writer's side
 
     /// Starts a run of the job: what an earlier run inserted was rolled back.
-    func beginRun() {
+    package func beginRun() {
         state.withLockNotifyingAll {
             $0.run += 1
             $0.inserted = []
@@ -117,7 +117,7 @@ public final class TaskBatch: Sendable {
     /// Part `index`, waiting for the API to add it; nil once the batch is closed and every part
     /// was read. Throws `Stopped` when the API abandoned the batch or let `timeout` pass without
     /// a part (then at once in any later run).
-    func part(_ index: Int) throws(Stopped) -> Part? {
+    package func part(_ index: Int) throws(Stopped) -> Part? {
         let timeout = partTimeout
         let (part, stopped) = state.wait(
             until: { $0.parts.count > index || $0.closed || $0.stopped != nil }, timeout: timeout
@@ -129,8 +129,8 @@ public final class TaskBatch: Sendable {
         return part
     }
 
-    func didInsert(_ results: [Inserted]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
+    package func didInsert(_ results: [Inserted]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
 
     /// The job ended (its result, or its error, is the write's).
-    func end() { state.withLockNotifyingAll { $0.ended = true } }
+    package func end() { state.withLockNotifyingAll { $0.ended = true } }
 }

@@ -6,15 +6,15 @@ import SQLite
 /// validated once, at the edge), throwing `StoreError.corrupt` on anything it cannot read rather
 /// than guessing; written whole once, then column by column as it changes. The only code that
 /// writes the `tasks` table: every write is reported to the transaction's `TaskFeed`.
-enum TaskRows {
-    static let columns = """
+package enum TaskRows {
+    package static let columns = """
         seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns, request, upload, \
         priority, description, idempotency_key, delete_file_on_success, configuration, attempts, bytes_sent, \
         created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at, response, error, \
         cancellation, checkpoint, download, detached_from, last_error
         """
 
-    static func decode(_ row: Row) throws -> TaskRecord {
+    package static func decode(_ row: some StoredRow) throws -> TaskRecord {
         let id = row.string(1)
         func corrupt(_ what: String) -> StoreError { .corrupt("task \(id) has \(what)") }
         func object(_ column: Int32, _ name: String) throws -> JSON {
@@ -72,7 +72,7 @@ enum TaskRows {
     }
 
     /// A task's stored configuration overrides: an object ("{}" when it has none).
-    static func overrides(_ text: String, task: String) throws -> JSONObject {
+    package static func overrides(_ text: String, task: String) throws -> JSONObject {
         if text == "{}" { return [:] }
         guard let object = (try? JSON.parse(text, maxDepth: 64))?.objectValue else {
             throw StoreError.corrupt("task \(task) has the configuration \(text.prefix(200))")
@@ -117,7 +117,7 @@ enum TaskRows {
         return spec
     }
 
-    static func requestColumn(_ request: RequestSpec) -> String {
+    package static func requestColumn(_ request: RequestSpec) -> String {
         var writer = JSONWriter(capacity: 256)
         request.writeJSON(to: &writer, redacted: false)
         return writer.text
@@ -256,9 +256,23 @@ enum TaskRows {
     private static let columnsWithoutCheckpoint = columns.replacing("cancellation, checkpoint,", with: "cancellation, NULL,")
 }
 
+/// A stored row's columns by index, as `TaskRows.decode` reads them: SQLite's `Row`, and the
+/// PostgreSQL store's rows.
+package protocol StoredRow {
+    func isNull(_ column: Int32) -> Bool
+    func int(_ column: Int32) -> Int64
+    func optionalInt(_ column: Int32) -> Int64?
+    func double(_ column: Int32) -> Double
+    func optionalDouble(_ column: Int32) -> Double?
+    func string(_ column: Int32) -> String
+    func optionalString(_ column: Int32) -> String?
+}
+
+extension Row: StoredRow {}
+
 extension Optional {
     /// The value, or `error` thrown.
-    func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
+    package func orThrow(_ error: @autoclosure () -> any Error) throws -> Wrapped {
         guard let self else { throw error() }
         return self
     }

@@ -1,0 +1,256 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+
+/// The engine's side of the store, as `Store+Engine` is for SQLite, with the fleet's rules
+/// (docs/fleet.md): a start is a claim (`FOR UPDATE SKIP LOCKED`: a task another node is claiming
+/// at that moment is left to it) that takes this node's lease; an attempt's end is written only
+/// while this node holds the lease, so a node that lost its task to a takeover cannot overwrite
+/// the work of the node that took it.
+extension PostgresStore {
+    /// Tasks this node may run: not pinned, or pinned here.
+    static let runsHere = "(pinned_node IS NULL OR pinned_node = $2)"
+
+    /// At start: this node's tasks left `running` by its stop or crash go back to the queue, their
+    /// attempt counted (other nodes' running tasks are theirs, and their leases say when not).
+    public func recoverInterrupted() throws(StoreError) -> (requeued: Int, failed: [String]) {
+        let now = self.now
+        return try write { [self] tx in
+            let running = try tx.rows(
+                "\(PostgresTaskRows.select) WHERE state = 'running' AND lease_node = $1 ORDER BY seq FOR UPDATE",
+                [.text(node)], PostgresTaskRows.decode)
+            for task in running { try transition(tx, task, .requeued(counted: true), now: now, lease: .release) }
+            return (running.count, [])
+        }
+    }
+
+    public func queuedEntries(after sequence: Int64, limit: Int) throws(StoreError) -> [Scheduler.Entry] {
+        try read { tx in
+            try tx.rows(
+                """
+                SELECT seq, priority, session_id, host_key,
+                    CASE WHEN configuration = '{}' THEN NULL
+                        ELSE (configuration::jsonb ->> 'max_connections_per_host')::bigint END
+                FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > $1 AND \(Self.runsHere)
+                ORDER BY seq LIMIT $3
+                """, [.int(sequence), .text(node), .int(limit)]
+            ) { row in
+                Scheduler.Entry(
+                    sequence: row.int(0), priority: row.double(1),
+                    key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
+            }
+        }
+    }
+
+    public func task(sequence: Int64) throws(StoreError) -> TaskRecord? {
+        try read { tx in try PostgresTaskRows.fetch(tx, sequence: sequence, lock: false) }
+    }
+
+    /// Claims the task for its next attempt if it is still queued and may run here. The row is
+    /// read again (another node may have changed it), locked, and skipped when another node holds
+    /// it at this moment.
+    public func startAttempt(_ task: TaskRecord, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
+        let now = self.now
+        submit(
+            { [self] tx -> TaskRecord? in
+                guard
+                    let current = try tx.first(
+                        "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'queued' AND \(Self.runsHere) FOR UPDATE SKIP LOCKED",
+                        [.int(task.sequence), .text(node)], PostgresTaskRows.decode),
+                    case .success(let started) = current.applying(.attemptStarted, now: now)
+                else { return nil }
+                guard
+                    try PostgresTaskRows.update(
+                        tx, from: current, to: started, onlyIf: "state = 'queued'", lease: .take,
+                        leaseSeconds: options.leaseSeconds)
+                else { return nil }
+                try recorded(tx, from: current, to: started, now: now)
+                return started
+            }, done: done)
+    }
+
+    /// Records how this node's attempt ended, while this node still holds the task's lease; nil
+    /// when the task left that attempt meanwhile (a client's change, a takeover).
+    public func finishAttempt(
+        _ task: TaskRecord, bytesTransferred: Int64, end: AttemptEnd, history: AttemptRecord,
+        done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
+    ) {
+        let now = self.now
+        submit(
+            { [self] tx -> TaskRecord? in
+                guard
+                    let current = try tx.first(
+                        "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'running' AND attempts = $3 AND lease_node = $2 FOR UPDATE",
+                        [.int(task.sequence), .text(node), .int(task.attempts)], PostgresTaskRows.decode),
+                    case .success(let next) = current.applying(
+                        .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now)
+                else { return nil }
+                try PostgresTaskRows.update(tx, from: current, to: next, lease: .release)
+                var entry = history
+                entry.outcome = end.outcome
+                if let error = end.error { entry.error = error }
+                try appendAttempt(tx, taskSequence: task.sequence, entry)
+                try recorded(tx, from: current, to: next, now: now)
+                return next
+            }, done: done)
+    }
+
+    public func recordStoppedAttempt(sequence: Int64, _ history: AttemptRecord) {
+        submit(
+            { [self] tx in
+                var stopped = history
+                stopped.outcome = .stopped
+                try appendAttempt(tx, taskSequence: sequence, stopped)
+            }, done: { _ in })
+    }
+
+    /// Appends an attempt to a task's history and drops what falls beyond the history's limit.
+    func appendAttempt(_ tx: PostgresTransaction, taskSequence: Int64, _ record: AttemptRecord) throws {
+        let number =
+            (try tx.first("SELECT COALESCE(max(number), 0) FROM attempts WHERE task_seq = $1", [.int(taskSequence)]) {
+                $0.int(0)
+            } ?? 0) + 1
+        try tx.execute(
+            """
+            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
+                error, network_type)
+            SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
+            """,
+            [
+                .int(taskSequence), .int(number), .double(record.startedAt), .double(record.endedAt),
+                .int(record.bytesTransferred), .int(record.bytesReceived), .text(record.outcome.rawValue),
+                .int(record.httpStatus ?? record.error?.httpStatus), .text(record.error.map { TaskRecord.errorJSON($0).serialized() }),
+                .text(record.networkType?.rawValue),
+            ])
+        if number > Int64(AttemptRecord.historyLimit) {
+            try tx.execute(
+                "DELETE FROM attempts WHERE task_seq = $1 AND number <= $2",
+                [.int(taskSequence), .int(number - Int64(AttemptRecord.historyLimit))])
+        }
+    }
+
+    /// This node's tasks shown running that its engine does not run go back to the queue, their
+    /// attempt not counted.
+    public func requeueRunning(except running: Set<String>, done: @escaping @Sendable (Result<Int, StoreError>) -> Void) {
+        let now = self.now
+        submit(
+            { [self] tx -> Int in
+                let orphans = try tx.rows(
+                    "\(PostgresTaskRows.select) WHERE state = 'running' AND lease_node = $1 FOR UPDATE", [.text(node)],
+                    PostgresTaskRows.decode
+                ).filter { !running.contains($0.id) }
+                for task in orphans { try transition(tx, task, .requeued(counted: false), now: now, lease: .release) }
+                return orphans.count
+            }, done: done)
+    }
+
+    public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: TransferCheckpoint) {
+        let text = checkpoint.json.serialized()
+        submit(
+            { tx in
+                try PostgresTaskRows.saveProgress(
+                    tx, sequence: sequence, attempt: attempt, bytesTransferred: checkpoint.offset, checkpoint: text)
+            }, done: { _ in })
+    }
+
+    public func recordProgress(sequence: Int64, attempt: Int, bytesTransferred: Int64, live: LiveProgress) {
+        let now = self.now
+        submit(
+            { [self] tx in
+                guard var task = try PostgresTaskRows.fetch(tx, sequence: sequence, lock: false), task.state == .running,
+                    task.attempts == attempt
+                else { return }
+                task.bytesTransferred = bytesTransferred
+                try PostgresTaskRows.saveProgress(tx, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
+                appendEvent(
+                    tx, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
+                    data: task.jsonText(live: live), now: now)
+            }, done: { _ in })
+    }
+
+    /// Moves tasks whose timers have passed, as `Store.fireTimers` does. Any node may: a row
+    /// another node is moving at that moment is left to it.
+    public func fireTimers(
+        now: Timestamp, done: @escaping @Sendable (Result<(expired: Int, next: Timestamp?), StoreError>) -> Void
+    ) {
+        submit(
+            { [self] tx -> (expired: Int, next: Timestamp?) in
+                let due: [(TaskRecord, TaskInput)] =
+                    try tx.rows(
+                        "\(PostgresTaskRows.select) WHERE state = 'retrying' AND next_attempt_at <= $1 FOR UPDATE SKIP LOCKED",
+                        [.double(now)], PostgresTaskRows.decode
+                    ).map { ($0, .retryDue) }
+                    + tx.rows(
+                        """
+                        \(PostgresTaskRows.select) WHERE state = 'waiting' AND waiting_reason = 'scheduled'
+                            AND earliest_begin_at <= $1 FOR UPDATE SKIP LOCKED
+                        """, [.double(now)], PostgresTaskRows.decode
+                    ).map { ($0, .scheduledDue) }
+                for (task, input) in due {
+                    if case .success(let next) = task.applying(input, now: now) { try save(tx, from: task, to: next, now: now) }
+                }
+                let expired = try tx.rows(
+                    "\(PostgresTaskRows.select) WHERE deadline_at <= $1 AND finished_at IS NULL FOR UPDATE SKIP LOCKED",
+                    [.double(now)], PostgresTaskRows.decode)
+                var count = 0
+                for task in expired {
+                    guard case .success(let next) = task.applying(.deadlinePassed, now: now) else { continue }
+                    try save(tx, from: task, to: next, now: now, lease: task.state == .running ? .release : .keep)
+                    count += 1
+                }
+                return (count, try nextTimer(tx))
+            }, done: done)
+    }
+
+    public func nextTimer() throws(StoreError) -> Timestamp? {
+        try read { tx in try nextTimer(tx) }
+    }
+
+    func nextTimer(_ tx: PostgresTransaction) throws -> Timestamp? {
+        try tx.first(
+            """
+            SELECT LEAST(
+                (SELECT min(next_attempt_at) FROM tasks WHERE state = 'retrying'),
+                (SELECT min(earliest_begin_at) FROM tasks WHERE state = 'waiting' AND waiting_reason = 'scheduled'),
+                (SELECT min(deadline_at) FROM tasks WHERE finished_at IS NULL))
+            """
+        ) { $0.optionalDouble(0) } ?? nil
+    }
+
+    /// Tasks the policy holds that this node may run. Each node decides by its own network: a task
+    /// held here may be claimed by a node whose network allows it.
+    public func policyHeldTasks(afterSequence: Int64, limit: Int) throws(StoreError) -> [HeldTask] {
+        let reasons = Policy.reasons.map(\.rawValue).sorted()
+        return try read { tx in
+            try tx.rows(
+                """
+                SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
+                WHERE state = 'waiting' AND waiting_reason = ANY($3::text[]) AND seq > $1 AND \(Self.runsHere)
+                ORDER BY seq LIMIT $4
+                """, [.int(afterSequence), .text(node), .text("{" + reasons.joined(separator: ",") + "}"), .int(limit)]
+            ) { row in
+                guard let reason = WaitingReason(rawValue: row.string(4)) else {
+                    throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(4))")
+                }
+                return HeldTask(
+                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2),
+                    configurationOverrides: try TaskRows.overrides(row.string(3), task: row.string(1)), reason: reason)
+            }
+        }
+    }
+
+    public func applyPolicy(
+        sequence: Int64, _ decision: PolicyDecision, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
+    ) {
+        let now = self.now
+        submit(
+            { [self] tx -> TaskRecord? in
+                guard let task = try PostgresTaskRows.fetch(tx, sequence: sequence),
+                    case .success(let next) = task.applying(.policy(decision), now: now)
+                else { return nil }
+                try save(tx, from: task, to: next, now: now)
+                return next
+            }, done: done)
+    }
+}

@@ -1,0 +1,183 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+
+/// A task's row in PostgreSQL: the SQLite store's columns (read by `TaskRows.decode`), and the
+/// fleet's pin and lease. The only code that writes `tasks`, so that every change is noted for the
+/// observers (`StoreChanges.note`), as `TaskFeed` does for SQLite.
+enum PostgresTaskRows {
+    static let select = "SELECT \(TaskRows.columns) FROM tasks"
+
+    static func decode(_ row: PostgresRow) throws -> TaskRecord { try TaskRows.decode(row) }
+
+    /// The task as it is, its row locked until the transaction ends (`lock`), so that two nodes
+    /// changing one task take turns.
+    static func fetch(_ tx: PostgresTransaction, id: String, lock: Bool = true) throws -> TaskRecord? {
+        try tx.first("\(select) WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)], decode)
+    }
+
+    static func fetch(_ tx: PostgresTransaction, sequence: Int64, lock: Bool = true) throws -> TaskRecord? {
+        try tx.first("\(select) WHERE seq = $1\(lock ? " FOR UPDATE" : "")", [.int(sequence)], decode)
+    }
+
+    /// The node a task's file ties it to: nil when it is under a shared root (any node runs it).
+    static func pin(for task: TaskRecord, node: String, sharedRoots: [String]) -> String? {
+        let path = task.file.path
+        for root in sharedRoots {
+            let prefix = root.hasSuffix("/") ? root : root + "/"
+            if path.hasPrefix(prefix) { return nil }
+        }
+        return node
+    }
+
+    static func requestColumn(_ task: TaskRecord) -> String { TaskRows.requestColumn(task.request) }
+
+    static func configurationColumn(_ task: TaskRecord) -> String {
+        task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized()
+    }
+
+    /// Inserts new tasks (numbered already) with their pin, many rows a statement.
+    static func insert(_ tx: PostgresTransaction, _ tasks: [TaskRecord], pin: (TaskRecord) -> String?) throws {
+        let columns = 29
+        for start in stride(from: 0, to: tasks.count, by: 500) {
+            let part = tasks[start..<min(start + 500, tasks.count)]
+            var sql = """
+                INSERT INTO tasks (seq, id, session_id, kind, state, waiting_reason, file_path, file_size, file_mtime_ns,
+                    request, upload, host_key, priority, description, idempotency_key, delete_file_on_success, configuration,
+                    attempts, bytes_sent, created_at, started_at, finished_at, next_attempt_at, earliest_begin_at, deadline_at,
+                    download, error, cancellation, pinned_node) VALUES
+                """
+            var values: [PostgresValue] = []
+            values.reserveCapacity(part.count * columns)
+            for (index, task) in part.enumerated() {
+                sql += index == 0 ? " (" : ", ("
+                sql += (1...columns).map { "$\(index * columns + $0)" }.joined(separator: ", ")
+                sql += ")"
+                values += [
+                    .int(task.sequence), .text(task.id), .text(task.sessionID), .text(task.kind.rawValue),
+                    .text(task.state.rawValue), .text(task.waitingReason?.rawValue), .text(task.file.path),
+                    .int(task.file.size), .int(task.file.modifiedAtNanoseconds), .text(requestColumn(task)),
+                    .text(task.upload.storedJSON.serialized()), .text(task.request.hostKey), .double(task.priority),
+                    .text(task.description), .text(task.idempotencyKey), .flag(task.deleteFileOnSuccess),
+                    .text(configurationColumn(task)), .int(task.attempts), .int(task.bytesTransferred),
+                    .double(task.createdAt), .double(task.startedAt), .double(task.finishedAt), .double(task.nextAttemptAt),
+                    .double(task.earliestBeginAt), .double(task.deadlineAt), .text(task.download.map { $0.json.serialized() }),
+                    .text(task.error.map { TaskRecord.errorJSON($0).serialized() }), .int(task.cancellation?.rawValue),
+                    .text(pin(task)),
+                ]
+            }
+            try tx.execute(sql, values)
+            for task in part {
+                let pinned = pin(task)
+                tx.changes.note(from: nil, to: task)
+                if task.state == .queued, let pinned { tx.pins[task.sequence] = pinned }
+            }
+        }
+    }
+
+    /// Writes the columns in which `after` differs from `before` (the row as read, locked), only
+    /// while the row still meets `condition` (SQL, with `$1` the task's sequence and `$2` this
+    /// node) when one is given; `lease` sets or clears this node's lease with the change. Returns
+    /// whether it wrote.
+    @discardableResult
+    static func update(
+        _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil,
+        lease: LeaseChange = .keep, leaseSeconds: Double = 30
+    ) throws -> Bool {
+        var sets: [String] = []
+        var values: [PostgresValue] = [.int(after.sequence), .text(tx.node)]
+        func set(_ column: String, _ changed: Bool, _ value: @autoclosure () -> PostgresValue) {
+            guard changed else { return }
+            values.append(value())
+            sets.append("\(column) = $\(values.count)")
+        }
+        set("state", before.state != after.state, .text(after.state.rawValue))
+        set("waiting_reason", before.waitingReason != after.waitingReason, .text(after.waitingReason?.rawValue))
+        let requestChanged = before.request != after.request
+        set("request", requestChanged, .text(requestColumn(after)))
+        set("host_key", requestChanged, .text(after.request.hostKey))
+        set("priority", before.priority != after.priority, .double(after.priority))
+        set(
+            "configuration", before.configurationOverrides != after.configurationOverrides,
+            .text(configurationColumn(after)))
+        set("attempts", before.attempts != after.attempts, .int(after.attempts))
+        set("bytes_sent", before.bytesTransferred != after.bytesTransferred, .int(after.bytesTransferred))
+        set("started_at", before.startedAt != after.startedAt, .double(after.startedAt))
+        set("finished_at", before.finishedAt != after.finishedAt, .double(after.finishedAt))
+        set("next_attempt_at", before.nextAttemptAt != after.nextAttemptAt, .double(after.nextAttemptAt))
+        set("earliest_begin_at", before.earliestBeginAt != after.earliestBeginAt, .double(after.earliestBeginAt))
+        set("deadline_at", before.deadlineAt != after.deadlineAt, .double(after.deadlineAt))
+        set("response", before.response != after.response, .text(after.response?.jsonText))
+        set("error", before.error != after.error, .text(after.error.map { TaskRecord.errorJSON($0).serialized() }))
+        set("cancellation", before.cancellation != after.cancellation, .int(after.cancellation?.rawValue))
+        set("last_error", before.lastError != after.lastError, .text(after.lastError?.json.serialized()))
+        set("checkpoint", before.checkpoint != after.checkpoint, .text(after.checkpoint?.json.serialized()))
+        switch lease {
+        case .keep: break
+        case .take:
+            values.append(.double(leaseSeconds))
+            sets.append("lease_node = $2, lease_expires_at = clock_timestamp() + make_interval(secs => $\(values.count))")
+        case .release:
+            sets.append("lease_node = NULL, lease_expires_at = NULL")
+        }
+        guard !sets.isEmpty else { return true }
+        let sql =
+            "UPDATE tasks SET \(sets.joined(separator: ", ")) WHERE seq = $1" + (condition.map { " AND \($0)" } ?? "")
+            + " RETURNING pinned_node"
+        let written = try tx.execute(sql, values)
+        guard written.count > 0 else { return false }
+        if StoreChanges.concerns(from: before, to: after) {
+            tx.changes.note(from: before, to: after)
+            if after.state == .queued, let pin = written.string(0, 0) { tx.pins[after.sequence] = pin }
+        }
+        if before.state == .queued, after.state == .queued { tx.changes.touched.append(after.sequence) }
+        if after.kind == .download, after.state.isFinal, after.state != .completed, !before.state.isFinal {
+            tx.filesToRemove.append(DownloadSpec.partPath(of: after.file.path))
+        }
+        switch lease {
+        case .keep: break
+        case .take: tx.leasesTaken.append(after.id)
+        case .release: tx.leasesEnded.append(after.id)
+        }
+        if before.state == .running, after.state != .running, lease == .keep { tx.leasesEnded.append(after.id) }
+        return true
+    }
+
+    /// What an update does with the task's lease.
+    enum LeaseChange {
+        case keep
+        /// This node takes the lease (a start).
+        case take
+        /// The lease goes (an end, a takeover).
+        case release
+    }
+
+    /// A running attempt's progress and what the server acknowledged, while the task is still in
+    /// that attempt on this node.
+    static func saveProgress(
+        _ tx: PostgresTransaction, sequence: Int64, attempt: Int, bytesTransferred: Int64, checkpoint: String? = nil
+    ) throws {
+        try tx.execute(
+            """
+            UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint)
+            WHERE seq = $3 AND state = 'running' AND attempts = $4 AND lease_node = $5
+            """, [.int(bytesTransferred), .text(checkpoint), .int(sequence), .int(attempt), .text(tx.node)])
+    }
+
+    /// Deletes finished tasks (their attempts go by the foreign key), their events and deliveries.
+    static func deleteFinished(_ tx: PostgresTransaction, sequences: [Int64]) throws -> (tasks: Int, events: Int) {
+        guard !sequences.isEmpty else { return (0, 0) }
+        let list = "{" + sequences.map(String.init).joined(separator: ",") + "}"
+        try tx.execute(
+            """
+            DELETE FROM deliveries WHERE event_seq IN (SELECT e.seq FROM events e JOIN tasks t ON e.task_id = t.id
+                WHERE t.seq = ANY($1::bigint[]))
+            """, [.text(list)])
+        let events = try tx.execute(
+            "DELETE FROM events WHERE task_id IN (SELECT id FROM tasks WHERE seq = ANY($1::bigint[]))", [.text(list)])
+        let tasks = try tx.execute("DELETE FROM tasks WHERE seq = ANY($1::bigint[])", [.text(list)])
+        tx.changes.pruned += tasks.affected
+        return (tasks.affected, events.affected)
+    }
+}

@@ -1,0 +1,121 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+
+/// Sessions (OpenAPI/backhaul.yaml), as `Store+Sessions` keeps them for SQLite. Their task counts
+/// are counted from the tasks (`tasks_open` holds the unfinished ones by session and state).
+extension PostgresStore {
+    public func putSession(id: String, configuration: TransferConfiguration) throws(StoreError) -> (SessionRecord, Bool) {
+        let now = self.now
+        return try write { [self] tx in
+            // Two nodes creating the same session at once: the second waits on the first's row
+            // (ON CONFLICT), then finds it.
+            try tx.execute(
+                """
+                INSERT INTO sessions (id, configuration, enabled, lifecycle, created_at) VALUES ($1, $2, 1, 'active', $3)
+                ON CONFLICT (id) DO NOTHING
+                """, [.text(id), .text(configuration.json.serialized()), .double(now)]
+            ).affected == 1
+                ? (try created(tx, id: id), true)
+                : (try existing(tx, id: id, configuration: configuration), false)
+        }
+    }
+
+    private func created(_ tx: PostgresTransaction, id: String) throws -> SessionRecord {
+        tx.changes.sessions.insert(id)
+        guard let session = try fetchSession(tx, id: id, lock: false) else { throw StoreError.notFound }
+        return session
+    }
+
+    private func existing(_ tx: PostgresTransaction, id: String, configuration: TransferConfiguration) throws -> SessionRecord {
+        guard let existing = try fetchSession(tx, id: id, lock: false) else { throw StoreError.notFound }
+        guard existing.configuration == configuration else { throw StoreError.sessionExists }
+        return existing
+    }
+
+    public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
+        try read { tx in try fetchSession(tx, id: id, lock: false) }
+    }
+
+    public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {
+        try read { tx in
+            guard let session = try fetchSession(tx, id: id, lock: false) else { return nil }
+            return (session, try counts(tx, sessionID: id))
+        }
+    }
+
+    public func sessions() throws(StoreError) -> [(SessionRecord, [TaskState: Int])] {
+        try read { tx in
+            let sessions = try tx.rows("SELECT \(Self.sessionColumns) FROM sessions ORDER BY id", [], Store.decodeSession)
+            return try sessions.map { ($0, try counts(tx, sessionID: $0.id)) }
+        }
+    }
+
+    public func sessionConfigurations() throws(StoreError) -> [String: TransferConfiguration] {
+        try read { tx in
+            var result: [String: TransferConfiguration] = [:]
+            for session in try tx.rows("SELECT \(Self.sessionColumns) FROM sessions", [], Store.decodeSession) {
+                result[session.id] = session.configuration
+            }
+            return result
+        }
+    }
+
+    public func updateSession(
+        id: String, cancelPending: Bool,
+        _ change: @escaping @Sendable (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?)
+    ) throws(StoreError) -> (SessionRecord, [TaskState: Int]) {
+        let now = self.now
+        return try write { [self] tx in
+            guard var session = try fetchSession(tx, id: id, lock: true) else { throw StoreError.notFound }
+            let (configuration, enabled) = try change(session)
+            if let configuration, configuration != session.configuration {
+                let rows = try tx.rows(
+                    """
+                    SELECT id, configuration FROM tasks
+                    WHERE session_id = $1 AND finished_at IS NULL AND configuration != '{}' ORDER BY seq
+                    """, [.text(id)]
+                ) { ($0.string(0), $0.string(1)) }
+                try Store.checkOverrides(rows, against: configuration)
+                session.configuration = configuration
+            }
+            let enabling = enabled.map { $0 != session.enabled } ?? false
+            if let enabled { session.enabled = enabled }
+            try saveSession(tx, session)
+            if enabling || cancelPending {
+                for task in try unfinishedTasks(tx, sessionID: id) {
+                    let input: TaskInput =
+                        cancelPending
+                        ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
+                        : .sessionEnabled(session.enabled)
+                    if case .success(let next) = task.applying(input, now: now) { try save(tx, from: task, to: next, now: now) }
+                }
+            }
+            guard let updated = try fetchSession(tx, id: id, lock: false) else { return (session, [:]) }
+            return (updated, try counts(tx, sessionID: id))
+        }
+    }
+
+    public func deleteSession(id: String, cancel: Bool) throws(StoreError) -> Bool {
+        let now = self.now
+        return try write { [self] tx in
+            guard var session = try fetchSession(tx, id: id, lock: true) else { throw StoreError.notFound }
+            session.lifecycle = .finishing
+            try saveSession(tx, session)
+            let unfinished = try unfinishedTasks(tx, sessionID: id)
+            if cancel {
+                for task in unfinished {
+                    try transition(tx, task, .serviceCancelled(.userCancelled, "cancelled: the session was deleted"), now: now)
+                }
+            }
+            // The last task's end may already have removed it (a finishing session goes when empty).
+            guard try fetchSession(tx, id: id, lock: false) != nil else { return true }
+            if cancel || unfinished.isEmpty {
+                try removeSession(tx, id: id)
+                return true
+            }
+            return false
+        }
+    }
+}

@@ -1,0 +1,152 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+
+/// Carrying out a task transition (`TaskRecord.applying`, in Core) inside the open transaction, as
+/// `Store+Transitions` does for SQLite: the changed columns, the event the new state calls for, the
+/// release of a cancelled task's server side, and the session's end.
+extension PostgresStore {
+    /// Applies `input` to the task `id` and writes the result. Throws `StoreError.notFound`, or
+    /// `StoreError.conflict` when the input does not apply to the task as it is.
+    @discardableResult
+    func transition(_ tx: PostgresTransaction, id: String, _ input: TaskInput, now: Timestamp) throws -> TaskRecord {
+        guard let task = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
+        return try transition(tx, task, input, now: now)
+    }
+
+    @discardableResult
+    func transition(
+        _ tx: PostgresTransaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
+        lease: PostgresTaskRows.LeaseChange = .keep
+    ) throws -> TaskRecord {
+        switch task.applying(input, now: now) {
+        case .failure(let refused):
+            throw StoreError.conflict("cannot \(refused.input) a task that is \(refused.state.rawValue)")
+        case .success(let next):
+            try save(tx, from: task, to: next, now: now, lease: lease)
+            return next
+        }
+    }
+
+    /// Writes `after` over `before` (the row as read, locked) and records what the change calls for.
+    func save(
+        _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, now: Timestamp,
+        lease: PostgresTaskRows.LeaseChange = .keep
+    ) throws {
+        guard after != before || lease != .keep else { return }
+        try PostgresTaskRows.update(tx, from: before, to: after, lease: lease, leaseSeconds: options.leaseSeconds)
+        try recorded(tx, from: before, to: after, now: now)
+    }
+
+    /// What a new or changed task calls for besides its row (OpenAPI/backhaul.yaml).
+    func recorded(_ tx: PostgresTransaction, from before: TaskRecord?, to task: TaskRecord, now: Timestamp, data: String? = nil)
+        throws
+    {
+        if let type = TaskTransition.event(from: before, to: task) {
+            appendEvent(tx, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: data ?? task.jsonText(), now: now)
+        }
+        if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(tx, for: task, now: now) }
+        if TaskTransition.finished(from: before, to: task) {
+            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { tx.filesToRemove.append(task.file.path) }
+            try sessionTaskReachedFinalState(tx, sessionID: task.sessionID, now: now)
+        }
+    }
+
+    /// An event of the transaction: written at its end, in order, under the events' lock
+    /// (`PostgresWriter`), with its deliveries.
+    func appendEvent(_ tx: PostgresTransaction, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp) {
+        tx.events.append(.init(type: type, sessionID: sessionID, taskID: taskID, data: data, createdAt: now))
+    }
+
+    /// A cancelled task whose protocol may have left something at the server gets what releases
+    /// it, in the same transaction.
+    func scheduleCleanup(_ tx: PostgresTransaction, for task: TaskRecord, now: Timestamp) throws {
+        let defaults = try fetchSession(tx, id: task.sessionID, lock: false)?.configuration.defaultHeaders ?? []
+        let machine = TransferMachines.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
+        guard let plan = machine.cancellation else { return }
+        try insertCleanup(tx, taskID: task.id, plan, now: now)
+    }
+
+    func insertCleanup(_ tx: PostgresTransaction, taskID: String, _ plan: CleanupPlan, now: Timestamp) throws {
+        try tx.execute(
+            "INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES ($1, $2, $3, $4)",
+            [.text(taskID), .text(plan.json.serialized()), .double(now), .double(now)])
+        tx.changes.cleanupsAdded = true
+    }
+
+    /// After a task of the session finished: `session.drained` when nothing is left to do, and a
+    /// finishing session's record goes. The session's row is locked first, so that two nodes ending
+    /// its last two tasks at once count one after the other, and one of them says it drained.
+    func sessionTaskReachedFinalState(_ tx: PostgresTransaction, sessionID: String, now: Timestamp) throws {
+        guard !sessionID.isEmpty, let session = try fetchSession(tx, id: sessionID, lock: true),
+            try openTaskCount(tx, sessionID: sessionID) == 0
+        else { return }
+        var summary = JSONObject()
+        for (state, count) in try counts(tx, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
+        appendEvent(
+            tx, type: "session.drained", sessionID: sessionID, taskID: nil,
+            data: JSON.object(["session_id": .string(sessionID), "task_counts": .object(summary)]).serialized(), now: now)
+        if session.lifecycle == .finishing { try removeSession(tx, id: sessionID) }
+    }
+
+    // MARK: Sessions
+
+    static let sessionColumns = "id, configuration, enabled, lifecycle, created_at"
+
+    func fetchSession(_ tx: PostgresTransaction, id: String, lock: Bool) throws -> SessionRecord? {
+        try tx.first(
+            "SELECT \(Self.sessionColumns) FROM sessions WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)],
+            Store.decodeSession)
+    }
+
+    func saveSession(_ tx: PostgresTransaction, _ session: SessionRecord) throws {
+        try tx.execute(
+            """
+            INSERT INTO sessions (id, configuration, enabled, lifecycle, created_at) VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (id) DO UPDATE SET configuration = excluded.configuration, enabled = excluded.enabled,
+                lifecycle = excluded.lifecycle
+            """,
+            [
+                .text(session.id), .text(session.configuration.json.serialized()), .flag(session.enabled),
+                .text(session.lifecycle.rawValue), .double(session.createdAt),
+            ])
+        tx.changes.sessions.insert(session.id)
+    }
+
+    /// The session's tasks by state, as this transaction sees them.
+    func counts(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskState: Int] {
+        var counts: [TaskState: Int] = [:]
+        for (name, count) in try tx.rows(
+            "SELECT state, count(*) FROM tasks WHERE session_id = $1 GROUP BY state", [.text(sessionID)],
+            { ($0.string(0), Int($0.int(1))) })
+        {
+            guard let state = TaskState(rawValue: name) else {
+                throw StoreError.corrupt("session \(sessionID) has tasks in the state \(name)")
+            }
+            counts[state] = count
+        }
+        return counts
+    }
+
+    func openTaskCount(_ tx: PostgresTransaction, sessionID: String) throws -> Int {
+        Int(
+            try tx.first("SELECT count(*) FROM tasks WHERE session_id = $1 AND finished_at IS NULL", [.text(sessionID)]) {
+                $0.int(0)
+            } ?? 0)
+    }
+
+    /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.
+    func removeSession(_ tx: PostgresTransaction, id: String) throws {
+        try tx.execute("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = $1", [.text(id)])
+        try tx.execute("DELETE FROM sessions WHERE id = $1", [.text(id)])
+        tx.changes.sessions.insert(id)
+    }
+
+    /// The session's unfinished tasks in creation order, locked.
+    func unfinishedTasks(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskRecord] {
+        try tx.rows(
+            "\(PostgresTaskRows.select) WHERE session_id = $1 AND finished_at IS NULL ORDER BY seq FOR UPDATE",
+            [.text(sessionID)], PostgresTaskRows.decode)
+    }
+}

@@ -1,0 +1,248 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+import Threads
+
+/// The state in one PostgreSQL database that several daemons share (docs/fleet.md): the second
+/// implementation of `StateStore`, beside SQLite's `Store`.
+///
+/// - **Writes** go through one writer per node (`PostgresWriter`): a thread with its own connection
+///   that joins the jobs waiting into one transaction, a savepoint each, as the SQLite writer does.
+///   Rows a write reads to change are locked (`FOR UPDATE`), so two nodes changing one task take
+///   turns; a deadlock or serialization failure runs the transaction again.
+/// - **Events** are appended at the end of each transaction under a transaction-scoped advisory
+///   lock, so their sequence is their commit order on every node and a reader resuming after
+///   `Last-Event-ID` never skips one committed late.
+/// - **Changes** reach this node's observers after each commit, and the other nodes' through
+///   `NOTIFY` (`PostgresChangeFeed`).
+/// - **Leases**: a task started here is leased to this node; the heartbeat (`PostgresStore+Leases`)
+///   renews them and takes over the tasks of nodes that stopped.
+/// - **Reads** use a small pool of connections of their own.
+public final class PostgresStore: @unchecked Sendable {
+    // @unchecked: every mutable part is behind a lock or owned by one thread.
+
+    /// How the store joins the fleet.
+    public struct Options: Sendable {
+        /// The libpq connection URL (`postgres://user:password@host:port/database?…`).
+        public var url: String
+        /// This node's id (docs/fleet.md; the daemon's default is the host name).
+        public var node: String
+        /// How long a task stays leased to this node without a heartbeat.
+        public var leaseSeconds: Double = 30
+        /// Directories every node sees: tasks whose file is under one run on any node; others are
+        /// pinned to the node that accepted them.
+        public var sharedRoots: [String] = []
+        /// This build's version, as `GET /v1/nodes` shows it.
+        public var version: String = ""
+        /// Read connections.
+        public var readers: Int = 4
+
+        public init(url: String, node: String) {
+            self.url = url
+            self.node = node
+        }
+    }
+
+    /// Why the store could not open: the daemon exits 78 (configuration) or 66 (a newer schema).
+    public enum OpenFailure: Error, Sendable, CustomStringConvertible {
+        case cannotConnect(String)
+        case newerSchema(database: Int, known: Int)
+
+        public var description: String {
+            switch self {
+            case .cannotConnect(let message): "cannot connect to the state database: \(message)"
+            case .newerSchema(let database, let known):
+                "the state database's schema is version \(database), newer than this daemon knows (\(known)): "
+                    + "upgrade this node"
+            }
+        }
+    }
+
+    public let options: Options
+    public var node: String { options.node }
+    let clock: any Clock
+    let writer: PostgresWriter
+    let readers: ConnectionPool
+    let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
+    /// Tasks started on this node whose lease this node holds, by id: what the heartbeat checks.
+    let leased = Locked<Set<String>>([])
+    /// The heartbeat's view of the database: when the last beat reached it (monotonic seconds).
+    let health = Locked(FleetHealth())
+    private var feed: PostgresChangeFeed?
+    private var heartbeat: WorkerThread?
+    private let stopping = Locked(false)
+    /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
+    let nodeStatus = Locked<@Sendable () -> (running: Int, network: String?)>({ (0, nil) })
+
+    /// Connects, migrates the schema (under the advisory lock), and registers this node. Throws
+    /// `OpenFailure`.
+    public init(_ options: Options, clock: any Clock = SystemClock()) throws(OpenFailure) {
+        self.options = options
+        self.clock = clock
+        let connection: PostgresConnection
+        do {
+            connection = try PostgresConnection(options.url)
+        } catch {
+            throw .cannotConnect(error.message)
+        }
+        do {
+            try PostgresSchema.migrate(connection)
+        } catch let failure as PostgresSchema.Failure {
+            guard case .newerSchema(let database, let known) = failure else { throw .cannotConnect("\(failure)") }
+            throw .newerSchema(database: database, known: known)
+        } catch {
+            throw .cannotConnect("\(error)")
+        }
+        do {
+            readers = try ConnectionPool(url: options.url, count: max(1, options.readers))
+        } catch {
+            throw .cannotConnect(error.message)
+        }
+        writer = PostgresWriter(connection: connection, url: options.url, node: options.node)
+        writer.afterCommit = { [observers] changes in
+            for observer in observers.withLock({ $0 }) { observer(changes) }
+        }
+        writer.settled = { [leased] tx in
+            guard !tx.leasesTaken.isEmpty || !tx.leasesEnded.isEmpty else { return }
+            leased.withLock {
+                $0.subtract(tx.leasesEnded)
+                $0.formUnion(tx.leasesTaken)
+            }
+        }
+        writer.start()
+        do {
+            try register()
+        } catch {
+            writer.stop()
+            throw .cannotConnect("\(error)")
+        }
+    }
+
+    /// Starts the threads that hear the other nodes and keep this node's leases: after the
+    /// observers are in place (the daemon calls it once its engine listens).
+    public func startFleet() {
+        let feed = PostgresChangeFeed(url: options.url, node: node) { [observers] changes in
+            for observer in observers.withLock({ $0 }) { observer(changes) }
+        }
+        self.feed = feed
+        feed.start()
+        let thread = WorkerThread(name: "bh-heartbeat")
+        heartbeat = thread
+        thread.start { [self] in beatUntilStopped() }
+    }
+
+    /// What the node says of itself at each beat.
+    public func reportStatus(_ status: @escaping @Sendable () -> (running: Int, network: String?)) {
+        nodeStatus.withLock { $0 = status }
+    }
+
+    public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
+        observers.withLock { $0.append(observer) }
+    }
+
+    public func close() {
+        guard
+            stopping.withLockNotifyingAll({ stopping in
+                defer { stopping = true }
+                return !stopping
+            })
+        else { return }
+        heartbeat?.join()
+        feed?.stop()
+        writer.stop()
+        readers.close()
+    }
+
+    deinit { close() }
+
+    var now: Timestamp { clock.now() }
+
+    /// Whether `close()` was called (the heartbeat's loop ends).
+    var isStopping: Bool { stopping.withLock { $0 } }
+
+    /// Waits up to `seconds`, or less when the store closes; whether it is closing.
+    func pause(_ seconds: Double) -> Bool {
+        stopping.wait(until: { $0 }, timeout: seconds) { $0 }
+    }
+
+    // MARK: Reading and writing
+
+    /// Runs `body` in the next write transaction and returns once it committed.
+    @discardableResult
+    func write<T>(_ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
+        let box = Locked<Result<T, StoreError>?>(nil)
+        writer.submit(
+            PostgresWriter.Job(
+                body: { tx in
+                    let value = try body(tx)
+                    return { box.withLockNotifyingAll { $0 = .success(value) } }
+                },
+                failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
+        let result = box.wait(until: { $0 != nil }, timeout: 1e9) { $0! }
+        return try result.get()
+    }
+
+    /// Hands `body` to the writer without waiting; `done` runs after the commit, in commit order.
+    func submit<T>(_ body: @escaping (PostgresTransaction) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
+        writer.submit(
+            PostgresWriter.Job(
+                body: { tx in
+                    let value = try body(tx)
+                    return { done(.success(value)) }
+                },
+                failed: { error in done(.failure(error)) }))
+    }
+
+    /// Runs `body` on a read connection (autocommit: each statement sees the last commit).
+    func read<T>(_ body: (PostgresTransaction) throws -> T) throws(StoreError) -> T {
+        do {
+            return try readers.use { connection in try body(PostgresTransaction(connection, node: node)) }
+        } catch {
+            throw StoreError(postgres: error)
+        }
+    }
+
+    // MARK: The store itself
+
+    public var failure: SyncFailure? { nil }
+    public var salvage: SalvageReport? { nil }
+    public var maintenanceFigures: MaintenanceFigures { MaintenanceFigures() }
+
+    /// The database answers and this node's heartbeat reached it within a lease.
+    public func isWritable() -> Bool {
+        guard health.withLock({ $0.isHealthy(lease: options.leaseSeconds) }) else { return false }
+        return (try? read { tx in try tx.execute("SELECT 1") }) != nil
+    }
+
+    /// A copy of a shared database is the database's own business (`pg_dump`), not one node's.
+    public func backup(to path: String) throws(StoreError) -> BackupResult {
+        throw .conflict("the state is in PostgreSQL: back it up with pg_dump or the database's own backups")
+    }
+
+    /// The writer joins waiting jobs into one transaction on its own; holding adds nothing.
+    public func holdWrites() {}
+    @discardableResult public func releaseWrites() -> Bool { false }
+    public var holdsWrites: Bool { false }
+}
+
+/// When the node last reached the database, for `/readyz` and for ending transfers whose leases
+/// may have run out.
+struct FleetHealth {
+    var lastBeat = monotonicSeconds()
+    var lastError: String?
+
+    func isHealthy(lease: Double) -> Bool { lastError == nil && monotonicSeconds() - lastBeat < lease }
+}
+
+extension StoreError {
+    /// What a PostgreSQL call threw, in the store's terms.
+    init(postgres error: any Error) {
+        switch error {
+        case let error as StoreError: self = error
+        case let error as ValidationError: self = .invalid(error)
+        case let error as PostgresError where error.sqlState == "53100": self = .storageFull
+        default: self = .database(String(describing: error))
+        }
+    }
+}

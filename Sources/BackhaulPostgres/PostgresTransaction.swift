@@ -1,0 +1,140 @@
+import BackhaulCore
+import BackhaulStore
+import Glibc
+import PostgreSQL
+import Threads
+
+/// One write transaction (or a read connection) as the store's code sees it: statements, and what
+/// the transaction changed for the observers, kept apart per job so that a job rolled back to its
+/// savepoint takes its changes back.
+final class PostgresTransaction {
+    let connection: PostgresConnection
+    /// This node's id.
+    let node: String
+    var changes = StoreChanges()
+    /// The node each queued entry of `changes.queued` is pinned to (nil: any node).
+    var pins: [Int64: String] = [:]
+    /// Events to append at the end of the transaction, under the events' lock (`PostgresWriter`).
+    var events: [PendingEvent] = []
+    /// Files to remove once the transaction committed: `.part` files of downloads that ended
+    /// without completing, and files of tasks completed with `delete_file_on_success`.
+    var filesToRemove: [String] = []
+    /// Leases this node took (a start) and gave up (an end), applied to `PostgresStore.leased`.
+    var leasesTaken: [String] = []
+    var leasesEnded: [String] = []
+
+    init(_ connection: PostgresConnection, node: String) {
+        self.connection = connection
+        self.node = node
+    }
+
+    /// An event of the transaction, not yet written.
+    struct PendingEvent {
+        var type: String
+        var sessionID: String
+        var taskID: String?
+        var data: String
+        var createdAt: Timestamp
+    }
+
+    @discardableResult
+    func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+        try connection.execute(sql, parameters)
+    }
+
+    func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> [T] {
+        let rows = try connection.execute(sql, parameters)
+        return try (0..<rows.count).map { try map(PostgresRow(rows: rows, index: $0)) }
+    }
+
+    func first<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> T? {
+        let rows = try connection.execute(sql, parameters)
+        return rows.count == 0 ? nil : try map(PostgresRow(rows: rows, index: 0))
+    }
+
+    // MARK: A job's part of the transaction
+
+    struct Mark {
+        fileprivate var changes: StoreChanges
+        fileprivate var pins: [Int64: String]
+        fileprivate var events: Int
+        fileprivate var files: Int
+        fileprivate var taken: Int
+        fileprivate var ended: Int
+    }
+
+    var mark: Mark {
+        Mark(
+            changes: changes, pins: pins, events: events.count, files: filesToRemove.count, taken: leasesTaken.count,
+            ended: leasesEnded.count)
+    }
+
+    func rollBack(to mark: Mark) {
+        changes = mark.changes
+        pins = mark.pins
+        events.removeSubrange(mark.events...)
+        filesToRemove.removeSubrange(mark.files...)
+        leasesTaken.removeSubrange(mark.taken...)
+        leasesEnded.removeSubrange(mark.ended...)
+    }
+
+    /// Starts over for the next transaction.
+    func reset() {
+        changes = StoreChanges()
+        pins = [:]
+        events = []
+        filesToRemove = []
+        leasesTaken = []
+        leasesEnded = []
+    }
+}
+
+/// One row of a result, read by column as `TaskRows.decode` reads SQLite's. PostgreSQL sends
+/// every value as text; a NULL reads as 0 or "" where the type has no nil.
+struct PostgresRow: StoredRow {
+    let rows: PostgresRows
+    let index: Int
+
+    func isNull(_ column: Int32) -> Bool { rows.isNull(index, Int(column)) }
+    func int(_ column: Int32) -> Int64 { rows.int(index, Int(column)) ?? 0 }
+    func optionalInt(_ column: Int32) -> Int64? { rows.int(index, Int(column)) }
+    func double(_ column: Int32) -> Double { rows.double(index, Int(column)) ?? 0 }
+    func optionalDouble(_ column: Int32) -> Double? { rows.double(index, Int(column)) }
+    func string(_ column: Int32) -> String { rows.string(index, Int(column)) ?? "" }
+    func optionalString(_ column: Int32) -> String? { rows.string(index, Int(column)) }
+}
+
+extension PostgresValue {
+    /// The value of an optional: NULL when nil.
+    static func text(_ value: String?) -> PostgresValue { value.map { .text($0) } ?? .null }
+    static func int(_ value: Int64?) -> PostgresValue { value.map { .int($0) } ?? .null }
+    static func int(_ value: Int) -> PostgresValue { .int(Int64(value)) }
+    static func int(_ value: Int?) -> PostgresValue { value.map { .int(Int64($0)) } ?? .null }
+    static func double(_ value: Double?) -> PostgresValue { value.map { .double($0) } ?? .null }
+    /// A flag as the SQLite schema keeps it: 0 or 1.
+    static func flag(_ value: Bool) -> PostgresValue { .int(value ? 1 : 0) }
+}
+
+/// Connections for reads, each used by one thread at a time. A connection that broke is made
+/// anew on its next use.
+final class ConnectionPool: @unchecked Sendable {
+    private let url: String
+    private let idle: Locked<(connections: [PostgresConnection], closed: Bool)>
+
+    init(url: String, count: Int) throws(PostgresError) {
+        self.url = url
+        var connections: [PostgresConnection] = []
+        for _ in 0..<count { connections.append(try PostgresConnection(url)) }
+        idle = Locked((connections, false))
+    }
+
+    func use<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
+        let connection = idle.wait(until: { !$0.connections.isEmpty || $0.closed }, timeout: 1e9) { $0.connections.popLast() }
+        guard let connection else { throw StoreError.database("the store is closed") }
+        defer { idle.withLockNotifyingAll { $0.connections.append(connection) } }
+        if !connection.isConnected { try connection.reset() }
+        return try body(connection)
+    }
+
+    func close() { idle.withLockNotifyingAll { $0.closed = true } }
+}

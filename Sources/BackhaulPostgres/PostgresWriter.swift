@@ -1,0 +1,335 @@
+import BackhaulCore
+import BackhaulStore
+import Glibc
+import JSONCodec
+import PostgreSQL
+import Threads
+
+/// One node's writer (docs/fleet.md): a thread with its own connection that takes the jobs
+/// waiting and runs them in one transaction, each in a savepoint of its own, so that a job that
+/// throws undoes only its own part. At the end of the transaction the events go in under the
+/// events' advisory lock, and the changes are announced to the other nodes (`NOTIFY`); after the
+/// commit the observers hear them and each job's completion runs, in commit order.
+///
+/// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
+/// transaction again; a lost connection is made anew, with backoff, for up to
+/// `reconnectFor` seconds before the jobs fail.
+final class PostgresWriter: @unchecked Sendable {
+    // @unchecked: `connection` and `afterCommit` are touched on the writer's thread only, after `start`.
+
+    struct Job {
+        /// The job's work; returns what runs after the commit.
+        var body: (PostgresTransaction) throws -> () -> Void
+        /// Runs instead when the job failed (its part was rolled back, or the transaction was).
+        var failed: (StoreError) -> Void
+    }
+
+    /// The channel of the changes (`PostgresChangeFeed`).
+    static let channel = "backhaul_changes"
+    /// The advisory lock that orders the events: "bh-event" in ASCII.
+    static let eventsLockKey: Int64 = 0x6268_2D65_7665_6E74
+
+    private var connection: PostgresConnection
+    private let url: String
+    private let node: String
+    private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
+    private let thread = WorkerThread(name: "bh-pg-writer")
+    /// How long a lost connection is tried again before the waiting jobs fail.
+    var reconnectFor: Double = 30
+    /// After each commit that changed something: the local observers.
+    var afterCommit: (StoreChanges) -> Void = { _ in }
+    /// After each commit: the store's own bookkeeping of the transaction (leases).
+    var settled: (PostgresTransaction) -> Void = { _ in }
+
+    init(connection: PostgresConnection, url: String, node: String) {
+        self.connection = connection
+        self.url = url
+        self.node = node
+    }
+
+    func start() { thread.start { [self] in loop() } }
+
+    /// Runs the jobs handed over so far, then stops.
+    func stop() {
+        queue.withLockNotifyingAll { $0.stopping = true }
+        thread.join()
+    }
+
+    func submit(_ job: Job) {
+        let accepted = queue.withLockNotifyingAll { queue -> Bool in
+            guard !queue.stopping else { return false }
+            queue.jobs.append(job)
+            return true
+        }
+        if !accepted { job.failed(.database("the store is closed")) }
+    }
+
+    private func loop() {
+        while true {
+            let (jobs, stopping) = queue.wait(until: { !$0.jobs.isEmpty || $0.stopping }, timeout: 1e9) { queue in
+                defer { queue.jobs = [] }
+                return (queue.jobs, queue.stopping)
+            }
+            if !jobs.isEmpty { run(jobs) }
+            if stopping, queue.withLock({ $0.jobs.isEmpty }) { return }
+        }
+    }
+
+    private enum Outcome {
+        case done(() -> Void)
+        case failed(StoreError)
+    }
+
+    private func run(_ jobs: [Job]) {
+        var retries = 0
+        let reconnectDeadline = monotonicSeconds() + reconnectFor
+        while true {
+            let tx = PostgresTransaction(connection, node: node)
+            do {
+                let outcomes = try transaction(jobs, tx)
+                for path in tx.filesToRemove { unlink(path) }
+                settled(tx)
+                if !tx.changes.isEmpty { afterCommit(tx.changes) }
+                for outcome in outcomes {
+                    switch outcome {
+                    case .done(let finish): finish()
+                    case .failed: break
+                    }
+                }
+                for (job, outcome) in zip(jobs, outcomes) { if case .failed(let error) = outcome { job.failed(error) } }
+                return
+            } catch let error as PostgresError where error.isRetryable && retries < 20 {
+                retries += 1
+                usleep(UInt32.random(in: 1_000...(5_000 * UInt32(retries))))
+            } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < reconnectDeadline {
+                // Made anew below, with backoff; the whole transaction runs again.
+                usleep(UInt32(min(2.0, 0.1 * Double(1 << min(retries, 5))) * 1e6))
+                retries += 1
+                if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
+            } catch {
+                let failure = StoreError(postgres: error)
+                for job in jobs { job.failed(failure) }
+                return
+            }
+        }
+    }
+
+    /// One transaction of `jobs`; throws only what fails the whole of it.
+    private func transaction(_ jobs: [Job], _ tx: PostgresTransaction) throws -> [Outcome] {
+        try tx.execute("BEGIN")
+        do {
+            var outcomes: [Outcome] = []
+            outcomes.reserveCapacity(jobs.count)
+            for job in jobs {
+                let mark = tx.mark
+                if jobs.count > 1 { try tx.execute("SAVEPOINT job") }
+                do {
+                    let finish = try job.body(tx)
+                    if jobs.count > 1 { try tx.execute("RELEASE SAVEPOINT job") }
+                    outcomes.append(.done(finish))
+                } catch let error as PostgresError where error.isRetryable || error.isConnectionLost {
+                    throw error
+                } catch {
+                    if jobs.count > 1 {
+                        try tx.execute("ROLLBACK TO SAVEPOINT job")
+                    } else {
+                        // The only job: nothing else to keep (the changes go with it).
+                        tx.rollBack(to: mark)
+                        try tx.execute("ROLLBACK")
+                        return [.failed(StoreError(postgres: error))]
+                    }
+                    tx.rollBack(to: mark)
+                    outcomes.append(.failed(StoreError(postgres: error)))
+                }
+            }
+            try appendEvents(tx)
+            try announce(tx)
+            try tx.execute("COMMIT")
+            return outcomes
+        } catch {
+            if connection.isConnected { _ = try? tx.execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// The transaction's events, last, under the lock that makes their sequence their commit
+    /// order; and a delivery of each to every enabled subscription of its session that wants it.
+    private func appendEvents(_ tx: PostgresTransaction) throws {
+        guard !tx.events.isEmpty else { return }
+        try tx.execute("SELECT pg_advisory_xact_lock($1)", [.int(Self.eventsLockKey)])
+        var first = Int64.max
+        var last = Int64.min
+        for start in stride(from: 0, to: tx.events.count, by: 1000) {
+            let part = tx.events[start..<min(start + 1000, tx.events.count)]
+            var sql = "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES "
+            var values: [PostgresValue] = []
+            values.reserveCapacity(part.count * 6)
+            for (index, event) in part.enumerated() {
+                let base = index * 6
+                if index > 0 { sql += ", " }
+                sql += "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))"
+                values += [
+                    .text(RandomID.make(prefix: "msg_", at: event.createdAt)), .text(event.type), .text(event.sessionID),
+                    .text(event.taskID), .double(event.createdAt), .text(event.data),
+                ]
+            }
+            let rows = try tx.execute(sql + " RETURNING seq", values)
+            for row in 0..<rows.count {
+                let sequence = rows.int(row, 0) ?? 0
+                first = min(first, sequence)
+                last = max(last, sequence)
+            }
+        }
+        let deliveries = try tx.execute(
+            """
+            INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+            SELECT w.id, e.seq, e.type, 'pending', e.created_at, e.created_at
+            FROM events e JOIN webhooks w ON w.session_id = e.session_id AND w.enabled = 1 AND w.events::jsonb ? e.type
+            WHERE e.seq BETWEEN $1 AND $2 ORDER BY e.seq, w.id
+            """, [.int(first), .int(last)])
+        tx.changes.eventsAppended = true
+        if deliveries.affected > 0 { tx.changes.deliveriesAdded = true }
+    }
+
+    /// Tells the other nodes what the transaction changed (delivered when it commits).
+    private func announce(_ tx: PostgresTransaction) throws {
+        guard !tx.changes.isEmpty else { return }
+        for payload in ChangeMessage.encode(tx.changes, pins: tx.pins, node: node) {
+            try tx.execute("SELECT pg_notify($1, $2)", [.text(Self.channel), .text(payload)])
+        }
+    }
+}
+
+/// What a commit changed, as the other nodes hear it (`NOTIFY`'s payload is at most 8,000 bytes,
+/// so a long list of queued tasks goes in several). The tasks created are not sent: a node reads
+/// a task it starts.
+enum ChangeMessage {
+    static let entriesPerMessage = 40
+
+    static func encode(_ changes: StoreChanges, pins: [Int64: String], node: String) -> [String] {
+        var head: JSONObject = ["n": .string(node)]
+        if !changes.unqueued.isEmpty { head["u"] = .array(changes.unqueued.map { .int($0) }) }
+        if !changes.leftRunning.isEmpty { head["r"] = .array(changes.leftRunning.map { .string($0) }) }
+        if let timer = changes.earliestTimer { head["t"] = .double(timer) }
+        if changes.eventsAppended { head["e"] = .bool(true) }
+        if changes.deliveriesAdded { head["d"] = .bool(true) }
+        if changes.cleanupsAdded { head["c"] = .bool(true) }
+        if changes.policyReview { head["p"] = .bool(true) }
+        if !changes.sessions.isEmpty { head["s"] = .array(changes.sessions.sorted().map { .string($0) }) }
+        if !changes.settings.isEmpty { head["g"] = .array(changes.settings.sorted().map { .string($0) }) }
+        if changes.pruned > 0 { head["x"] = .int(Int64(changes.pruned)) }
+        if !changes.touched.isEmpty { head["h"] = .array(changes.touched.map { .int($0) }) }
+        let entries = changes.queued.map { entry -> JSON in
+            .array([
+                .int(entry.sequence), .double(entry.priority), .string(entry.key.session), .string(entry.key.host),
+                entry.limit.map { .int(Int64($0)) } ?? .null, pins[entry.sequence].map { .string($0) } ?? .null,
+            ])
+        }
+        // Oversized lists (a batch touching thousands of tasks at once) are not spelled out: the
+        // other nodes read their queue again.
+        if head.count > 1, JSON.object(head).serialized().utf8.count > 7000 {
+            head = ["n": .string(node), "reload": .bool(true), "e": .bool(true), "d": .bool(true), "c": .bool(true)]
+        }
+        var messages: [String] = []
+        var start = 0
+        repeat {
+            var message = messages.isEmpty ? head : ["n": .string(node)]
+            let end = min(start + entriesPerMessage, entries.count)
+            if start < end { message["q"] = .array(Array(entries[start..<end])) }
+            messages.append(JSON.object(message).serialized())
+            start = end
+        } while start < entries.count
+        return messages
+    }
+
+    /// The changes another node announced, as this node's observers take them: nil for this
+    /// node's own (its observers heard them at the commit). Queued tasks pinned to another node
+    /// are left out.
+    static func decode(_ payload: String, node: String) -> StoreChanges? {
+        guard let message = try? JSON.parse(payload, maxDepth: 8), let sender = message["n"]?.stringValue, sender != node
+        else { return nil }
+        var changes = StoreChanges()
+        for entry in message["q"]?.arrayValue ?? [] {
+            guard let fields = entry.arrayValue, fields.count == 6, let sequence = fields[0].intValue,
+                let priority = fields[1].doubleValue, let session = fields[2].stringValue, let host = fields[3].stringValue
+            else { continue }
+            if let pin = fields[5].stringValue, pin != node { continue }
+            changes.queued.append(
+                Scheduler.Entry(
+                    sequence: sequence, priority: priority, key: Scheduler.Key(session: session, host: host),
+                    limit: fields[4].intValue.map { Int($0) }))
+        }
+        changes.unqueued = message["u"]?.arrayValue?.compactMap(\.intValue) ?? []
+        changes.leftRunning = message["r"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        changes.earliestTimer = message["t"]?.doubleValue
+        changes.eventsAppended = message["e"] == .bool(true)
+        changes.deliveriesAdded = message["d"] == .bool(true)
+        changes.cleanupsAdded = message["c"] == .bool(true)
+        changes.policyReview = message["p"] == .bool(true)
+        changes.sessions = Set(message["s"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        changes.settings = Set(message["g"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        changes.pruned = Int(message["x"]?.intValue ?? 0)
+        changes.touched = message["h"]?.arrayValue?.compactMap(\.intValue) ?? []
+        changes.queueReload = message["reload"] == .bool(true)
+        return changes
+    }
+}
+
+/// Hears the other nodes' changes (`LISTEN`) on a thread and a connection of its own, and hands
+/// them to the observers. After its connection was lost, what it may have missed is made up for
+/// by a change that reads everything again (the queue, the events, the outbox).
+final class PostgresChangeFeed: @unchecked Sendable {
+    private let url: String
+    private let node: String
+    private let deliver: @Sendable (StoreChanges) -> Void
+    private let stopping = Locked(false)
+    private let thread = WorkerThread(name: "bh-pg-listen")
+
+    init(url: String, node: String, deliver: @escaping @Sendable (StoreChanges) -> Void) {
+        self.url = url
+        self.node = node
+        self.deliver = deliver
+    }
+
+    func start() { thread.start { [self] in loop() } }
+
+    func stop() {
+        stopping.withLockNotifyingAll { $0 = true }
+        thread.join()
+    }
+
+    private func loop() {
+        var connection: PostgresConnection?
+        var failures = 0
+        while !stopping.withLock({ $0 }) {
+            do {
+                if connection == nil {
+                    let fresh = try PostgresConnection(url, connectTimeout: 5)
+                    try fresh.listen(PostgresWriter.channel)
+                    connection = fresh
+                    if failures > 0 { deliver(Self.catchUp) }
+                    failures = 0
+                }
+                for notification in try connection!.notifications(waitingUpTo: 0.25) {
+                    if let changes = ChangeMessage.decode(notification.payload, node: node) { deliver(changes) }
+                }
+            } catch {
+                connection = nil
+                failures += 1
+                let pause = min(5.0, 0.1 * Double(1 << min(failures, 6)))
+                _ = stopping.wait(until: { $0 }, timeout: pause) { $0 }
+            }
+        }
+    }
+
+    /// What a node that may have missed changes reads again.
+    static var catchUp: StoreChanges {
+        var changes = StoreChanges()
+        changes.queueReload = true
+        changes.eventsAppended = true
+        changes.deliveriesAdded = true
+        changes.cleanupsAdded = true
+        changes.policyReview = true
+        return changes
+    }
+}

@@ -1,0 +1,59 @@
+import BackhaulCore
+import BackhaulPostgres
+import BackhaulStore
+import BackhaulTesting
+import Foundation
+import PostgreSQL
+import Testing
+import Threads
+
+/// The PostgreSQL store's fleet rules against a real PostgreSQL: migrations, opening, claims,
+/// leases, takeover, pinning (docs/fleet.md).
+@Suite("PostgreSQL store: migrations, claims, leases, takeover", .serialized)
+final class FleetTests {
+    let server: PostgresServer
+
+    init() throws { server = try PostgresServer() }
+
+    @Test("nodes starting at once migrate once, under the advisory lock; an older node refuses a newer schema")
+    func migrations() throws {
+        let url = server.url
+        let found = Locked<[Int]>([])
+        let failures = Locked<[String]>([])
+        concurrently(4) { _ in
+            do {
+                let before = try PostgresSchema.migrate(try PostgresConnection(url))
+                found.withLock { $0.append(before) }
+            } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 })")
+        // One found the empty database, the others the work done.
+        #expect(found.withLock { $0 }.sorted() == [0] + Array(repeating: PostgresSchema.currentVersion, count: 3))
+        let db = try PostgresConnection(url)
+        #expect(try db.execute("SELECT count(*) FROM backhaul_schema").int(0, 0) == Int64(PostgresSchema.currentVersion))
+        #expect(throws: PostgresSchema.Failure.newerSchema(database: PostgresSchema.currentVersion, known: 0)) {
+            try PostgresSchema.migrate(db, upTo: 0)
+        }
+    }
+
+    @Test("a wrong password or an unreachable server is a clear refusal to open; a newer schema is refused")
+    func opening() throws {
+        let badPassword = server.url.replacingOccurrences(of: ":\(server.password)@", with: ":wrong@")
+        #expect(badPassword != server.url)
+        #expect {
+            _ = try PostgresStore(PostgresStore.Options(url: badPassword, node: "a"))
+        } throws: { error in
+            "\(error)".contains("cannot connect") && "\(error)".contains("password")
+        }
+        try PostgresSchema.migrate(try PostgresConnection(server.url))
+        try PostgresConnection(server.url).execute("INSERT INTO backhaul_schema VALUES (99)")
+        #expect {
+            _ = try PostgresStore(PostgresStore.Options(url: server.url, node: "a"))
+        } throws: { error in
+            guard case PostgresStore.OpenFailure.newerSchema(database: 99, _) = error else { return false }
+            return true
+        }
+    }
+}
