@@ -15,18 +15,21 @@ extension Store {
             try db.query(
                 "SELECT seq, request, attempts, task_id FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
                 [now, limit + busy.count]
-            ) { row -> DueCleanup? in
-                guard !busy.contains(row.int(0)) else { return nil }
-                let text = row.string(1)
-                let plan = Result { () throws(StoreError) in
-                    guard let value = try? JSON.parse(text), let plan = CleanupPlan.decode(value) else {
-                        throw StoreError.corrupt("cleanup \(row.int(0)) holds \(text.prefix(200))")
-                    }
-                    return plan
-                }
-                return (row.int(0), plan, Int(row.int(2)), row.string(3))
-            }.compactMap { $0 }.prefix(limit).map { $0 }
+            ) { row -> DueCleanup? in busy.contains(row.int(0)) ? nil : Store.decodeCleanup(row) }.compactMap { $0 }.prefix(limit)
+                .map { $0 }
         }
+    }
+
+    /// A cleanup from the columns `seq, request, attempts, task_id`.
+    package static func decodeCleanup(_ row: some StoredRow) -> DueCleanup {
+        let text = row.string(1)
+        let plan = Result { () throws(StoreError) in
+            guard let value = try? JSON.parse(text), let plan = CleanupPlan.decode(value) else {
+                throw StoreError.corrupt("cleanup \(row.int(0)) holds \(text.prefix(200))")
+            }
+            return plan
+        }
+        return (row.int(0), plan, Int(row.int(2)), row.string(3))
     }
 
     /// A cleanup whose listing found uploads to release: those no unfinished task holds go in as

@@ -7,8 +7,8 @@ import Threads
 extension Store {
     /// Conditions on `state` without IN lists, as the partial indexes are written (a query must use
     /// the same words for SQLite to use them).
-    static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"
-    static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
+    package static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"
+    package static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
     /// The unfinished tasks of the session bound first, found through the partial index
     /// `tasks_open` (`finished_at` is set exactly when a task ends).
     static let openInSession = "session_id = ? AND finished_at IS NULL AND \(unfinishedCondition)"

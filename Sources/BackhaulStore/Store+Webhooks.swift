@@ -12,6 +12,18 @@ public struct PendingDelivery: Sendable {
     public var eventID: String
     public var payload: [UInt8]
     public var attempts: Int
+
+    package init(
+        sequence: Int64, webhookID: String, url: String, secrets: [String], eventID: String, payload: [UInt8], attempts: Int
+    ) {
+        self.sequence = sequence
+        self.webhookID = webhookID
+        self.url = url
+        self.secrets = secrets
+        self.eventID = eventID
+        self.payload = payload
+        self.attempts = attempts
+    }
 }
 
 extension Store {
@@ -120,37 +132,42 @@ extension Store {
     {
         let after = cursor.flatMap { Int64($0) } ?? 0
         return try read { db in
-            let map: (Row) throws -> DeliveryRecord = { row in
-                DeliveryRecord(
-                    sequence: row.int(0), webhookID: row.string(1), eventSequence: row.int(2), eventID: row.string(3),
-                    eventType: row.string(4), state: DeliveryRecord.State(rawValue: row.string(5)) ?? .pending,
-                    attempts: Int(row.int(6)), nextAttemptAt: row.optionalDouble(7),
-                    lastStatus: row.optionalInt(8).map { Int($0) },
-                    lastError: row.optionalString(9), history: (try? JSON.parse(row.string(10))) ?? .array([]),
-                    createdAt: row.double(11), finishedAt: row.optionalDouble(12))
-            }
-            let select = """
-                SELECT d.seq, d.webhook_id, d.event_seq, e.id, e.type, d.state, d.attempts, d.next_attempt_at, d.last_status,
-                    d.last_error, d.history, d.created_at, d.finished_at
-                FROM deliveries d JOIN events e ON e.seq = d.event_seq
-                """
-            var rows: [DeliveryRecord]
+            let select = Store.deliverySelect
+            let rows: [DeliveryRecord]
             if let state {
                 rows = try db.query(
                     "\(select) WHERE d.webhook_id = ? AND d.state = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                    [webhookID, state.rawValue, after, limit + 1], map)
+                    [webhookID, state.rawValue, after, limit + 1], Store.decodeDelivery)
             } else {
                 rows = try db.query(
                     "\(select) WHERE d.webhook_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                    [webhookID, after, limit + 1], map)
+                    [webhookID, after, limit + 1], Store.decodeDelivery)
             }
-            var next: String?
-            if rows.count > limit {
-                rows.removeLast()
-                next = rows.last.map { String($0.sequence) }
-            }
-            return (rows, next)
+            return Store.page(rows, limit: limit)
         }
+    }
+
+    /// A subscription's deliveries with their events' ids and types, read by `decodeDelivery`.
+    package static let deliverySelect = """
+        SELECT d.seq, d.webhook_id, d.event_seq, e.id, e.type, d.state, d.attempts, d.next_attempt_at, d.last_status,
+            d.last_error, d.history, d.created_at, d.finished_at
+        FROM deliveries d JOIN events e ON e.seq = d.event_seq
+        """
+
+    package static func decodeDelivery(_ row: some StoredRow) -> DeliveryRecord {
+        DeliveryRecord(
+            sequence: row.int(0), webhookID: row.string(1), eventSequence: row.int(2), eventID: row.string(3),
+            eventType: row.string(4), state: DeliveryRecord.State(rawValue: row.string(5)) ?? .pending,
+            attempts: Int(row.int(6)), nextAttemptAt: row.optionalDouble(7), lastStatus: row.optionalInt(8).map { Int($0) },
+            lastError: row.optionalString(9), history: (try? JSON.parse(row.string(10))) ?? .array([]),
+            createdAt: row.double(11), finishedAt: row.optionalDouble(12))
+    }
+
+    /// A page of deliveries read with one more than `limit`: the extra one says a next page exists.
+    package static func page(_ rows: [DeliveryRecord], limit: Int) -> (deliveries: [DeliveryRecord], nextCursor: String?) {
+        guard rows.count > limit else { return (rows, nil) }
+        let kept = Array(rows.prefix(limit))
+        return (kept, kept.last.map { String($0.sequence) })
     }
 
     /// Pending deliveries due at `now`, oldest first, leaving out those already in flight.
@@ -165,22 +182,27 @@ extension Store {
                 WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND \(Store.drainedIsLast)
                 ORDER BY d.next_attempt_at, d.seq LIMIT ?
                 """, [now, limit + inFlight.count]
-            ) { row -> PendingDelivery in
-                var secrets = [row.string(3)]
-                if let previous = row.optionalString(4), let expires = row.optionalDouble(5), expires > now {
-                    secrets.append(previous)
-                }
-                // The body is built around the stored event data, never parsed again: the same bytes
-                // on every redelivery.
-                let event = EventRecord(
-                    sequence: 0, id: row.string(6), type: row.string(7), sessionID: "", taskID: nil,
-                    createdAt: row.double(8), dataText: row.string(9))
-                return PendingDelivery(
-                    sequence: row.int(0), webhookID: row.string(1), url: row.string(2), secrets: secrets,
-                    eventID: row.string(6), payload: Array(event.payloadText.utf8), attempts: Int(row.int(10)))
-            }
+            ) { row in Store.decodePendingDelivery(row, now: now) }
             return Array(rows.filter { !inFlight.contains($0.sequence) }.prefix(limit))
         }
+    }
+
+    /// A due delivery from the columns `d.seq, d.webhook_id, w.url, w.secret, w.previous_secret,
+    /// w.previous_secret_expires_at, e.id, e.type, e.created_at, e.data, d.attempts`: signed with
+    /// the current secret, and the previous one while it has not expired.
+    package static func decodePendingDelivery(_ row: some StoredRow, now: Timestamp) -> PendingDelivery {
+        var secrets = [row.string(3)]
+        if let previous = row.optionalString(4), let expires = row.optionalDouble(5), expires > now {
+            secrets.append(previous)
+        }
+        // The body is built around the stored event data, never parsed again: the same bytes
+        // on every redelivery.
+        let event = EventRecord(
+            sequence: 0, id: row.string(6), type: row.string(7), sessionID: "", taskID: nil,
+            createdAt: row.double(8), dataText: row.string(9))
+        return PendingDelivery(
+            sequence: row.int(0), webhookID: row.string(1), url: row.string(2), secrets: secrets,
+            eventID: row.string(6), payload: Array(event.payloadText.utf8), attempts: Int(row.int(10)))
     }
 
     /// The earliest due time of a pending delivery that is not in flight.
@@ -209,19 +231,8 @@ extension Store {
                         "SELECT webhook_id, history FROM deliveries WHERE seq = ? AND state = 'pending'", [sequence],
                         { ($0.string(0), $0.string(1)) })
                 else { return }
-                var history = (try? JSON.parse(historyText))?.arrayValue ?? []
-                history.append([
-                    "at": .string(RFC3339.format(now)), "status": status.map { .int(Int64($0)) } ?? .null,
-                    "error": error.map { .string($0) } ?? .null,
-                ])
-                let historyJSON = JSON.array(Array(history.suffix(20))).serialized()
-                let (state, next): (DeliveryRecord.State, Timestamp?) =
-                    switch decision {
-                    case .delivered: (.delivered, nil)
-                    case .retry(let at): (.pending, at)
-                    case .failed: (.failed, nil)
-                    case .gone: (.abandoned, nil)
-                    }
+                let (state, next, historyJSON) = Store.attemptRecorded(
+                    history: historyText, now: now, status: status, error: error, decision: decision)
                 try db.run(
                     """
                     UPDATE deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?,
@@ -239,6 +250,26 @@ extension Store {
             done: { result in
                 if case .failure(let error) = result { done(error) } else { done(nil) }
             })
+    }
+
+    /// What an attempt's result makes of a delivery: its state, its next attempt, and its
+    /// history (the last 20 attempts) with this one appended.
+    package static func attemptRecorded(
+        history text: String, now: Timestamp, status: Int?, error: String?, decision: DeliveryPlan.Decision
+    ) -> (state: DeliveryRecord.State, next: Timestamp?, history: String) {
+        var history = (try? JSON.parse(text))?.arrayValue ?? []
+        history.append([
+            "at": .string(RFC3339.format(now)), "status": status.map { .int(Int64($0)) } ?? .null,
+            "error": error.map { .string($0) } ?? .null,
+        ])
+        let (state, next): (DeliveryRecord.State, Timestamp?) =
+            switch decision {
+            case .delivered: (.delivered, nil)
+            case .retry(let at): (.pending, at)
+            case .failed: (.failed, nil)
+            case .gone: (.abandoned, nil)
+            }
+        return (state, next, JSON.array(Array(history.suffix(20))).serialized())
     }
 
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
