@@ -246,3 +246,5 @@ extension StoreError {
         }
     }
 }
+
+extension PostgresStore: StateStore {}

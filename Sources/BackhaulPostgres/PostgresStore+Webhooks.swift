@@ -1,0 +1,237 @@
+import BackhaulCore
+import BackhaulStore
+import JSONCodec
+import PostgreSQL
+
+/// Webhook subscriptions and the outbox, as `Store+Webhooks` keeps them for SQLite, with the
+/// fleet's rule (docs/fleet.md): a delivery is sent by one node at a time. A node claims the due
+/// deliveries it is about to send for a lease (`claimed_by`, `claim_expires_at`, the database's
+/// clock), the rows it reads locked and those another node is claiming at that moment skipped;
+/// recording the attempt ends the claim. A node that stops lets its claims run out, and another
+/// sends them, with the same `webhook-id` (the event's id). `session.drained` still waits for
+/// every earlier delivery of its subscription (`Store.drainedIsLast`), whichever node has them.
+extension PostgresStore {
+    static let webhookInsert = """
+        INSERT INTO webhooks (\(Store.webhookColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        ON CONFLICT (id) DO UPDATE SET url = excluded.url, events = excluded.events, secret = excluded.secret,
+            previous_secret = excluded.previous_secret, previous_secret_expires_at = excluded.previous_secret_expires_at,
+            enabled = excluded.enabled, disabled_reason = excluded.disabled_reason
+        """
+
+    func fetchWebhook(_ tx: PostgresTransaction, id: String, lock: Bool) throws -> WebhookRecord? {
+        try tx.first(
+            "SELECT \(Store.webhookColumns) FROM webhooks WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)],
+            Store.decodeWebhook)
+    }
+
+    func saveWebhook(_ tx: PostgresTransaction, _ webhook: WebhookRecord) throws {
+        try tx.execute(
+            Self.webhookInsert,
+            [
+                .text(webhook.id), .text(webhook.sessionID), .text(webhook.url),
+                .text(JSON.array(webhook.events.map { .string($0.rawValue) }).serialized()), .text(webhook.secret),
+                .text(webhook.previousSecret), .double(webhook.previousSecretExpiresAt), .flag(webhook.enabled),
+                .text(webhook.disabledReason), .double(webhook.createdAt),
+            ])
+    }
+
+    /// Pending deliveries of a subscription end as `abandoned`, their claims with them.
+    func abandonDeliveries(_ tx: PostgresTransaction, webhookID: String, now: Timestamp, reason: String) throws {
+        try tx.execute(
+            """
+            UPDATE deliveries SET state = 'abandoned', next_attempt_at = NULL, finished_at = $1, last_error = $2,
+                claimed_by = NULL, claim_expires_at = NULL
+            WHERE webhook_id = $3 AND state = 'pending'
+            """, [.double(now), .text(reason), .text(webhookID)])
+    }
+
+    public func createWebhook(_ webhook: WebhookRecord) throws(StoreError) {
+        try write { [self] tx in
+            guard try fetchSession(tx, id: webhook.sessionID, lock: false) != nil else { throw StoreError.notFound }
+            try saveWebhook(tx, webhook)
+        }
+    }
+
+    public func webhook(id: String) throws(StoreError) -> WebhookRecord? {
+        try read { tx in try fetchWebhook(tx, id: id, lock: false) }
+    }
+
+    /// The session's subscriptions, oldest first (ids compared byte by byte, as SQLite does).
+    public func webhooks(sessionID: String) throws(StoreError) -> [WebhookRecord] {
+        try read { tx in
+            try tx.rows(
+                "SELECT \(Store.webhookColumns) FROM webhooks WHERE session_id = $1 ORDER BY created_at, id COLLATE \"C\"",
+                [.text(sessionID)], Store.decodeWebhook)
+        }
+    }
+
+    /// Applies `change` to a subscription; re-enabling clears the reason it was disabled, and
+    /// disabling abandons its pending deliveries.
+    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws
+        -> WebhookRecord
+    {
+        let now = self.now
+        return try write { [self] tx in
+            guard var webhook = try fetchWebhook(tx, id: id, lock: true) else { throw StoreError.notFound }
+            let wasEnabled = webhook.enabled
+            try change(&webhook)
+            if webhook.enabled { webhook.disabledReason = nil }
+            if wasEnabled, !webhook.enabled {
+                webhook.disabledReason = webhook.disabledReason ?? "disabled by a client"
+                try abandonDeliveries(tx, webhookID: id, now: now, reason: "the subscription was disabled")
+            }
+            try saveWebhook(tx, webhook)
+            return webhook
+        }
+    }
+
+    /// Removes a subscription; its pending deliveries are abandoned (their history stays listed
+    /// until pruned).
+    public func deleteWebhook(id: String) throws(StoreError) {
+        let now = self.now
+        try write { [self] tx in
+            guard try fetchWebhook(tx, id: id, lock: true) != nil else { throw StoreError.notFound }
+            try abandonDeliveries(tx, webhookID: id, now: now, reason: "the subscription was deleted")
+            try tx.execute("DELETE FROM webhooks WHERE id = $1", [.text(id)])
+        }
+    }
+
+    public func deliveries(webhookID: String, state: DeliveryRecord.State?, cursor: String?, limit: Int) throws(StoreError)
+        -> (deliveries: [DeliveryRecord], nextCursor: String?)
+    {
+        let after = cursor.flatMap { Int64($0) } ?? 0
+        return try read { tx in
+            let select = Store.deliverySelect
+            let rows: [DeliveryRecord]
+            if let state {
+                rows = try tx.rows(
+                    "\(select) WHERE d.webhook_id = $1 AND d.state = $2 AND d.seq > $3 ORDER BY d.seq LIMIT $4",
+                    [.text(webhookID), .text(state.rawValue), .int(after), .int(limit + 1)], Store.decodeDelivery)
+            } else {
+                rows = try tx.rows(
+                    "\(select) WHERE d.webhook_id = $1 AND d.seq > $2 ORDER BY d.seq LIMIT $3",
+                    [.text(webhookID), .int(after), .int(limit + 1)], Store.decodeDelivery)
+            }
+            return Store.page(rows, limit: limit)
+        }
+    }
+
+    /// A set of sequences as a PostgreSQL array literal (`$n::bigint[]`).
+    static func sequenceArray(_ sequences: some Sequence<Int64>) -> PostgresValue {
+        .text("{" + sequences.map(String.init).joined(separator: ",") + "}")
+    }
+
+    /// Claims the pending deliveries due at `now` for this node, oldest first, leaving out those
+    /// in flight here, and returns them. A delivery another node holds under a live claim, or is
+    /// claiming at this moment, is left to it. The claims of those in flight here are renewed, so
+    /// a slow receiver does not let another node send the same delivery beside this one.
+    public func dueDeliveries(now: Timestamp, limit: Int, excluding inFlight: Set<Int64>) throws(StoreError)
+        -> [PendingDelivery]
+    {
+        let busy = Self.sequenceArray(inFlight.sorted())
+        return try write { [self] tx in
+            let lease = PostgresValue.double(options.leaseSeconds)
+            if !inFlight.isEmpty {
+                try tx.execute(
+                    """
+                    UPDATE deliveries SET claim_expires_at = clock_timestamp() + make_interval(secs => $3)
+                    WHERE seq = ANY($1::bigint[]) AND claimed_by = $2 AND state = 'pending'
+                    """, [busy, .text(node), lease])
+            }
+            guard limit > 0 else { return [] }
+            let claimed = try tx.rows(
+                """
+                WITH due AS (
+                    SELECT d.seq FROM deliveries d
+                    WHERE d.state = 'pending' AND d.next_attempt_at <= $1
+                        AND (d.claimed_by IS NULL OR d.claimed_by = $2 OR d.claim_expires_at <= clock_timestamp())
+                        AND NOT (d.seq = ANY($3::bigint[])) AND \(Store.drainedIsLast)
+                        AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id)
+                        AND EXISTS (SELECT 1 FROM events e WHERE e.seq = d.event_seq)
+                    ORDER BY d.next_attempt_at, d.seq LIMIT $4
+                    FOR UPDATE SKIP LOCKED
+                )
+                UPDATE deliveries d SET claimed_by = $2, claim_expires_at = clock_timestamp() + make_interval(secs => $5)
+                FROM due, webhooks w, events e
+                WHERE d.seq = due.seq AND w.id = d.webhook_id AND e.seq = d.event_seq
+                RETURNING d.seq, d.webhook_id, w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, e.id, e.type,
+                    e.created_at, e.data, d.attempts, d.next_attempt_at
+                """, [.double(now), .text(node), busy, .int(limit), lease]
+            ) { row in (delivery: Store.decodePendingDelivery(row, now: now), due: row.double(11)) }
+            return claimed.sorted { ($0.due, $0.delivery.sequence) < ($1.due, $1.delivery.sequence) }.map(\.delivery)
+        }
+    }
+
+    /// The earliest time a pending delivery not in flight here may be sent from this node: its due
+    /// time, or, while another node's claim on it holds, the end of that claim (so that this node
+    /// looks again when a stopped node's claim runs out).
+    public func nextDeliveryAt(excluding inFlight: Set<Int64>) throws(StoreError) -> Timestamp? {
+        let now = self.now
+        return try read { tx in
+            try tx.first(
+                """
+                SELECT min(CASE WHEN d.claimed_by IS NOT NULL AND d.claimed_by != $1 AND d.claim_expires_at > clock_timestamp()
+                    THEN greatest(d.next_attempt_at,
+                        $3::double precision + extract(epoch FROM d.claim_expires_at - clock_timestamp())::double precision)
+                    ELSE d.next_attempt_at END)
+                FROM deliveries d
+                WHERE d.state = 'pending' AND \(Store.drainedIsLast) AND NOT (d.seq = ANY($2::bigint[]))
+                """, [.text(node), Self.sequenceArray(inFlight.sorted()), .double(now)]
+            ) { $0.optionalDouble(0) } ?? nil
+        }
+    }
+
+    /// Writes one attempt's result and ends this node's claim. `gone` disables the subscription
+    /// and abandons the rest.
+    public func recordDeliveryAttempt(
+        sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
+        done: @escaping @Sendable (StoreError?) -> Void
+    ) {
+        let now = self.now
+        submit(
+            { [self] tx in
+                guard
+                    let (webhookID, historyText) = try tx.first(
+                        "SELECT webhook_id, history FROM deliveries WHERE seq = $1 AND state = 'pending' FOR UPDATE",
+                        [.int(sequence)], { ($0.string(0), $0.string(1)) })
+                else { return }
+                let (state, next, history) = Store.attemptRecorded(
+                    history: historyText, now: now, status: status, error: error, decision: decision)
+                // Another node's claim stays: it took the delivery over and may be sending it now.
+                try tx.execute(
+                    """
+                    UPDATE deliveries SET state = $1, attempts = attempts + 1, next_attempt_at = $2, last_status = $3,
+                        last_error = $4, history = $5, finished_at = $6,
+                        claimed_by = CASE WHEN claimed_by = $8 THEN NULL ELSE claimed_by END,
+                        claim_expires_at = CASE WHEN claimed_by = $8 THEN NULL ELSE claim_expires_at END
+                    WHERE seq = $7
+                    """,
+                    [
+                        .text(state.rawValue), .double(next), .int(status), .text(error), .text(history),
+                        .double(state == .pending ? nil : now), .int(sequence), .text(node),
+                    ])
+                if decision == .gone {
+                    try tx.execute(
+                        "UPDATE webhooks SET enabled = 0, disabled_reason = $1 WHERE id = $2",
+                        [.text("the receiver answered 410 Gone"), .text(webhookID)])
+                    try abandonDeliveries(tx, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
+                }
+            },
+            done: { result in
+                if case .failure(let error) = result { done(error) } else { done(nil) }
+            })
+    }
+
+    /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
+    public func deliveryCounts() throws(StoreError) -> [DeliveryRecord.State: Int] {
+        try read { tx in
+            var counts: [DeliveryRecord.State: Int] = [:]
+            for (state, count) in try tx.rows(
+                "SELECT state, count(*) FROM deliveries GROUP BY state", [], { ($0.string(0), Int($0.int(1))) })
+            {
+                if let state = DeliveryRecord.State(rawValue: state) { counts[state] = count }
+            }
+            return counts
+        }
+    }
+}
