@@ -86,7 +86,10 @@ enum PostgresTaskRows {
         lease: LeaseChange = .keep, leaseSeconds: Double = 30
     ) throws -> Bool {
         var sets: [String] = []
-        var values: [PostgresValue] = [.int(after.sequence), .text(tx.node)]
+        var values: [PostgresValue] = [.int(after.sequence)]
+        // The node goes in as `$2` only where the statement uses it: PostgreSQL cannot type a
+        // parameter the statement never mentions, and refuses it.
+        if lease == .take || condition?.contains("$2") == true { values.append(.text(tx.node)) }
         func set(_ column: String, _ changed: Bool, _ value: @autoclosure () -> PostgresValue) {
             guard changed else { return }
             values.append(value())
