@@ -120,6 +120,35 @@ final class PostgresOutboxTests {
         #expect(drained.first.map { String(decoding: $0.payload, as: UTF8.self) }?.contains("\"session.drained\"") == true)
     }
 
+    @Test("events in commit order, after a sequence: all, of one session, of the sessions a client may see")
+    func events() throws {
+        let a = try node("a")
+        let b = try node("b")
+        defer {
+            a.close()
+            b.close()
+        }
+        #expect(try b.lastEventSequence() == 0)
+        for session in ["s", "t", "u"] {
+            _ = try a.putSession(id: session, configuration: TransferConfiguration())
+            var task = makeTask("task-\(session)", now: clock.now())
+            task.sessionID = session
+            _ = try a.createTasks(sessionID: session, [task])
+            try a.complete("task-\(session)")
+        }
+        // Each session: its task's completion, then its drain.
+        let all = try b.events(after: 0)
+        #expect(all.map(\.sessionID) == ["s", "s", "t", "t", "u", "u"])
+        #expect(all.map(\.type) == Array(repeating: ["task.completed", "session.drained"], count: 3).flatMap { $0 })
+        #expect(try a.lastEventSequence() == all.last?.sequence)
+        let second = try #require(all.dropFirst().first?.sequence)
+        #expect(try a.events(after: second).count == 4)
+        #expect(try a.events(after: 0, session: "t").map(\.taskID) == ["task-t", nil])
+        // A client scoped to s and u: filtered page by page.
+        let scoped = try a.events(after: 0, session: nil, limit: 3, sessions: { $0 != "t" })
+        #expect(scoped.map(\.sessionID) == ["s", "s", "u"])
+    }
+
     @Test("a cleanup is run by one node at a time; a stopped node's claim runs out")
     func cleanups() throws {
         let a = try node("a")
