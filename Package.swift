@@ -97,7 +97,8 @@ let package = Package(
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI", "BackhaulFiles",
+                "BackhaulCore", "BackhaulStore", "BackhaulPostgres", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI",
+                "BackhaulFiles",
                 "MicroHTTP", "Systemd",
                 "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
@@ -165,7 +166,8 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "BackhaulTesting", "JSONCodec", "BackhaulCore", "Digest", "Threads", "BackhaulCLI", "backhauld", "backhaul",
+                "BackhaulTesting", "JSONCodec", "BackhaulCore", "Digest", "PostgreSQL", "Threads", "BackhaulCLI", "backhauld",
+                "backhaul",
             ],
             swiftSettings: swiftSettings),
     ]

@@ -20,6 +20,9 @@ public struct APIOptions: Sendable {
     public var destinations = DestinationRules()
     /// Serve the dashboard (`GET /`, `/ui/…`); `--no-ui` turns it off.
     public var dashboard = true
+    /// This daemon's name in `GET /v1/nodes`, and when it started.
+    public var nodeID = "localhost"
+    public var startedAt: Timestamp = SystemClock().now()
 
     public init(allowedRoots: AllowedRoots) { self.allowedRoots = allowedRoots }
 }

@@ -6,6 +6,7 @@ extension API {
             Route("GET", "/healthz", .open, health),
             Route("GET", "/readyz", .open, ready),
             Route("GET", "/v1/info", .authenticated, info),
+            Route("GET", "/v1/nodes", .authenticated, nodes),
             Route("GET", "/metrics", .authenticated, metrics),
             Route("GET", "/v1/sessions", .authenticated, listSessions),
             Route("PUT", "/v1/sessions/{id}", .session, putSession),

@@ -32,6 +32,10 @@ extension TaskRecord {
             json.string(id)
             json.key("session_id")
             json.string(sessionID)
+            if let node {
+                json.key("node")
+                json.string(node)
+            }
             json.key("kind")
             json.string(kind.rawValue)
             json.key("state")

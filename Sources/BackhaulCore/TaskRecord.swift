@@ -44,6 +44,7 @@ public struct TaskRecord: Sendable, Equatable {
         @usableFromInline var cancellation: CancellationReason?
         @usableFromInline var checkpoint: TransferCheckpoint?
         @usableFromInline var download: DownloadSpec?
+        @usableFromInline var node: String?
     }
 
     /// The fields behind a reference; changed only while this record holds the only reference.
@@ -228,5 +229,12 @@ extension TaskRecord {
     @inlinable public var download: DownloadSpec? {
         _read { yield storage.fields.download }
         _modify { yield &fields.download }
+    }
+
+    /// The node of the fleet the task is pinned to, its file being on that node's own disk
+    /// (docs/fleet.md); nil when any node may run it, and always with one daemon on SQLite.
+    @inlinable public var node: String? {
+        _read { yield storage.fields.node }
+        _modify { yield &fields.node }
     }
 }

@@ -3,20 +3,6 @@ import BackhaulStore
 import JSONCodec
 import PostgreSQL
 
-/// A node in the fleet, as `GET /v1/nodes` shows it.
-public struct NodeRecord: Sendable, Equatable {
-    public var id: String
-    public var version: String
-    public var startedAt: Timestamp
-    /// When its last heartbeat reached the database (the database's clock).
-    public var lastHeartbeatAt: Timestamp
-    /// Seconds since then, by the database's clock.
-    public var silentSeconds: Double
-    public var running: Int
-    /// The node's own network, as its `GET /v1/network` shows it (JSON text), if it said.
-    public var network: String?
-}
-
 /// The fleet's leases (docs/fleet.md). A node's heartbeat, on a thread and a connection of its own,
 /// beats every third of a lease: it renews the leases of the tasks it runs, reports what it lost,
 /// and takes over what silent nodes left. Every lease time is the database's.
@@ -127,14 +113,12 @@ extension PostgresStore {
         return try write { [self] tx in
             let expired = try tx.rows(
                 """
-                SELECT \(TaskRows.columns), pinned_node FROM tasks
-                WHERE state = 'running' AND lease_expires_at <= clock_timestamp() ORDER BY seq LIMIT 500
-                FOR UPDATE SKIP LOCKED
-                """
-            ) { row in (try PostgresTaskRows.decode(row), row.optionalString(31)) }
-            for (task, pin) in expired {
+                \(PostgresTaskRows.select) WHERE state = 'running' AND lease_expires_at <= clock_timestamp()
+                ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED
+                """, [], PostgresTaskRows.decode)
+            for task in expired {
                 guard case .success(var next) = task.applying(.requeued(counted: true), now: now) else { continue }
-                if pin != nil {
+                if task.node != nil {
                     next.state = .waiting
                     next.waitingReason = .nodeUnavailable
                 }
@@ -157,7 +141,7 @@ extension PostgresStore {
     }
 
     /// The nodes of the fleet, by id.
-    public func nodes() throws(StoreError) -> [NodeRecord] {
+    public func nodes() throws(StoreError) -> [NodeRecord]? {
         try read { tx in
             try tx.rows(
                 """

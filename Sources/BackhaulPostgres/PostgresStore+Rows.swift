@@ -7,9 +7,14 @@ import PostgreSQL
 /// fleet's pin and lease. The only code that writes `tasks`, so that every change is noted for the
 /// observers (`StoreChanges.note`), as `TaskFeed` does for SQLite.
 enum PostgresTaskRows {
-    static let select = "SELECT \(TaskRows.columns) FROM tasks"
+    static let select = "SELECT \(TaskRows.columns), pinned_node FROM tasks"
 
-    static func decode(_ row: PostgresRow) throws -> TaskRecord { try TaskRows.decode(row) }
+    /// The SQLite store's columns, then the pin (column 31).
+    static func decode(_ row: PostgresRow) throws -> TaskRecord {
+        var task = try TaskRows.decode(row)
+        task.node = row.optionalString(31)
+        return task
+    }
 
     /// The task as it is, its row locked until the transaction ends (`lock`), so that two nodes
     /// changing one task take turns.
@@ -37,8 +42,8 @@ enum PostgresTaskRows {
         task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized()
     }
 
-    /// Inserts new tasks (numbered already) with their pin, many rows a statement.
-    static func insert(_ tx: PostgresTransaction, _ tasks: [TaskRecord], pin: (TaskRecord) -> String?) throws {
+    /// Inserts new tasks (numbered and pinned already), many rows a statement.
+    static func insert(_ tx: PostgresTransaction, _ tasks: [TaskRecord]) throws {
         let columns = 29
         for start in stride(from: 0, to: tasks.count, by: 500) {
             let part = tasks[start..<min(start + 500, tasks.count)]
@@ -64,14 +69,13 @@ enum PostgresTaskRows {
                     .double(task.createdAt), .double(task.startedAt), .double(task.finishedAt), .double(task.nextAttemptAt),
                     .double(task.earliestBeginAt), .double(task.deadlineAt), .text(task.download.map { $0.json.serialized() }),
                     .text(task.error.map { TaskRecord.errorJSON($0).serialized() }), .int(task.cancellation?.rawValue),
-                    .text(pin(task)),
+                    .text(task.node),
                 ]
             }
             try tx.execute(sql, values)
             for task in part {
-                let pinned = pin(task)
                 tx.changes.note(from: nil, to: task)
-                if task.state == .queued, let pinned { tx.pins[task.sequence] = pinned }
+                if task.state == .queued, let node = task.node { tx.pins[task.sequence] = node }
             }
         }
     }

@@ -84,13 +84,10 @@ extension PostgresStore {
         ) { $0.int(0) }
         var results: [TaskBatch.Inserted] = []
         var kept: [Int] = []
-        let pin: (TaskRecord) -> String? = { [options] task in
-            PostgresTaskRows.pin(for: task, node: options.node, sharedRoots: options.sharedRoots)
-        }
         func writeKept() throws {
             guard !kept.isEmpty else { return }
             let tasks = kept.map { results[$0].task }
-            try PostgresTaskRows.insert(tx, tasks, pin: pin)
+            try PostgresTaskRows.insert(tx, tasks)
             for position in kept {
                 let (task, _, rendered) = results[position]
                 if let type = TaskTransition.event(from: nil, to: task) {
@@ -99,7 +96,7 @@ extension PostgresStore {
                         now: now)
                 }
             }
-            tx.changes.created += tasks.filter { $0.state == .queued && (pin($0) == nil || pin($0) == node) }
+            tx.changes.created += tasks.filter { $0.state == .queued }
             kept.removeAll()
         }
         for (offset, draft) in part.tasks.enumerated() {
@@ -122,13 +119,14 @@ extension PostgresStore {
             }
             var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
             task.sequence = sequences[offset]
+            task.node = PostgresTaskRows.pin(for: task, node: node, sharedRoots: options.sharedRoots)
             if !task.state.isFinal { admission.held += task.file.size }
             if let key = task.idempotencyKey { admission.keys[key] = task }
             let rendered = !session.enabled && refusal == nil ? part.waitingJSON?[offset] : nil
             results.append((task, true, rendered))
             if task.state.isFinal {
                 try writeKept()
-                try PostgresTaskRows.insert(tx, [task], pin: pin)
+                try PostgresTaskRows.insert(tx, [task])
                 try recorded(tx, from: nil, to: task, now: now, data: rendered)
             } else {
                 kept.append(results.count - 1)

@@ -2,6 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
+import BackhaulPostgres
 import BackhaulStore
 import BackhaulWebhooks
 import Curl
@@ -16,7 +17,9 @@ import Threads
 public final class BackhaulDaemon: Sendable {
     public let configuration: DaemonConfiguration
     let logger: Logger
-    let store: Store
+    let store: any StateStore
+    /// The fleet's store when the state is in PostgreSQL (`--state postgres://…`), else nil.
+    let fleet: PostgresStore?
     let settings: ServiceSettings
     let curlLoop: CurlLoop
     let engine: Engine
@@ -24,6 +27,7 @@ public final class BackhaulDaemon: Sendable {
     let housekeeper: Housekeeper
     let feed = EventFeed()
     let http: Daemon
+    /// The state directory's lock (SQLite), or -1.
     let lockDescriptor: Int32
     /// systemd's notify socket (`Type=notify`; nothing is sent without `NOTIFY_SOCKET`).
     let notifier = ServiceNotifier()
@@ -46,50 +50,25 @@ public final class BackhaulDaemon: Sendable {
                 description:
                     "refusing to listen on \(configuration.listen): without API tokens backhauld serves loopback addresses only")
         }
-        let directory = configuration.stateDirectory
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw StartupError(description: "cannot create the state directory \(directory): \(String(cString: strerror(errno)))")
-        }
-        lockDescriptor = open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard lockDescriptor >= 0, flock(lockDescriptor, LOCK_EX | LOCK_NB) == 0 else {
-            throw StartupError(description: "the state directory \(directory) is in use by another backhauld")
-        }
-        let failedClosed = self.failedClosed
-        let failStop = self.failStop
-        var walPolicy = WALPolicy()
-        walPolicy.capFrames = configuration.walCapFrames
-        store = try Store(
-            path: directory + "/backhaul.db", walPolicy: walPolicy, onCorruptState: configuration.onCorruptState
-        ) { incident in
-            switch incident {
-            case .checkpointFailed(let failure):
-                logger.error(
-                    "a WAL checkpoint failed; it is tried again later",
-                    metadata: ["checkpoint.mode": "\(failure.mode)", "error": "\(failure.error)"])
-            case .failedClosed(let failure):
-                logger.critical(
-                    "a sync of the state failed: no write is answered from now on, and backhauld stops for its supervisor to start it again",
-                    metadata: [
-                        "errno": "\(failure.errnoName)", "sync.call": "\(failure.call)", "sync.path": "\(failure.path)",
-                        "error": "\(failure)",
-                    ])
-                failedClosed.withLock { $0 = failure }
-                failStop.start {
-                    usleep(UInt32(BackhaulDaemon.failedClosedHoldSeconds * 1_000_000))
-                    kill(getpid(), SIGTERM)
-                }
+        if let url = configuration.stateURL {
+            let fleet = try Self.openFleet(url: url, configuration: configuration)
+            self.fleet = fleet
+            store = fleet
+            lockDescriptor = -1
+        } else {
+            fleet = nil
+            let directory = configuration.stateDirectory
+            if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+                throw StartupError(
+                    description: "cannot create the state directory \(directory): \(String(cString: strerror(errno)))")
             }
-        }
-        if let salvage = store.salvage, salvage.isNew {
-            logger.critical(
-                "the state database was damaged: salvaged what could be read into a fresh one",
-                metadata: [
-                    "state.salvaged_from": "\(salvage.directory)", "state.damage": "\(salvage.reason)",
-                    "state.rows_copied": "\(salvage.rowsCopied)",
-                    "state.rows_lost": "\(salvage.rowsLost.map(String.init) ?? "unknown")",
-                    "state.tables":
-                        "\(salvage.tables.map { "\($0.name) \($0.copied) copied, \($0.lost.map(String.init) ?? "unknown") lost" }.joined(separator: "; "))",
-                ])
+            lockDescriptor = open(directory + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard lockDescriptor >= 0, flock(lockDescriptor, LOCK_EX | LOCK_NB) == 0 else {
+                throw StartupError(description: "the state directory \(directory) is in use by another backhauld")
+            }
+            store = try Self.openSQLite(
+                path: directory + "/backhaul.db", configuration: configuration, logger: logger, failedClosed: failedClosed,
+                failStop: failStop)
         }
         settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
         let errorLogger = logger
@@ -124,6 +103,11 @@ public final class BackhaulDaemon: Sendable {
             errorLogger.error("housekeeping failed", metadata: ["error": "\(message)"])
         }
         try engine.start()
+        if let fleet {
+            let engine = self.engine
+            fleet.reportStatus { (engine.metrics.running, engine.detectedNetwork(refresh: false).json.serialized()) }
+            fleet.startFleet()
+        }
         dispatcher.start()
         curlLoop.start()
         housekeeper.start()
@@ -134,6 +118,7 @@ public final class BackhaulDaemon: Sendable {
         apiOptions.destinations = configuration.destinations
         apiOptions.maxOpenTasksPerSession = configuration.maxOpenTasksPerSession
         apiOptions.dashboard = configuration.dashboard
+        apiOptions.nodeID = fleet?.node ?? configuration.nodeID ?? Self.hostName()
         let requestMetrics = RequestMetrics()
         let router = API(
             store: store, status: engine, settings: settings, eventFeed: feed, requestMetrics: requestMetrics,
@@ -174,7 +159,8 @@ public final class BackhaulDaemon: Sendable {
             "listening",
             metadata: [
                 "http.address": "\(configuration.listenHost)", "http.port": "\(http.port)",
-                "state.dir": "\(directory)", "version": "\(BackhaulVersion.string)",
+                "state": "\(fleet.map { "postgresql, node \($0.node)" } ?? configuration.stateDirectory)",
+                "version": "\(BackhaulVersion.string)",
             ])
         // The state is open, the engine runs and the API listens.
         notifier.ready()
@@ -199,7 +185,7 @@ public final class BackhaulDaemon: Sendable {
         http.stop()
         store.close()
         failStop.join()
-        close(lockDescriptor)
+        if lockDescriptor >= 0 { close(lockDescriptor) }
         logger.info("stopped")
     }
 }
@@ -211,6 +197,9 @@ public enum ExitStatus {
     public static let corruptState: Int32 = 65
     /// The state directory was written by a newer backhauld (its schema is newer than this build's).
     public static let newerState: Int32 = 66
+    /// The configuration cannot work as given (EX_CONFIG): the state database's URL or password
+    /// does not connect.
+    public static let configuration: Int32 = 78
     /// A sync of the state failed (EX_TEMPFAIL): the daemon stopped so that a new process reads the
     /// state from the disk (docs/operations.md, "When the disk fails").
     public static let stateSyncFailed: Int32 = 75
@@ -268,6 +257,15 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     let daemon: BackhaulDaemon
     do {
         daemon = try BackhaulDaemon(configuration: configuration, logger: logger)
+    } catch let error as PostgresStore.OpenFailure {
+        switch error {
+        case .cannotConnect:
+            logger.critical("cannot start: the state database does not answer as configured", metadata: ["error": "\(error)"])
+            return ExitStatus.configuration
+        case .newerSchema:
+            logger.critical("cannot start: the state database was migrated by a newer backhauld", metadata: ["error": "\(error)"])
+            return ExitStatus.newerState
+        }
     } catch let error as StoreError {
         if case .corrupt(let message) = error {
             // A state directory this build cannot read as it is (refused, or not something a salvage

@@ -10,7 +10,7 @@ import JSONCodec
 extension DaemonConfiguration {
     enum Settings {
         static let all: [any AnySetting] = [
-            listen, stateDirectory, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
+            listen, stateDirectory, stateURL, nodeID, leaseSeconds, sharedRoots, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, writePacing, routeFile, networkSource, tokens, uploadHosts, webhookHosts,
             denyPrivateDestinations, awsIMDS,
             maxOpenTasks, finishedTaskRetention, onCorruptState, walCapFrames, ui, network, policy,
@@ -26,6 +26,48 @@ extension DaemonConfiguration {
             "state_dir", flag: FlagSpelling("--state-dir", "DIR"), environment: EnvironmentSpelling("BACKHAUL_STATE_DIR"),
             file: FileSpelling("state_dir"), default: "./backhaul-state", help: "where the SQLite state lives", value: .path,
             property: \.stateDirectory)
+
+        /// The URL holds the database's password: `/v1/info` says only which store is in use.
+        static let stateURL: Setting<String?> = Setting(
+            "state_url", flag: FlagSpelling("--state", "URL"), environment: EnvironmentSpelling("BACKHAUL_STATE_URL"),
+            file: FileSpelling("state_url"), default: nil, defaultText: "none: SQLite in the state directory",
+            help: "a postgres://… URL: the state lives in PostgreSQL, shared by every node on it (docs/fleet.md)",
+            value: SettingValue(
+                text: { (text) throws(SettingError) in
+                    guard text.hasPrefix("postgres://") || text.hasPrefix("postgresql://") else {
+                        throw SettingError("must be a postgres:// or postgresql:// URL")
+                    }
+                    return text
+                }, show: { _ in .null }),
+            property: \.stateURL, info: .secret("state", { .string($0 == nil ? "sqlite" : "postgresql") }))
+
+        static let nodeID: Setting<String?> = Setting(
+            "node_id", flag: FlagSpelling("--node-id", "ID"), environment: EnvironmentSpelling("BACKHAUL_NODE_ID"),
+            file: FileSpelling("node_id"), default: nil, defaultText: "the host name",
+            help: "this daemon's name in the fleet (with --state postgres://…)",
+            value: SettingValue(
+                text: { (text) throws(SettingError) in
+                    guard !text.isEmpty, text.count <= 128, text.allSatisfy({ !$0.isWhitespace && !$0.isNewline }) else {
+                        throw SettingError("must be 1 to 128 characters without spaces")
+                    }
+                    return text
+                }, show: { $0.map { .string($0) } ?? .null }),
+            property: \.nodeID)
+
+        static let leaseSeconds: Setting<Double> = Setting(
+            "lease_seconds", flag: FlagSpelling("--lease-seconds", "SECONDS"),
+            environment: EnvironmentSpelling("BACKHAUL_LEASE_SECONDS"), file: FileSpelling("lease_seconds"), default: 30,
+            help: "how long a task stays this node's without a heartbeat before another node takes it over",
+            value: .seconds(1, maximum: 3600), property: \.leaseSeconds)
+
+        static let sharedRoots: Setting<[String]> = Setting(
+            "shared_roots", flag: FlagSpelling("--shared-root", "DIR", repeatable: true),
+            environment: EnvironmentSpelling("BACKHAUL_SHARED_ROOTS", note: "`:`-separated"),
+            file: FileSpelling("shared_roots", note: "array"), default: [], defaultText: "none",
+            help: "a directory every node sees (NFS, a shared volume): its tasks run on any node; others stay on theirs",
+            value: .list(separator: ":", nonEmpty: "shared root") { (root) throws(SettingError) in
+                guard root.hasPrefix("/") else { throw SettingError("shared roots must be absolute paths: \(root)") }
+            }, property: \.sharedRoots)
 
         /// The default is the working directory, which `init(workingDirectory:)` puts in.
         static let allowedRoots: Setting<[String]> = Setting(

@@ -16,6 +16,13 @@ public struct DaemonConfiguration: Sendable {
     public var listenHost = Settings.listen.defaultValue.host
     public var listenPort = Settings.listen.defaultValue.port
     public var stateDirectory = Settings.stateDirectory.defaultValue
+    /// A `postgres://` URL: the state is in PostgreSQL, shared with the fleet (docs/fleet.md).
+    public var stateURL = Settings.stateURL.defaultValue
+    /// This node's id in the fleet; nil: the host name.
+    public var nodeID = Settings.nodeID.defaultValue
+    public var leaseSeconds = Settings.leaseSeconds.defaultValue
+    /// Directories every node of the fleet sees.
+    public var sharedRoots = Settings.sharedRoots.defaultValue
     public var allowedRoots: [String]
     public var configFile = Settings.configFile.defaultValue
     public var logLevel = Settings.logLevel.defaultValue

@@ -32,6 +32,8 @@ public protocol StateStore: AnyObject, Sendable {
     @discardableResult func releaseWrites() -> Bool
     /// Whether the calling thread holds writes it has not released yet.
     var holdsWrites: Bool { get }
+    /// The nodes of the fleet sharing the state; nil for a store of one daemon (SQLite).
+    func nodes() throws(StoreError) -> [NodeRecord]?
 
     // MARK: Sessions
 
@@ -159,4 +161,34 @@ extension StateStore {
     public func vacuumFreePages() throws(StoreError) -> Int { try vacuumFreePages(2000) }
 }
 
-extension Store: StateStore {}
+extension Store: StateStore {
+    public func nodes() -> [NodeRecord]? { nil }
+}
+
+/// A node in the fleet, as `GET /v1/nodes` shows it.
+public struct NodeRecord: Sendable, Equatable {
+    public var id: String
+    public var version: String
+    public var startedAt: Timestamp
+    /// When its last heartbeat reached the database (the database's clock).
+    public var lastHeartbeatAt: Timestamp
+    /// Seconds since then, by the database's clock.
+    public var silentSeconds: Double
+    public var running: Int
+    /// The node's own network, as its `GET /v1/network` shows it (JSON text), if it said.
+    public var network: String?
+
+    package init(
+        id: String, version: String, startedAt: Timestamp, lastHeartbeatAt: Timestamp, silentSeconds: Double, running: Int,
+        network: String?
+    ) {
+        self.id = id
+        self.version = version
+        self.startedAt = startedAt
+        self.lastHeartbeatAt = lastHeartbeatAt
+        self.silentSeconds = silentSeconds
+        self.running = running
+        self.network = network
+    }
+}
+

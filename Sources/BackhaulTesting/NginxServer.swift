@@ -10,6 +10,8 @@ public final class NginxServer {
     public let port: UInt16
     public let tlsPort: UInt16?
     public let tlsAccessLog: String
+    /// The plain server's request log (with `timingLog`).
+    public let accessLog: String
     private let prefix: String
     private let process = Process()
 
@@ -17,7 +19,12 @@ public final class NginxServer {
         ["/usr/sbin/nginx", "/usr/bin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    public init(directory: String, tls certificate: SelfSignedCertificate? = nil, http2: Bool = true) throws {
+    /// With `timingLog`, the plain server logs each request to `accessLog` as
+    /// `end start method uri status length` (seconds since 1970, to the millisecond), to show
+    /// which requests for one path overlapped.
+    public init(
+        directory: String, tls certificate: SelfSignedCertificate? = nil, http2: Bool = true, timingLog: Bool = false
+    ) throws {
         guard let binary = Self.binary else { throw NginxError(message: "nginx is not installed: run `make test-deps`") }
         prefix = directory
         root = directory + "/root"
@@ -26,6 +33,9 @@ public final class NginxServer {
         port = try freePort()
         tlsPort = try certificate.map { _ in try freePort() }
         tlsAccessLog = directory + "/tls-access.log"
+        accessLog = directory + "/access.log"
+        // `$request_time` is how long nginx took from the request's first byte to the log line.
+        let timing = timingLog ? "access_log \(directory)/access.log timing;" : ""
         let location = """
             location / {
                         root \(root);
@@ -58,6 +68,7 @@ public final class NginxServer {
             events { worker_connections 512; }
             http {
                 access_log off;
+                log_format timing '$msec $request_time $request_method $uri $status $request_length';
                 client_body_temp_path \(directory)/tmp;
                 proxy_temp_path \(directory)/tmp;
                 fastcgi_temp_path \(directory)/tmp;
@@ -65,6 +76,7 @@ public final class NginxServer {
                 scgi_temp_path \(directory)/tmp;
                 server {
                     listen 127.0.0.1:\(port);
+                    \(timing)
                     \(location)
                 }
                 \(tlsServer)

@@ -1,0 +1,69 @@
+import BackhaulCore
+import BackhaulPostgres
+import BackhaulStore
+import Glibc
+import Logging
+import Threads
+
+/// Opening the state: SQLite in the state directory (the default), or PostgreSQL shared by a fleet.
+extension BackhaulDaemon {
+    /// The SQLite state; a sync that fails later fails the store closed and stops the daemon.
+    static func openSQLite(
+        path: String, configuration: DaemonConfiguration, logger: Logger, failedClosed: Locked<SyncFailure?>,
+        failStop: WorkerThread
+    ) throws -> Store {
+    var walPolicy = WALPolicy()
+    walPolicy.capFrames = configuration.walCapFrames
+    let store = try Store(
+        path: path, walPolicy: walPolicy, onCorruptState: configuration.onCorruptState
+    ) { incident in
+        switch incident {
+        case .checkpointFailed(let failure):
+            logger.error(
+                "a WAL checkpoint failed; it is tried again later",
+                metadata: ["checkpoint.mode": "\(failure.mode)", "error": "\(failure.error)"])
+        case .failedClosed(let failure):
+            logger.critical(
+                "a sync of the state failed: no write is answered from now on, and backhauld stops for its supervisor to start it again",
+                metadata: [
+                    "errno": "\(failure.errnoName)", "sync.call": "\(failure.call)", "sync.path": "\(failure.path)",
+                    "error": "\(failure)",
+                ])
+            failedClosed.withLock { $0 = failure }
+            failStop.start {
+                usleep(UInt32(BackhaulDaemon.failedClosedHoldSeconds * 1_000_000))
+                kill(getpid(), SIGTERM)
+            }
+        }
+    }
+    if let salvage = store.salvage, salvage.isNew {
+        logger.critical(
+            "the state database was damaged: salvaged what could be read into a fresh one",
+            metadata: [
+                "state.salvaged_from": "\(salvage.directory)", "state.damage": "\(salvage.reason)",
+                "state.rows_copied": "\(salvage.rowsCopied)",
+                "state.rows_lost": "\(salvage.rowsLost.map(String.init) ?? "unknown")",
+                "state.tables":
+                    "\(salvage.tables.map { "\($0.name) \($0.copied) copied, \($0.lost.map(String.init) ?? "unknown") lost" }.joined(separator: "; "))",
+            ])
+    }
+        return store
+    }
+
+    /// The fleet's state in PostgreSQL (docs/fleet.md). A URL or password that does not connect
+    /// is a configuration error (exit 78), a newer schema exit 66.
+    static func openFleet(url: String, configuration: DaemonConfiguration) throws -> PostgresStore {
+        var options = PostgresStore.Options(url: url, node: configuration.nodeID ?? hostName())
+        options.leaseSeconds = configuration.leaseSeconds
+        options.sharedRoots = configuration.sharedRoots
+        options.version = BackhaulVersion.string
+        return try PostgresStore(options)
+    }
+
+    /// The machine's host name, this node's id by default.
+    static func hostName() -> String {
+        var name = [CChar](repeating: 0, count: 256)
+        guard gethostname(&name, name.count - 1) == 0 else { return "localhost" }
+        return name.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+}
