@@ -7,8 +7,10 @@ Loads every YAML document of every manifest (a directory: its *.yaml and *.yml f
 container that runs the backhauld image (the image's name is `backhauld`), checks:
   - every BACKHAUL_* variable it gets (its `env`, and the keys of the Secrets and ConfigMaps its
     `envFrom` names) is one that `backhauld --help` lists;
-  - every HTTP probe asks /healthz or /readyz, on the port BACKHAUL_LISTEN gives;
-  - its declared ports and the Services that select its pods reach that port;
+  - every probe (httpGet, or the URL an exec probe curls) asks /healthz or /readyz, on the port
+    BACKHAUL_LISTEN gives, and an httpGet reaches a loopback daemon only from the host network;
+  - its declared ports and the Services that select its pods reach that port (and no Service
+    selects a daemon on loopback);
   - a listen address beyond loopback comes with BACKHAUL_TOKENS, each entry `TOKEN admin` or
     `TOKEN client PATTERN...`;
   - every BACKHAUL_SHARED_ROOTS entry is inside a BACKHAUL_ALLOWED_ROOTS entry and is the mount
