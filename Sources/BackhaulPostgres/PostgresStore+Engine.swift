@@ -120,7 +120,8 @@ extension PostgresStore {
             [
                 .int(taskSequence), .int(number), .double(record.startedAt), .double(record.endedAt),
                 .int(record.bytesTransferred), .int(record.bytesReceived), .text(record.outcome.rawValue),
-                .int(record.httpStatus ?? record.error?.httpStatus), .text(record.error.map { TaskRecord.errorJSON($0).serialized() }),
+                .int(record.httpStatus ?? record.error?.httpStatus),
+                .text(record.error.map { TaskRecord.errorJSON($0).serialized() }),
                 .text(record.networkType?.rawValue),
             ])
         if number > Int64(AttemptRecord.historyLimit) {

@@ -227,7 +227,8 @@ extension PostgresStore {
     public func taskCounts() throws(StoreError) -> [TaskState: Int] {
         try read { tx in
             var counts: [TaskState: Int] = [:]
-            for (state, count) in try tx.rows("SELECT state, count(*) FROM tasks GROUP BY state", [], { ($0.string(0), Int($0.int(1))) })
+            for (state, count) in try tx.rows(
+                "SELECT state, count(*) FROM tasks GROUP BY state", [], { ($0.string(0), Int($0.int(1))) })
             {
                 guard let state = TaskState(rawValue: state) else { throw StoreError.corrupt("tasks are in the state \(state)") }
                 counts[state, default: 0] += count

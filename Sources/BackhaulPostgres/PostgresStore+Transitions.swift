@@ -44,11 +44,14 @@ extension PostgresStore {
         throws
     {
         if let type = TaskTransition.event(from: before, to: task) {
-            appendEvent(tx, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: data ?? task.jsonText(), now: now)
+            appendEvent(
+                tx, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: data ?? task.jsonText(), now: now)
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(tx, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
-            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { tx.filesToRemove.append(task.file.path) }
+            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil {
+                tx.filesToRemove.append(task.file.path)
+            }
             try sessionTaskReachedFinalState(tx, sessionID: task.sessionID, now: now)
         }
     }

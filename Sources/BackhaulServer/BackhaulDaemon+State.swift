@@ -12,41 +12,41 @@ extension BackhaulDaemon {
         path: String, configuration: DaemonConfiguration, logger: Logger, failedClosed: Locked<SyncFailure?>,
         failStop: WorkerThread
     ) throws -> Store {
-    var walPolicy = WALPolicy()
-    walPolicy.capFrames = configuration.walCapFrames
-    let store = try Store(
-        path: path, walPolicy: walPolicy, onCorruptState: configuration.onCorruptState
-    ) { incident in
-        switch incident {
-        case .checkpointFailed(let failure):
-            logger.error(
-                "a WAL checkpoint failed; it is tried again later",
-                metadata: ["checkpoint.mode": "\(failure.mode)", "error": "\(failure.error)"])
-        case .failedClosed(let failure):
-            logger.critical(
-                "a sync of the state failed: no write is answered from now on, and backhauld stops for its supervisor to start it again",
-                metadata: [
-                    "errno": "\(failure.errnoName)", "sync.call": "\(failure.call)", "sync.path": "\(failure.path)",
-                    "error": "\(failure)",
-                ])
-            failedClosed.withLock { $0 = failure }
-            failStop.start {
-                usleep(UInt32(BackhaulDaemon.failedClosedHoldSeconds * 1_000_000))
-                kill(getpid(), SIGTERM)
+        var walPolicy = WALPolicy()
+        walPolicy.capFrames = configuration.walCapFrames
+        let store = try Store(
+            path: path, walPolicy: walPolicy, onCorruptState: configuration.onCorruptState
+        ) { incident in
+            switch incident {
+            case .checkpointFailed(let failure):
+                logger.error(
+                    "a WAL checkpoint failed; it is tried again later",
+                    metadata: ["checkpoint.mode": "\(failure.mode)", "error": "\(failure.error)"])
+            case .failedClosed(let failure):
+                logger.critical(
+                    "a sync of the state failed: no write is answered from now on, and backhauld stops for its supervisor to start it again",
+                    metadata: [
+                        "errno": "\(failure.errnoName)", "sync.call": "\(failure.call)", "sync.path": "\(failure.path)",
+                        "error": "\(failure)",
+                    ])
+                failedClosed.withLock { $0 = failure }
+                failStop.start {
+                    usleep(UInt32(BackhaulDaemon.failedClosedHoldSeconds * 1_000_000))
+                    kill(getpid(), SIGTERM)
+                }
             }
         }
-    }
-    if let salvage = store.salvage, salvage.isNew {
-        logger.critical(
-            "the state database was damaged: salvaged what could be read into a fresh one",
-            metadata: [
-                "state.salvaged_from": "\(salvage.directory)", "state.damage": "\(salvage.reason)",
-                "state.rows_copied": "\(salvage.rowsCopied)",
-                "state.rows_lost": "\(salvage.rowsLost.map(String.init) ?? "unknown")",
-                "state.tables":
-                    "\(salvage.tables.map { "\($0.name) \($0.copied) copied, \($0.lost.map(String.init) ?? "unknown") lost" }.joined(separator: "; "))",
-            ])
-    }
+        if let salvage = store.salvage, salvage.isNew {
+            logger.critical(
+                "the state database was damaged: salvaged what could be read into a fresh one",
+                metadata: [
+                    "state.salvaged_from": "\(salvage.directory)", "state.damage": "\(salvage.reason)",
+                    "state.rows_copied": "\(salvage.rowsCopied)",
+                    "state.rows_lost": "\(salvage.rowsLost.map(String.init) ?? "unknown")",
+                    "state.tables":
+                        "\(salvage.tables.map { "\($0.name) \($0.copied) copied, \($0.lost.map(String.init) ?? "unknown") lost" }.joined(separator: "; "))",
+                ])
+        }
         return store
     }
 

@@ -10,7 +10,8 @@ import JSONCodec
 extension DaemonConfiguration {
     enum Settings {
         static let all: [any AnySetting] = [
-            listen, stateDirectory, stateURL, nodeID, leaseSeconds, sharedRoots, allowedRoots, configFile, logLevel, maxTransfers, maxBodyBytes, shutdownGrace, caBundle,
+            listen, stateDirectory, stateURL, nodeID, leaseSeconds, sharedRoots, allowedRoots, configFile, logLevel, maxTransfers,
+            maxBodyBytes, shutdownGrace, caBundle,
             webhookRetrySchedule, progressInterval, writePacing, routeFile, networkSource, tokens, uploadHosts, webhookHosts,
             denyPrivateDestinations, awsIMDS,
             maxOpenTasks, finishedTaskRetention, onCorruptState, walCapFrames, ui, network, policy,

@@ -191,4 +191,3 @@ public struct NodeRecord: Sendable, Equatable {
         self.network = network
     }
 }
-

@@ -75,6 +75,20 @@ struct DaemonConfigurationTests {
             setting: "state_dir", file: "/s1", environment: "/s2", flags: ["/s3"], read: { .string($0.stateDirectory) },
             expected: ["./backhaul-state", "/s1", "/s2", "/s3"]),
         Sample(
+            setting: "state_url", file: "postgres://a@h1/db", environment: "postgresql://b@h2/db", flags: ["postgres://c@h3/db"],
+            read: { $0.stateURL.map { .string($0) } ?? .null },
+            expected: [.null, "postgres://a@h1/db", "postgresql://b@h2/db", "postgres://c@h3/db"]),
+        Sample(
+            setting: "node_id", file: "n1", environment: "n2", flags: ["n3"], read: { $0.nodeID.map { .string($0) } ?? .null },
+            expected: [.null, "n1", "n2", "n3"]),
+        Sample(
+            setting: "lease_seconds", file: 5, environment: "6", flags: ["7.5"], read: { .double($0.leaseSeconds) },
+            expected: [30, 5, 6, 7.5]),
+        Sample(
+            setting: "shared_roots", file: ["/n1"], environment: "/n2:/n2b", flags: ["/n3", "/n3b"],
+            read: { .array($0.sharedRoots.map { .string($0) }) },
+            expected: [[], ["/n1"], ["/n2", "/n2b"], ["/n3", "/n3b"]]),
+        Sample(
             setting: "allowed_roots", file: ["/r1"], environment: "/r2:/r2b", flags: ["/r3", "/r3b"],
             read: { .array($0.allowedRoots.map { .string($0) }) },
             expected: [["/work"], ["/r1"], ["/r2", "/r2b"], ["/r3", "/r3b"]]),
@@ -329,10 +343,16 @@ struct DaemonConfigurationTests {
 
     @Test("/v1/info shows each setting as the table says: the new retention, never a token")
     func info() throws {
-        let info = try resolved(environment: ["BACKHAUL_TOKENS": "bbbbbbbbbbbbbbbb admin"]).infoJSON
+        let info = try resolved(environment: [
+            "BACKHAUL_TOKENS": "bbbbbbbbbbbbbbbb admin", "BACKHAUL_STATE_URL": "postgres://backhaul:s3cret-pw@db:5432/backhaul",
+        ]).infoJSON
+        // The state's URL holds the database's password: only which store is in use shows.
+        #expect(info["state"] == .string("postgresql"))
+        #expect(!JSON.object(info).serialized().contains("s3cret-pw"))
         #expect(
             info.keys == [
-                "listen", "state_dir", "allowed_roots", "log_level", "max_transfers", "max_body_bytes", "shutdown_grace",
+                "listen", "state_dir", "state", "node_id", "lease_seconds", "shared_roots", "allowed_roots", "log_level",
+                "max_transfers", "max_body_bytes", "shutdown_grace",
                 "ca_bundle",
                 "webhook_retry_schedule", "progress_interval", "write_pacing", "route_file", "network_source", "authentication",
                 "upload_hosts",

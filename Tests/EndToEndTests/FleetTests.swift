@@ -38,7 +38,9 @@ final class FleetTests {
         return Set((0..<rows.count).compactMap { rows.string($0, 0) })
     }
 
-    @Test("three nodes upload 3,000 files from a shared root while one is SIGKILLed every 10 s: none lost, each exact, never two at once")
+    @Test(
+        "three nodes upload 3,000 files from a shared root while one is SIGKILLed every 10 s: none lost, each exact, never two at once"
+    )
     func takeoverUnderSIGKILL() throws {
         let nginx = try NginxServer(directory: scratch.file("nginx"), timingLog: true)
         let lease = 2.0
@@ -152,7 +154,8 @@ final class FleetTests {
         let file = scratch.makeFile("private-a/big.bin", size: 4 << 20)
         try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(1 << 20)]).0 == 200)
         let (status, body) = try a.call(
-            "POST", "/v1/sessions/pin/tasks", ["tasks": [["file": .string(file), "request": ["url": .string(nginx.url("/pin/big.bin"))]]]])
+            "POST", "/v1/sessions/pin/tasks",
+            ["tasks": [["file": .string(file), "request": ["url": .string(nginx.url("/pin/big.bin"))]]]])
         try #require(status == 201, "\(body.serialized())")
         let id = try #require(body["tasks"]?.arrayValue?.first?["id"]?.stringValue)
         #expect(body["tasks"]?.arrayValue?.first?["node"]?.stringValue == "a")
