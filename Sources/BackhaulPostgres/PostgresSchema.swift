@@ -29,7 +29,8 @@ public enum PostgresSchema {
             configuration text NOT NULL,
             enabled integer NOT NULL DEFAULT 1,
             lifecycle text NOT NULL DEFAULT 'active',
-            created_at double precision NOT NULL
+            created_at double precision NOT NULL,
+            open_tasks bigint NOT NULL DEFAULT 0
         );
         CREATE TABLE tasks (
             seq bigserial PRIMARY KEY,

@@ -74,6 +74,7 @@ enum PostgresTaskRows {
             }
             try tx.execute(sql, values)
             for task in part {
+                if !task.state.isFinal { tx.countOpen(task.sessionID, 1) }
                 tx.changes.note(from: nil, to: task)
                 if task.state == .queued, let node = task.node { tx.pins[task.sequence] = node }
             }
@@ -134,6 +135,7 @@ enum PostgresTaskRows {
             + " RETURNING pinned_node"
         let written = try tx.execute(sql, values)
         guard written.count > 0 else { return false }
+        if !before.state.isFinal, after.state.isFinal { tx.countOpen(after.sessionID, -1) }
         if StoreChanges.concerns(from: before, to: after) {
             tx.changes.note(from: before, to: after)
             if after.state == .queued, let pin = written.string(0, 0) { tx.pins[after.sequence] = pin }

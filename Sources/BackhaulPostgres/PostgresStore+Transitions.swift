@@ -132,11 +132,11 @@ extension PostgresStore {
         return counts
     }
 
+    /// The session's unfinished tasks: as committed in its row, with this transaction's changes.
     func openTaskCount(_ tx: PostgresTransaction, sessionID: String) throws -> Int {
         Int(
-            try tx.first("SELECT count(*) FROM tasks WHERE session_id = $1 AND finished_at IS NULL", [.text(sessionID)]) {
-                $0.int(0)
-            } ?? 0)
+            try tx.first("SELECT open_tasks FROM sessions WHERE id = $1", [.text(sessionID)]) { $0.int(0) } ?? 0)
+            + (tx.openDeltas[sessionID] ?? 0)
     }
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.

@@ -19,6 +19,9 @@ final class PostgresTransaction {
     /// Files to remove once the transaction committed: `.part` files of downloads that ended
     /// without completing, and files of tasks completed with `delete_file_on_success`.
     var filesToRemove: [String] = []
+    /// How the transaction changed each session's unfinished tasks: added to `sessions.open_tasks`
+    /// at its end (`PostgresWriter`), so that counting them reads one row.
+    var openDeltas: [String: Int] = [:]
     /// Leases this node took (a start) and gave up (an end), applied to `PostgresStore.leased`.
     var leasesTaken: [String] = []
     var leasesEnded: [String] = []
@@ -52,11 +55,18 @@ final class PostgresTransaction {
         return rows.count == 0 ? nil : try map(PostgresRow(rows: rows, index: 0))
     }
 
+    /// A task of `session` entered (+1) or left (-1) the unfinished ones.
+    func countOpen(_ session: String, _ delta: Int) {
+        guard !session.isEmpty else { return }
+        openDeltas[session, default: 0] += delta
+    }
+
     // MARK: A job's part of the transaction
 
     struct Mark {
         fileprivate var changes: StoreChanges
         fileprivate var pins: [Int64: String]
+        fileprivate var openDeltas: [String: Int]
         fileprivate var events: Int
         fileprivate var files: Int
         fileprivate var taken: Int
@@ -65,13 +75,14 @@ final class PostgresTransaction {
 
     var mark: Mark {
         Mark(
-            changes: changes, pins: pins, events: events.count, files: filesToRemove.count, taken: leasesTaken.count,
+            changes: changes, pins: pins, openDeltas: openDeltas, events: events.count, files: filesToRemove.count, taken: leasesTaken.count,
             ended: leasesEnded.count)
     }
 
     func rollBack(to mark: Mark) {
         changes = mark.changes
         pins = mark.pins
+        openDeltas = mark.openDeltas
         events.removeSubrange(mark.events...)
         filesToRemove.removeSubrange(mark.files...)
         leasesTaken.removeSubrange(mark.taken...)
@@ -82,6 +93,7 @@ final class PostgresTransaction {
     func reset() {
         changes = StoreChanges()
         pins = [:]
+        openDeltas = [:]
         events = []
         filesToRemove = []
         leasesTaken = []

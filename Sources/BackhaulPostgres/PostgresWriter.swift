@@ -142,6 +142,7 @@ final class PostgresWriter: @unchecked Sendable {
                     outcomes.append(.failed(StoreError(postgres: error)))
                 }
             }
+            try flushCounts(tx)
             try appendEvents(tx)
             try announce(tx)
             try tx.execute("COMMIT")
@@ -149,6 +150,14 @@ final class PostgresWriter: @unchecked Sendable {
         } catch {
             if connection.isConnected { _ = try? tx.execute("ROLLBACK") }
             throw error
+        }
+    }
+
+    /// The sessions' counts of unfinished tasks, moved by what the transaction changed.
+    private func flushCounts(_ tx: PostgresTransaction) throws {
+        for (session, delta) in tx.openDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
+            try tx.execute(
+                "UPDATE sessions SET open_tasks = open_tasks + $2 WHERE id = $1", [.text(session), .int(delta)])
         }
     }
 
