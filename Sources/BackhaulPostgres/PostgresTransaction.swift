@@ -75,7 +75,8 @@ final class PostgresTransaction {
 
     var mark: Mark {
         Mark(
-            changes: changes, pins: pins, openDeltas: openDeltas, events: events.count, files: filesToRemove.count, taken: leasesTaken.count,
+            changes: changes, pins: pins, openDeltas: openDeltas, events: events.count, files: filesToRemove.count,
+            taken: leasesTaken.count,
             ended: leasesEnded.count)
     }
 
