@@ -9,8 +9,11 @@ import PostgreSQL
 /// while this node holds the lease, so a node that lost its task to a takeover cannot overwrite
 /// the work of the node that took it.
 extension PostgresStore {
-    /// Tasks this node may run: not pinned, or pinned here.
-    static let runsHere = "(pinned_node IS NULL OR pinned_node = $2)"
+    /// Tasks this node may run: pinned here, or not pinned when this node sees the shared roots (a
+    /// node given none runs only the tasks it accepted itself).
+    var runsHere: String {
+        options.sharedRoots.isEmpty ? "pinned_node = $2" : "(pinned_node IS NULL OR pinned_node = $2)"
+    }
 
     /// At start: this node's tasks left `running` by its stop or crash go back to the queue, their
     /// attempt counted (other nodes' running tasks are theirs, and their leases say when not).
@@ -32,7 +35,7 @@ extension PostgresStore {
                 SELECT seq, priority, session_id, host_key,
                     CASE WHEN configuration = '{}' THEN NULL
                         ELSE (configuration::jsonb ->> 'max_connections_per_host')::bigint END
-                FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > $1 AND \(Self.runsHere)
+                FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > $1 AND \(runsHere)
                 ORDER BY seq LIMIT $3
                 """, [.int(sequence), .text(node), .int(limit)]
             ) { row in
@@ -56,7 +59,7 @@ extension PostgresStore {
             { [self] tx -> TaskRecord? in
                 guard
                     let current = try tx.first(
-                        "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'queued' AND \(Self.runsHere) FOR UPDATE SKIP LOCKED",
+                        "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED",
                         [.int(task.sequence), .text(node)], PostgresTaskRows.decode),
                     case .success(let started) = current.applying(.attemptStarted, now: now)
                 else { return nil }
@@ -227,7 +230,7 @@ extension PostgresStore {
             try tx.rows(
                 """
                 SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
-                WHERE state = 'waiting' AND waiting_reason = ANY($3::text[]) AND seq > $1 AND \(Self.runsHere)
+                WHERE state = 'waiting' AND waiting_reason = ANY($3::text[]) AND seq > $1 AND \(runsHere)
                 ORDER BY seq LIMIT $4
                 """, [.int(afterSequence), .text(node), .text("{" + reasons.joined(separator: ",") + "}"), .int(limit)]
             ) { row in

@@ -60,10 +60,15 @@ extension PostgresStore {
         } while !pause(interval)
     }
 
-    /// One beat on the heartbeat's own connection: the node's row, and its leases renewed. A task
-    /// it runs whose lease is no longer its own was taken over: its transfer stops now.
+    /// One beat on the heartbeat's own connection: the node's row, and the leases of the tasks this
+    /// node runs renewed. A task it runs whose lease is no longer its own was taken over: its
+    /// transfer stops now. Only the tasks in `leased` are renewed: a task the database shows leased
+    /// here but that this node does not run (its start or end was lost) runs out, and is taken
+    /// over like any other.
     private func beat(_ db: PostgresConnection) throws {
         let (running, network) = nodeStatus.withLock { $0 }()
+        // Read before the renewal: a lease taken after it began is not missing from what it renews.
+        let runningHere = leased.withLock { $0 }
         try db.transaction {
             let updated = try db.execute(
                 "UPDATE nodes SET last_heartbeat_at = clock_timestamp(), running = $2, network = $3 WHERE id = $1",
@@ -79,13 +84,19 @@ extension PostgresStore {
             let rows = try db.execute(
                 """
                 UPDATE tasks SET lease_expires_at = clock_timestamp() + make_interval(secs => $2)
-                WHERE state = 'running' AND lease_node = $1 AND lease_expires_at > clock_timestamp()
+                WHERE state = 'running' AND lease_node = $1 AND lease_expires_at > clock_timestamp() AND id = ANY($3::text[])
                 RETURNING id
-                """, [.text(node), .double(options.leaseSeconds)])
+                """, [.text(node), .double(options.leaseSeconds), .text(Self.textArray(runningHere))])
             let held = Set((0..<rows.count).compactMap { rows.string($0, 0) })
-            // Only leases taken before this beat's renewal can be missing from it.
-            lose(leased.withLock { $0 }.subtracting(held))
+            lose(runningHere.subtracting(held))
         }
+    }
+
+    /// A PostgreSQL array literal of `values` (ids: letters, digits and `_`, quoted all the same).
+    static func textArray(_ values: some Collection<String>) -> String {
+        "{"
+            + values.map { "\"" + $0.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\"" }
+            .joined(separator: ",") + "}"
     }
 
     /// Stops this node's transfers of `ids`: the observers hear that the tasks left `running`

@@ -122,7 +122,8 @@ public final class PostgresStore: @unchecked Sendable {
     /// Starts the threads that hear the other nodes and keep this node's leases: after the
     /// observers are in place (the daemon calls it once its engine listens).
     public func startFleet() {
-        let feed = PostgresChangeFeed(url: options.url, node: node) { [observers] changes in
+        let feed = PostgresChangeFeed(url: options.url, node: node, runsShared: !options.sharedRoots.isEmpty) {
+            [observers] changes in
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         self.feed = feed

@@ -253,8 +253,8 @@ enum ChangeMessage {
 
     /// The changes another node announced, as this node's observers take them: nil for this
     /// node's own (its observers heard them at the commit). Queued tasks pinned to another node
-    /// are left out.
-    static func decode(_ payload: String, node: String) -> StoreChanges? {
+    /// are left out, and so are unpinned ones unless this node `runsShared` (sees the shared roots).
+    static func decode(_ payload: String, node: String, runsShared: Bool) -> StoreChanges? {
         guard let message = try? JSON.parse(payload, maxDepth: 8), let sender = message["n"]?.stringValue, sender != node
         else { return nil }
         var changes = StoreChanges()
@@ -262,7 +262,7 @@ enum ChangeMessage {
             guard let fields = entry.arrayValue, fields.count == 6, let sequence = fields[0].intValue,
                 let priority = fields[1].doubleValue, let session = fields[2].stringValue, let host = fields[3].stringValue
             else { continue }
-            if let pin = fields[5].stringValue, pin != node { continue }
+            if let pin = fields[5].stringValue { if pin != node { continue } } else if !runsShared { continue }
             changes.queued.append(
                 Scheduler.Entry(
                     sequence: sequence, priority: priority, key: Scheduler.Key(session: session, host: host),
@@ -290,13 +290,15 @@ enum ChangeMessage {
 final class PostgresChangeFeed: @unchecked Sendable {
     private let url: String
     private let node: String
+    private let runsShared: Bool
     private let deliver: @Sendable (StoreChanges) -> Void
     private let stopping = Locked(false)
     private let thread = WorkerThread(name: "bh-pg-listen")
 
-    init(url: String, node: String, deliver: @escaping @Sendable (StoreChanges) -> Void) {
+    init(url: String, node: String, runsShared: Bool, deliver: @escaping @Sendable (StoreChanges) -> Void) {
         self.url = url
         self.node = node
+        self.runsShared = runsShared
         self.deliver = deliver
     }
 
@@ -320,7 +322,9 @@ final class PostgresChangeFeed: @unchecked Sendable {
                     failures = 0
                 }
                 for notification in try connection!.notifications(waitingUpTo: 0.25) {
-                    if let changes = ChangeMessage.decode(notification.payload, node: node) { deliver(changes) }
+                    if let changes = ChangeMessage.decode(notification.payload, node: node, runsShared: runsShared) {
+                        deliver(changes)
+                    }
                 }
             } catch {
                 connection = nil

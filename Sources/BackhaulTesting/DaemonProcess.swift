@@ -221,6 +221,11 @@ public final class DaemonProcess {
 
     public func task(_ id: String) throws -> JSON { try call("GET", "/v1/tasks/\(id)").1 }
 
+    /// A GET whose answer is text (`/metrics`).
+    public func callText(_ path: String) throws -> String {
+        String(decoding: try client.send("GET", url + path, timeoutSeconds: 30).body, as: UTF8.self)
+    }
+
     /// Waits until the task reaches `state` (or any final state when nil); returns it.
     @discardableResult
     public func waitForTask(_ id: String, state: String? = nil, timeout: Double = 30) throws -> JSON {

@@ -221,6 +221,25 @@ def token(arguments):
         driver.quit()
 
 
+def nodes(arguments):
+    """The Nodes card lists every node of the fleet (--nodes, comma-separated) and what each runs."""
+    driver = browser()
+    try:
+        driver.get(arguments.url)
+        wait("the page to render", lambda: page_state(driver) == "ready")
+        expected = arguments.nodes.split(",")
+        wait("every node in the Nodes card",
+             lambda: all(node in driver.find_element(By.ID, "nodes").text for node in expected))
+        text = driver.find_element(By.ID, "nodes").text
+        lines = [line for line in text.split("\n") if line.strip()]
+        check("running" in text, f"the card says what each node runs: {text!r}")
+        errors = console_errors(driver)
+        check(not errors, f"console errors: {errors}")
+        return {"nodes": text, "lines": len(lines)}
+    finally:
+        driver.quit()
+
+
 def event_stream_requests(driver):
     """The headers of each request the page made for /v1/events, in order."""
     found = []
@@ -335,7 +354,7 @@ def thousand(arguments):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["interact", "token", "reconnect", "thousand"])
+    parser.add_argument("scenario", choices=["interact", "token", "reconnect", "thousand", "nodes"])
     parser.add_argument("url")
     parser.add_argument("--running")
     parser.add_argument("--auth")
@@ -350,6 +369,7 @@ def main():
     parser.add_argument("--event-wait", default="20")
     parser.add_argument("--signal-dir")
     parser.add_argument("--rows", type=int, default=1000)
+    parser.add_argument("--nodes", default="")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--min-events", type=int, default=0, help="measure past --seconds until this many events came")
     parser.add_argument("--max-seconds", type=float, default=45, help="...but no longer than this")
@@ -365,7 +385,7 @@ def main():
     signal.signal(signal.SIGALRM, stop)
     signal.alarm(arguments.deadline)
     try:
-        scenarios = {"interact": interact, "token": token, "reconnect": reconnect, "thousand": thousand}
+        scenarios = {"interact": interact, "token": token, "reconnect": reconnect, "thousand": thousand, "nodes": nodes}
         result = scenarios[arguments.scenario](arguments)
     except Failure as failure:
         print(f"FAILED: {failure}")

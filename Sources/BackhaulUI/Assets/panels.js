@@ -1,6 +1,6 @@
 // Backhaul dashboard: the right-hand cards. The network in force and the policy (bandwidth,
-// discretionary window, daily budgets left), and each session's webhooks with their failing
-// deliveries.
+// discretionary window, daily budgets left), the nodes sharing the state, and each session's
+// webhooks with their failing deliveries.
 
 import { api, enc, pool } from './api.js';
 import { $, make } from './page.js';
@@ -73,10 +73,28 @@ function renderWebhooks(hooks) {
   $('webhooks-empty').hidden = hooks.length > 0;
 }
 
+/// The daemons that share the state (GET /v1/nodes): one line each, with its heartbeat's age.
+function renderNodes(nodes) {
+  const fragment = document.createDocumentFragment();
+  for (const node of nodes) {
+    const el = make('div', 'item');
+    const line = make('div', 'line');
+    const age = (Date.now() - Date.parse(node.last_heartbeat_at)) / 1000;
+    const network = node.network ? `${node.network.type}${node.network.interface ? ' (' + node.network.interface + ')' : ''}` : '';
+    line.append(make('span', `badge ${age < 60 ? 'd-ok' : 'd-failed'}`, age < 60 ? 'up' : 'silent'),
+      make('span', 'name', node.id), make('span', 'muted', `${node.running} running`), make('span', 'muted', network),
+      make('span', 'muted', `v${node.version}`));
+    el.append(line);
+    fragment.append(el);
+  }
+  $('nodes').replaceChildren(fragment);
+}
+
 export async function refreshNetwork() {
-  const [network, policy] = await Promise.all([api('GET', '/v1/network'), api('GET', '/v1/policy')]);
+  const [network, policy, nodes] = await Promise.all([api('GET', '/v1/network'), api('GET', '/v1/policy'), api('GET', '/v1/nodes')]);
   renderNetwork(network);
   renderPolicy(policy);
+  renderNodes(nodes.nodes || []);
 }
 
 export async function refreshWebhooks() {
