@@ -136,6 +136,8 @@ public final class API: Sendable {
                 .stateUnavailable,
                 "the state could not be synced (\(failure.errnoName)); the write may not have been kept, and backhauld takes no more writes until it restarts"
             )
+        case .unavailable(let message):
+            return Problem(.unavailable, "the state database cannot be reached; nothing was changed: \(message)")
         case .database(let message): return Problem(.internalError, "the state database failed: \(message)")
         }
     }

@@ -243,6 +243,7 @@ extension StoreError {
         case let error as StoreError: self = error
         case let error as ValidationError: self = .invalid(error)
         case let error as PostgresError where error.sqlState == "53100": self = .storageFull
+        case let error as PostgresError where error.isConnectionLost: self = .unavailable(error.message)
         default: self = .database(String(describing: error))
         }
     }

@@ -23,6 +23,9 @@ public enum StoreError: Error, Sendable, Equatable {
     /// A sync of the state failed: the write may not be on disk, and the store has failed closed
     /// (`StoreWriter`).
     case syncFailed(SyncFailure)
+    /// The state's database cannot be reached now (PostgreSQL gone away): nothing was written,
+    /// and the same write may succeed later.
+    case unavailable(String)
     case database(String)
 }
 
