@@ -151,7 +151,10 @@ let package = Package(
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",
-            dependencies: ["BackhaulStore", "BackhaulCore", "BackhaulTesting", "JSONCodec", "SQLite", "Threads"],
+            dependencies: [
+                "BackhaulStore", "BackhaulPostgres", "BackhaulCore", "BackhaulTesting", "JSONCodec", "PostgreSQL", "SQLite",
+                "Threads",
+            ],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "Threads"],

@@ -184,6 +184,12 @@ public final class PostgresStore: @unchecked Sendable {
         return try result.get()
     }
 
+    /// Returns once every write handed over before it has committed (tests wait on the engine's
+    /// writes with it).
+    package func settle() throws(StoreError) {
+        try write { _ in () }
+    }
+
     /// Hands `body` to the writer without waiting; `done` runs after the commit, in commit order.
     func submit<T>(_ body: @escaping (PostgresTransaction) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
         writer.submit(

@@ -5,7 +5,9 @@ import PostgreSQL
 /// A PostgreSQL server of the test's own: `initdb` and `pg_ctl` in a temporary directory, listening
 /// on 127.0.0.1 with password authentication (scram-sha-256) for the role `backhaul`, which owns
 /// the database `backhaul`. PostgreSQL refuses to run as root, so as root the server runs as the
-/// `postgres` user (`runuser`), in a directory that user owns. Stopped and removed with the value.
+/// `postgres` user (`runuser`), in a directory that user owns. Stopped and removed with the value,
+/// and by a watchdog when this process ends without releasing it (a shared instance, an exit, a
+/// crash): no server outlives the tests that started it.
 public final class PostgresServer {
     public struct Failure: Error, CustomStringConvertible {
         public var description: String
@@ -19,6 +21,11 @@ public final class PostgresServer {
     public var directory: String { scratch.path }
     private let binaries: String
     private var running = false
+    /// The write end of the watchdog's pipe, held by this process alone (close-on-exec): when it
+    /// closes, by `deinit` or by the process's end however it comes, the watchdog reads the end of
+    /// its input and stops the server.
+    private var lifeline: Int32 = -1
+    private var watchdog: pid_t = 0
 
     /// The database's URL, as `--state` takes it.
     public var url: String { "postgres://backhaul:\(password)@127.0.0.1:\(port)/backhaul" }
@@ -46,6 +53,7 @@ public final class PostgresServer {
             guard let user = getpwnam("postgres") else { throw Failure(description: "as root, the `postgres` user is needed") }
             for path in [directory, directory + "/password"] { chown(path, user.pointee.pw_uid, user.pointee.pw_gid) }
         }
+        try startWatchdog()
         try run(
             "initdb", "-D", directory + "/data", "-U", "backhaul", "--auth-local=trust", "--auth-host=scram-sha-256",
             "--pwfile=" + directory + "/password", "-E", "UTF8", "--no-sync", "--no-instructions")
@@ -56,6 +64,23 @@ public final class PostgresServer {
 
     deinit {
         if running { try? run("pg_ctl", "-D", directory + "/data", "-m", "immediate", "-w", "-t", "20", "stop") }
+        guard watchdog > 0 else { return }
+        close(lifeline)
+        var status: Int32 = 0
+        _ = eventually(timeout: 20, interval: 0.02) { waitpid(watchdog, &status, WNOHANG) == watchdog }
+    }
+
+    /// Starts the watchdog: a shell in a session of its own (a signal to the tests' process group
+    /// does not reach it) that waits for the end of its input, the lifeline, then stops the
+    /// server at once and removes its directory.
+    private func startWatchdog() throws {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { throw Failure(description: "pipe: errno \(errno)") }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        defer { close(ends[0]) }
+        lifeline = ends[1]
+        let script = "cat >/dev/null; \"$1\" -D \"$0/data\" -m immediate -w -t 20 stop; rm -rf \"$0\""
+        watchdog = try spawn(["/bin/sh", "-c", script, directory, binaries + "/pg_ctl"], input: ends[0], detached: true)
     }
 
     /// Starts the server and waits until it takes connections.
@@ -81,19 +106,8 @@ public final class PostgresServer {
     /// with that socket, so the end of `pg_ctl` would never be seen.
     private func run(_ program: String, _ arguments: String...) throws {
         let command = [binaries + "/" + program] + arguments
-        let prefix = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []
-        let argv = prefix + ["/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", directory] + command
         let outputPath = directory + "/\(program).out"
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        let strings = argv.map { strdup($0) }
-        defer { for string in strings { free(string) } }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, argv[0], &actions, nil, strings + [nil], environ)
-        guard spawned == 0 else { throw Failure(description: "\(program) could not start: errno \(spawned)") }
+        let pid = try spawn(["/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", directory] + command, output: outputPath)
         var status: Int32 = 0
         let ended = eventually(timeout: 60, interval: 0.02) { waitpid(pid, &status, WNOHANG) == pid }
         if !ended {
@@ -104,5 +118,34 @@ public final class PostgresServer {
             let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
             throw Failure(description: "\(program) failed (wait status \(status)): \(text)")
         }
+    }
+
+    /// Spawns `argv` (as `postgres` when this process is root): its output to `output` (else
+    /// nowhere), its input from `input` (else nothing), in a session of its own when `detached`.
+    private func spawn(_ argv: [String], output: String = "/dev/null", input: Int32? = nil, detached: Bool = false) throws
+        -> pid_t
+    {
+        let argv = (getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []) + argv
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        if let input {
+            posix_spawn_file_actions_adddup2(&actions, input, 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
+        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // POSIX_SPAWN_SETSID (glibc's value; Swift's Glibc module leaves the GNU flags out).
+        if detached { posix_spawnattr_setflags(&attributes, 0x80) }
+        let strings = argv.map { strdup($0) }
+        defer { for string in strings { free(string) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, argv[0], &actions, &attributes, strings + [nil], environ)
+        guard spawned == 0 else { throw Failure(description: "\(argv[0]) could not start: errno \(spawned)") }
+        return pid
     }
 }

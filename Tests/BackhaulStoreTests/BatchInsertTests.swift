@@ -17,10 +17,7 @@ struct BatchInsertTests {
     }
 
     func session(_ id: String, enabled: Bool = true, quota: Int64? = nil) throws {
-        var configuration = TransferConfiguration()
-        configuration.quotaBytes = quota
-        _ = try store.putSession(id: id, configuration: configuration)
-        if !enabled { _ = try store.updateSession(id: id, cancelPending: false) { _ in (nil, false) } }
+        try Self.session(store, id, enabled: enabled, quota: quota)
     }
 
     func sequences(_ session: String) throws -> [String: Int64] {
@@ -52,11 +49,21 @@ struct BatchInsertTests {
         #expect(page.tasks.map(\.id) == ["a", "b"] + ids)
     }
 
+    /// Makes the session `id` in `store`.
+    static func session(_ store: any StateStore, _ id: String, enabled: Bool = true, quota: Int64? = nil) throws {
+        var configuration = TransferConfiguration()
+        configuration.quotaBytes = quota
+        _ = try store.putSession(id: id, configuration: configuration)
+        if !enabled { _ = try store.updateSession(id: id, cancelPending: false) { _ in (nil, false) } }
+    }
+
     /// In a disabled session each new task has its `task.waiting` event; one the quota refuses is
     /// created cancelled and written alone, between the ones before and after it.
-    @Test("a batch's events come in its tasks' order, a task the quota refuses in its place")
-    func eventOrder() throws {
-        try session("q", enabled: false, quota: 31)
+    @Test("a batch's events come in its tasks' order, a task the quota refuses in its place", arguments: Backend.allCases)
+    func eventOrder(_ backend: Backend) throws {
+        let store = try backend.open()
+        defer { store.close() }
+        try Self.session(store, "q", enabled: false, quota: 31)
         var tasks = (0..<12).map { makeTask("w\($0)", session: "q") }
         tasks[3].file.size = 30  // 3 + 30 > 31 after the first three: refused; the rest fit
         for index in tasks.indices where index != 3 { tasks[index].file.size = 1 }
@@ -119,9 +126,11 @@ struct BatchInsertTests {
 
     /// A task the quota refuses ends at once; when it was the session's only one, the session is
     /// drained, as when a task ends any other way.
-    @Test("a refused task alone in its session drains it")
-    func refusedAloneDrains() throws {
-        try session("r", quota: 0)
+    @Test("a refused task alone in its session drains it", arguments: Backend.allCases)
+    func refusedAloneDrains(_ backend: Backend) throws {
+        let store = try backend.open()
+        defer { store.close() }
+        try Self.session(store, "r", quota: 0)
         var task = makeTask("big", session: "r")
         task.file.size = 1
         let created = try store.createTasks(sessionID: "r", [task])

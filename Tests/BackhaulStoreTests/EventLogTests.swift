@@ -1,5 +1,7 @@
 import BackhaulCore
+import BackhaulPostgres
 import Glibc
+import PostgreSQL
 import SQLite
 import Testing
 
@@ -47,50 +49,86 @@ struct EventLogTests {
         #expect(indexes == ["events_by_session", "events_by_task"])
     }
 
-    /// A store on a clock held still, and a second connection beside it to write events directly.
-    static func withStore(_ name: String, _ body: (Store, Connection, Timestamp) throws -> Void) throws {
-        let path = Self.scratch(name)
-        defer { Self.remove(path) }
-        let clock = ManualClock()
-        let store = try Store(path: path, clock: clock)
-        defer { store.close() }
-        try body(store, try Connection(path: path), clock.now())
+    /// The event log of a store, written and read behind its back: events of a given date, a
+    /// pending delivery that pins one, and the events left.
+    struct EventTable {
+        var insert: (Timestamp) throws -> Int64
+        var pin: (_ event: Int64, _ now: Timestamp) throws -> Void
+        var left: () throws -> [Int64]
     }
 
-    @Test("age pruning takes the events older than the retention, in seq order, and keeps one a delivery still needs")
-    func agePruning() throws {
-        try Self.withStore("events-prune") { store, db, now in
+    /// A store of `backend` on a clock held still, and its event log beside it.
+    static func withStore(_ backend: Backend, _ body: (any StateStore, EventTable, Timestamp) throws -> Void) throws {
+        let clock = ManualClock()
+        let pinning = """
+            INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
+            VALUES ('wh', $1, 'task.waiting', 'pending', $2, $2)
+            """
+        switch backend {
+        case .sqlite:
+            let path = Self.scratch("events")
+            defer { Self.remove(path) }
+            let store = try Store(path: path, clock: clock)
+            defer { store.close() }
+            let db = try Connection(path: path)
+            let table = EventTable(
+                insert: { time in try Self.insertEvent(db, at: time) },
+                pin: { event, now in try db.run(pinning, [event, now]) },
+                left: { try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } })
+            try body(store, table, clock.now())
+        case .postgres:
+            let store = try backend.open(clock: clock)
+            defer { store.close() }
+            let db = try PostgresConnection(try #require(store as? PostgresStore).options.url)
+            let table = EventTable(
+                insert: { time in
+                    let rows = try db.execute(
+                        """
+                        INSERT INTO events (id, type, session_id, task_id, created_at, data)
+                        VALUES ($1, 'task.waiting', 's', NULL, $2, '{}') RETURNING seq
+                        """, [.text(RandomID.make(prefix: "msg_", at: time)), .double(time)])
+                    return try #require(rows.int(0, 0))
+                },
+                pin: { event, now in _ = try db.execute(pinning, [.int(event), .double(now)]) },
+                left: {
+                    let rows = try db.execute("SELECT seq FROM events ORDER BY seq")
+                    return (0..<rows.count).compactMap { rows.int($0, 0) }
+                })
+            try body(store, table, clock.now())
+        }
+    }
+
+    @Test(
+        "age pruning takes the events older than the retention, in seq order, and keeps one a delivery still needs",
+        arguments: Backend.allCases)
+    func agePruning(_ backend: Backend) throws {
+        try Self.withStore(backend) { store, events, now in
             var seqs: [Int64] = []
-            for age in [500.0, 400, 300, 200, 100, 50, 10] { seqs.append(try Self.insertEvent(db, at: now - age)) }
+            for age in [500.0, 400, 300, 200, 100, 50, 10] { seqs.append(try events.insert(now - age)) }
             // The second oldest is pinned by a pending delivery; one out of time order (the clock
             // stepped back) waits behind the first event young enough to keep.
-            try db.run(
-                """
-                INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
-                VALUES ('wh', ?, 'task.waiting', 'pending', ?, ?)
-                """, [seqs[1], now, now])
-            let stepped = try Self.insertEvent(db, at: now - 1000)
+            try events.pin(seqs[1], now)
+            let stepped = try events.insert(now - 1000)
             #expect(try store.pruneEventLog(olderThan: 150, batch: 2) == 2)
             #expect(try store.pruneEventLog(olderThan: 150) == 1)
             #expect(try store.pruneEventLog(olderThan: 150) == 0)
-            let left = try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) }
-            #expect(left == [seqs[1], seqs[4], seqs[5], seqs[6], stepped])
+            #expect(try events.left() == [seqs[1], seqs[4], seqs[5], seqs[6], stepped])
             #expect(try store.pruneEventLog(olderThan: 5) == 4)
-            #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [seqs[1]])
+            #expect(try events.left() == [seqs[1]])
         }
     }
 
     /// Written while the clock was ahead, an event is dated after now: it must not stop the sweep
     /// for the old events after it (nothing would be pruned until the clock caught up).
-    @Test("an event dated after now neither goes nor holds back the old events after it")
-    func futureDated() throws {
-        try Self.withStore("events-future") { store, db, now in
-            let old = try Self.insertEvent(db, at: now - 500)
-            let ahead = try Self.insertEvent(db, at: now + 3600)
-            let older = try Self.insertEvent(db, at: now - 400)
-            let young = try Self.insertEvent(db, at: now - 10)
+    @Test("an event dated after now neither goes nor holds back the old events after it", arguments: Backend.allCases)
+    func futureDated(_ backend: Backend) throws {
+        try Self.withStore(backend) { store, events, now in
+            let old = try events.insert(now - 500)
+            let ahead = try events.insert(now + 3600)
+            let older = try events.insert(now - 400)
+            let young = try events.insert(now - 10)
             #expect(try store.pruneEventLog(olderThan: 150) == 2)
-            #expect(try db.query("SELECT seq FROM events ORDER BY seq") { $0.int(0) } == [ahead, young])
+            #expect(try events.left() == [ahead, young])
             #expect(old < ahead && ahead < older)
         }
     }

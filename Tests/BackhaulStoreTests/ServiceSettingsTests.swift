@@ -1,5 +1,4 @@
 import BackhaulCore
-import BackhaulTesting
 import JSONCodec
 import Testing
 
@@ -10,10 +9,9 @@ import Testing
 /// override this build cannot read) does not leave it unapplied.
 @Suite("Service settings")
 struct ServiceSettingsTests {
-    @Test("a committed policy applies even when the settings cannot be read back")
-    func policyAppliesWithoutReadingBack() throws {
-        let directory = TemporaryDirectory("backhaul-settings")
-        let store = try Store(path: directory.file("state.db"))
+    @Test("a committed policy applies even when the settings cannot be read back", arguments: Backend.allCases)
+    func policyAppliesWithoutReadingBack(_ backend: Backend) throws {
+        let store = try backend.open()
         defer { store.close() }
         let settings = try ServiceSettings(store: store, basePolicy: ServicePolicy(), classifier: NetworkClassifier())
         // A stored override that does not decode, as a build with another format would leave.

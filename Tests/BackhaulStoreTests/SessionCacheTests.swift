@@ -8,9 +8,9 @@ struct SessionCacheTests {
     /// The record a POST of a task validates against comes from the cache once read: every
     /// change that a write committed must show in the next read, as it did when each read was a
     /// query.
-    @Test("a session read after a write shows that write: configuration, enabled, finishing, gone")
-    func readsFollowWrites() throws {
-        let store = try Store(path: ":memory:")
+    @Test("a session read after a write shows that write: configuration, enabled, finishing, gone", arguments: Backend.allCases)
+    func readsFollowWrites(_ backend: Backend) throws {
+        let store = try backend.open()
         defer { store.close() }
         #expect(try store.sessionRecord(id: "s") == nil)
         _ = try store.putSession(id: "s", configuration: TransferConfiguration())

@@ -1,4 +1,6 @@
 import BackhaulCore
+import BackhaulPostgres
+import Testing
 import Threads
 
 @testable import BackhaulStore
@@ -12,7 +14,7 @@ func waitFor<T: Sendable>(_ start: (@escaping @Sendable (Result<T, StoreError>) 
     return try result.get()
 }
 
-extension Store {
+extension StateStore {
     /// Claims a queued task as the engine does (reading it first).
     func startAttempt(id: String) throws -> TaskRecord? {
         guard let task = try task(id: id) else { return nil }
@@ -42,6 +44,10 @@ extension Store {
 
     /// Waits until every write handed over so far has committed.
     func settle() throws {
-        try write(.relaxed) { _ in () }
+        switch self {
+        case let store as Store: try store.write(.relaxed) { _ in () }
+        case let store as PostgresStore: try store.settle()
+        default: Issue.record("no way to settle \(type(of: self))")
+        }
     }
 }

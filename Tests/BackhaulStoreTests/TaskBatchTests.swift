@@ -9,11 +9,11 @@ import Threads
 /// A batch whose parts the API adds while the writer inserts the first ones (`TaskBatch`).
 @Suite("Task batches in parts")
 struct TaskBatchTests {
-    let store: Store
-
-    init() throws {
-        store = try Store(path: ":memory:")
+    /// A new store of `backend` with the session "s".
+    static func open(_ backend: Backend) throws -> any StateStore {
+        let store = try backend.open()
         _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        return store
     }
 
     static func part(_ range: Range<Int>, key: (Int) -> String? = { _ in nil }) -> [TaskRecord] {
@@ -27,8 +27,12 @@ struct TaskBatchTests {
         return thread
     }
 
-    @Test("parts added while the writer inserts go in, in order, as one durable write; each part is told as it goes in")
-    func partsWhileInserting() throws {
+    @Test(
+        "parts added while the writer inserts go in, in order, as one durable write; each part is told as it goes in",
+        arguments: Backend.allCases)
+    func partsWhileInserting(_ backend: Backend) throws {
+        let store = try Self.open(backend)
+        defer { store.close() }
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
         let toldEarly = Locked(false)
@@ -64,8 +68,13 @@ struct TaskBatchTests {
         return { busy.withLock { $0.held = false } }
     }
 
+    /// SQLite only, as `runAgain`: it holds the SQLite writer with a job of its own so that the
+    /// writes handed over meanwhile share its next transaction.
     @Test("a batch abandoned after parts went in writes nothing, and the writes sharing its transaction stand, run once")
     func abandoned() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
@@ -90,8 +99,10 @@ struct TaskBatchTests {
         #expect(try store.setting("other") != nil)
     }
 
-    @Test("a part that does not come in time ends the batch with nothing written")
-    func partTimeout() throws {
+    @Test("a part that does not come in time ends the batch with nothing written", arguments: Backend.allCases)
+    func partTimeout(_ backend: Backend) throws {
+        let store = try Self.open(backend)
+        defer { store.close() }
         let batch = TaskBatch(count: 20, partTimeout: 0.2)
         let pending = store.createTasks(sessionID: "s", batch)
         batch.add(Self.part(0..<10))
@@ -100,18 +111,24 @@ struct TaskBatchTests {
         #expect(try store.task(id: "t0") == nil)
     }
 
-    @Test("the open-task limit is checked against the whole batch before any part")
-    func limitFirst() throws {
+    @Test("the open-task limit is checked against the whole batch before any part", arguments: Backend.allCases)
+    func limitFirst(_ backend: Backend) throws {
+        let store = try Self.open(backend)
+        defer { store.close() }
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch, maxOpen: 20)
         #expect(throws: StoreError.tooManyTasks(open: 0, limit: 20)) { try pending.wait() }
         #expect(batch.inserted(part: 0) == nil)
     }
 
-    /// The writer runs a transaction again, with a savepoint per job, when one of its jobs threw:
-    /// the batch's insert runs twice, and what it tells must be the second run's.
+    /// The SQLite writer runs a transaction again, with a savepoint per job, when one of its jobs
+    /// threw: the batch's insert runs twice, and what it tells must be the second run's. SQLite
+    /// only: the PostgreSQL writer undoes a failing job by its savepoint and runs nothing twice.
     @Test("run again after another write of its transaction failed: inserted once, told by the run that committed")
     func runAgain() throws {
+        let store = try Store(path: ":memory:")
+        defer { store.close() }
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 20)
         let pending = store.createTasks(sessionID: "s", batch)
