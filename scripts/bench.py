@@ -20,11 +20,14 @@ Sections (`--only`, comma-separated; all by default):
             the last 100,000, RSS with them present, SIGTERM and restart to /readyz, GET under wrk;
             then the same with every task scheduled a month ahead in an enabled session
   profile   instructions per 64 KiB task under callgrind (N tasks minus an idle run) beside curl
+  postgres  the state in PostgreSQL (docs/fleet.md), one node beside SQLite: CPU per small task
+            (the daemon's, and the database's), single durable POSTs under wrk, the first 100,000
+            enqueued; then three nodes on one database sharing the same uploads
 
 `--quick` shrinks every size (and runs once) so the whole script is checked in a few minutes:
 its verdicts are not the targets'. Every wait has a deadline; everything listens on 127.0.0.1.
 """
-import argparse, atexit, http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
+import argparse, atexit, glob, http.client, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1040,6 +1043,22 @@ def targets(args, results):
         row(section, f"GET /v1/tasks/{{id}} with {s['tasks']:,} present", f"{get['requests_per_s']:,.0f} req/s, p99 {get['p99_ms']:.2f} ms",
             "≥ 10,000 req/s, p99 ≤ 10 ms", complete and get["requests_per_s"] >= 10_000 and get["p99_ms"] <= 10
             and get["socket_errors"] == 0 and not any("Non-2xx" in e for e in get["errors"]))
+    if "postgres" in results:
+        pg = results["postgres"]
+        section = f"the state in PostgreSQL, {pg['files']:,} × 4 KiB to nginx"
+        ratio = pg["postgres"]["daemon_cpu_ms_per_task"] / pg["sqlite"]["daemon_cpu_ms_per_task"]
+        row(section, "daemon CPU per task, PostgreSQL ÷ SQLite",
+            f"{ratio:.2f} ({pg['postgres']['daemon_cpu_ms_per_task']:.3f} / {pg['sqlite']['daemon_cpu_ms_per_task']:.3f} ms; "
+            f"the database {pg['postgres']['database_cpu_ms_per_task']:.3f} ms more)", "≤ 2", ratio <= 2)
+        post = pg["post_task"]
+        row(section, "single durable POSTs", f"{post['requests_per_s']:,.0f} req/s, p99 {post['p99_ms']:.2f} ms, "
+            f"{post['other_status']} not 201", "≥ 2,000 req/s", post["requests_per_s"] >= 2000 and post["other_status"] == 0)
+        row(section, "the first 100,000 enqueued (batches of 1,000)", f"{pg['enqueue_100k_s']:.2f} s", "≤ 10 s",
+            pg["enqueue_100k_s"] <= 10)
+        three = pg["three_nodes"]
+        row(section, "three nodes on one database: CPU per task (daemons + database)",
+            f"{three['total_cpu_ms_per_task']:.3f} ms ({three['wall_s']:.2f} s; one node {pg['postgres']['total_cpu_ms_per_task']:.3f} ms)",
+            "reported", None)
     if results.get("cases"):
         cases = results["cases"]
         section = f"{args.size_mib} MiB to nginx"
@@ -1057,6 +1076,172 @@ def targets(args, results):
         row(f"{hooks['events']:,} task.completed webhooks", "events delivered per second, end to end",
             f"{hooks['events_per_s']:,.0f} events/s", "≥ 378 (445 on 2026-11-22, −15% drift)", hooks["events_per_s"] >= 378)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. The state in PostgreSQL
+
+
+class Postgres:
+    """PostgreSQL (Debian's, the newest installed) in `directory` on a free port of 127.0.0.1,
+    trusting local connections (a benchmark's own server), with its defaults otherwise (fsync on,
+    synchronous_commit on). As root it runs as the `postgres` user."""
+
+    def __init__(self):
+        # Its own directory under /tmp: the benchmark's work directory is private to root.
+        directory = tempfile.mkdtemp(prefix="backhaul-bench-pg-")
+        self.directory = directory
+        self.bin = sorted(glob.glob("/usr/lib/postgresql/*/bin"))[-1]
+        self.data = f"{directory}/data"
+        self.sockets = f"{directory}/sockets"
+        os.makedirs(self.sockets)
+        self.as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_owner:
+            shutil.chown(directory, "postgres")
+            shutil.chown(self.sockets, "postgres")
+        run(self.as_owner + [f"{self.bin}/initdb", "-D", self.data, "-U", "backhaul", "--auth=trust", "-E", "UTF8",
+                             "--no-instructions"], timeout=120, stdout=subprocess.DEVNULL)
+        self.port = free_port()
+        options = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.sockets} -c max_connections=200"
+        run(self.as_owner + [f"{self.bin}/pg_ctl", "-D", self.data, "-o", options, "-l", f"{directory}/server.log", "-w",
+                             "start"], timeout=60, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.databases = 0
+
+    def fresh(self):
+        """A new empty database's URL."""
+        self.databases += 1
+        name = f"bench{self.databases}"
+        run([f"{self.bin}/psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "backhaul", "-d", "postgres", "-qc",
+             f"CREATE DATABASE {name}"], timeout=60)
+        return f"postgres://backhaul@127.0.0.1:{self.port}/{name}"
+
+    def cpu_seconds(self):
+        """CPU of the server: the postmaster with what its ended children used, and the live ones."""
+        with open(f"{self.data}/postmaster.pid") as pidfile:
+            postmaster = int(pidfile.readline())
+        _, fields = proc_stat(f"/proc/{postmaster}/stat")
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = sum(int(fields[index]) for index in (11, 12, 13, 14)) / ticks
+        for child in subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split():
+            try:
+                _, child_fields = proc_stat(f"/proc/{child}/stat")
+                total += (int(child_fields[11]) + int(child_fields[12])) / ticks
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        return total
+
+    def stop(self):
+        run(self.as_owner + [f"{self.bin}/pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"], timeout=60,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def small_files(data, count, size=4096):
+    source = f"{data}/small"
+    if not os.path.isdir(source):
+        os.makedirs(source)
+        for index in range(count):
+            with open(f"{source}/{index}.bin", "wb") as out:
+                out.write(os.urandom(size))
+    return source
+
+
+def fleet_run(args, work, data, source, nginx_port, label, states, database=None):
+    """`args.files` small uploads posted to the first of `len(states)` daemons (each given its
+    extra flags in `states`), waited for on that node; the wall time, every daemon's CPU and, with
+    `database`, the server's, per task."""
+    daemons = [start_daemon(args.binary, f"{work}/state-{label}-{index}", data, extra) for index, extra in enumerate(states)]
+    try:
+        port = daemons[0][1]
+        api(port, "PUT", "/v1/sessions/many", {"configuration": {"max_connections_per_host": 16}})
+        tasks = [{"file": f"{source}/{index}.bin", "request": {"url": f"http://127.0.0.1:{nginx_port}/{label}/{index}.bin"}}
+                 for index in range(args.files)]
+        body = json.dumps({"tasks": tasks}).encode()
+        cpu_before = [proc_cpu_seconds(process.pid) for process, _ in daemons]
+        database_before = database.cpu_seconds() if database else 0
+        started = time.time()
+        status, answer = api(port, "POST", "/v1/sessions/many/tasks", json.loads(body))
+        assert status == 201, str(answer)[:500]
+        wait_session_done(port, "many", args.files, interval=0.05)
+        wall = time.time() - started
+        daemon_cpu = sum(proc_cpu_seconds(process.pid) - before for (process, _), before in zip(daemons, cpu_before))
+        database_cpu = database.cpu_seconds() - database_before if database else 0
+        return {"nodes": len(daemons), "wall_s": wall, "files_per_s": args.files / wall,
+                "daemon_cpu_ms_per_task": daemon_cpu * 1000 / args.files,
+                "database_cpu_ms_per_task": database_cpu * 1000 / args.files,
+                "total_cpu_ms_per_task": (daemon_cpu + database_cpu) * 1000 / args.files}
+    finally:
+        for process, _ in daemons:
+            stop(process)
+
+
+def postgres_section(args, work, data, nginx_port):
+    """One node on SQLite and one on PostgreSQL, the same small uploads, rounds interleaved; then
+    single-task POSTs under wrk and the first 100,000 enqueued on PostgreSQL; then three nodes on
+    one database. 2 cores show what a node costs, not how a fleet scales."""
+    source = small_files(data, args.files)
+    database = Postgres()
+    results = {"files": args.files, "file_bytes": 4096}
+    try:
+        runs = {"sqlite": [], "postgres": []}
+        for round_index in range(args.runs):
+            runs["sqlite"].append(fleet_run(args, work, data, source, nginx_port, f"pg-sqlite-{round_index}", [[]]))
+            url = database.fresh()
+            runs["postgres"].append(fleet_run(
+                args, work, data, source, nginx_port, f"pg-one-{round_index}",
+                [["--state", url, "--node-id", "a", "--shared-root", data]], database))
+        for name, values in runs.items():
+            cpus = [value["daemon_cpu_ms_per_task"] for value in values]
+            results[name] = values[cpus.index(statistics.median_low(cpus))]
+        url = database.fresh()
+        results["three_nodes"] = fleet_run(
+            args, work, data, source, nginx_port, "pg-three",
+            [["--state", url, "--node-id", f"n{index}", "--shared-root", data] for index in range(3)], database)
+        # Single durable POSTs, and the first 100,000, into a disabled session.
+        url = database.fresh()
+        daemon, port = start_daemon(args.binary, f"{work}/state-pg-api", data, ["--state", url, "--node-id", "api"])
+        try:
+            one = f"{data}/one.bin"
+            with open(one, "wb") as out:
+                out.write(b"x" * 1000)
+            api(port, "PUT", "/v1/sessions/api", {"configuration": {}})
+            api(port, "PATCH", "/v1/sessions/api", {"enabled": False})
+            body = json.dumps({"file": one, "request": {"url": "http://127.0.0.1:9/x"}})
+            script = wrk_script(f"{work}/pg-post.lua", "POST", body, expected=201)
+            results["post_task"] = wrk(f"http://127.0.0.1:{port}/v1/sessions/api/tasks", args.load_seconds, script=script)
+            api(port, "PUT", "/v1/sessions/bulk", {"configuration": {}})
+            api(port, "PATCH", "/v1/sessions/bulk", {"enabled": False})
+            batch = json.dumps({"tasks": [{"file": one, "request": {"url": f"http://127.0.0.1:9/q/{index}"}}
+                                          for index in range(1000)]}).encode()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+            started = time.time()
+            for number in range(100):
+                connection.request("POST", "/v1/sessions/bulk/tasks", batch, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                answer = response.read()
+                if response.status != 201:
+                    raise RuntimeError(f"batch {number}: {response.status} {answer[:300]!r}")
+            results["enqueue_100k_s"] = time.time() - started
+            connection.close()
+        finally:
+            stop(daemon)
+    finally:
+        database.stop()
+    return results
+
+
+def print_postgres(args, results):
+    print(f"\nThe state in PostgreSQL: {results['files']:,} × 4 KiB to nginx, median of {args.runs} rounds "
+          "(CPU in ms per task)")
+    print(f"  {'':34} {'wall':>8} {'files/s':>8} {'daemon':>8} {'database':>9} {'total':>8}")
+    for name, label in (("sqlite", "one node, SQLite"), ("postgres", "one node, PostgreSQL"),
+                        ("three_nodes", "three nodes, one PostgreSQL")):
+        case = results[name]
+        print(f"  {label:34} {case['wall_s']:7.2f}s {case['files_per_s']:8.0f} {case['daemon_cpu_ms_per_task']:8.3f} "
+              f"{case['database_cpu_ms_per_task']:9.3f} {case['total_cpu_ms_per_task']:8.3f}")
+    post = results["post_task"]
+    print(f"  single-task POSTs (wrk, 16 connections): {post['requests_per_s']:,.0f}/s, p99 {post['p99_ms']:.2f} ms; "
+          f"the first 100,000 in batches of 1,000: {results['enqueue_100k_s']:.2f} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1160,7 +1345,7 @@ def main():
     parser.add_argument("--load-seconds", type=int, default=10)
     parser.add_argument("--profile-tasks", type=int, default=300)
     parser.add_argument("--keep-profiles", default=None, help="copy the callgrind outputs into this directory")
-    parser.add_argument("--only", default="big,download,webhooks,many,rclone,https,api,scale,profile",
+    parser.add_argument("--only", default="big,download,webhooks,many,rclone,https,api,scale,profile,postgres",
                         help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
@@ -1172,7 +1357,7 @@ def main():
     if args.scale_window % 1000 or args.scale_window > args.scale_tasks:
         parser.error("--scale-window is a multiple of 1,000 and at most --scale-tasks")
     sections = set(args.only.split(","))
-    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "https", "api", "scale", "profile"}
+    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "https", "api", "scale", "profile", "postgres"}
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     if not os.access(args.binary, os.X_OK):
@@ -1213,6 +1398,8 @@ def main():
             results["scale_scheduled"] = scale(args, work, data, scheduled=True)
         if "profile" in sections:
             results["profile"] = profile_tasks(args, work, data, nginx_port)
+        if "postgres" in sections:
+            results["postgres"] = postgres_section(args, work, data, nginx_port)
     finally:
         stop(nginx, signal.SIGQUIT, timeout=10)
         chunk_sink.server.shutdown()
@@ -1240,6 +1427,8 @@ def main():
             print_scale(args, results, key)
     if "profile" in results:
         print_profile(results)
+    if "postgres" in results:
+        print_postgres(args, results["postgres"])
     results["loadavg_end"] = os.getloadavg()
     print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in results['loadavg_start'])}, "
           f"at the end {' '.join(f'{x:.2f}' for x in results['loadavg_end'])} (2 cores, shared)")

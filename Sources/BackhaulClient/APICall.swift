@@ -135,6 +135,7 @@ extension APICall {
     }
 
     public static var network: APICall<APINetwork> { .init("GET", .network) }
+    public static var nodes: APICall<APINodeList> { .init("GET", .nodes) }
 
     public static func setNetwork(_ network: NetworkOverride) -> APICall<APINetwork> {
         .init("PUT", .network, body: network)

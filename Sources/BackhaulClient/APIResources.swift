@@ -133,6 +133,30 @@ public struct APINetwork: Sendable, Equatable, Codable {
     public var source: String
 }
 
+/// A daemon of the fleet sharing the state (`GET /v1/nodes`; one daemon on SQLite lists itself).
+public struct APINode: Sendable, Equatable, Codable {
+    public var id: String
+    public var version: String
+    public var startedAt: String
+    /// When its last heartbeat reached the database.
+    public var lastHeartbeatAt: String
+    /// Transfers it runs.
+    public var running: Int
+    /// Its own network, if it said.
+    public var network: APINetwork?
+
+    enum CodingKeys: String, CodingKey {
+        case id, version, running, network
+        case startedAt = "started_at"
+        case lastHeartbeatAt = "last_heartbeat_at"
+    }
+}
+
+/// `GET /v1/nodes`'s answer.
+public struct APINodeList: Sendable, Equatable, Codable {
+    public var nodes: [APINode]
+}
+
 /// What `PUT /v1/network` sets; a member left nil is the daemon's rule for the type.
 public struct NetworkOverride: Sendable, Equatable, Codable {
     public var type: String

@@ -3,6 +3,9 @@
 public struct APITask: Sendable, Equatable, Codable {
     public var id: String
     public var sessionID: String
+    /// With the state in PostgreSQL: the node of the fleet the task is pinned to (its file is on
+    /// that node's own disk); nil when any node may run it.
+    public var node: String?
     public var kind: TaskKind
     public var state: TaskState
     /// Why a `waiting` (or `queued`) task is held (`session_disabled`, `cellular_not_allowed`, …).
@@ -39,7 +42,8 @@ public struct APITask: Sendable, Equatable, Codable {
     public var cancellation: Cancellation?
 
     enum CodingKeys: String, CodingKey {
-        case id, kind, state, auth, file, download, request, upload, priority, description, configuration, attempts, progress
+        case id, node, kind, state, auth, file, download, request, upload, priority, description, configuration, attempts
+        case progress
         case response, error, cancellation
         case sessionID = "session_id"
         case waitingReason = "waiting_reason"

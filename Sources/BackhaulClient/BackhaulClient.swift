@@ -123,6 +123,9 @@ public final class BackhaulClient: Sendable {
     /// The network the policy sees.
     public func network() async throws(APIError) -> APINetwork { try await send(.network) }
 
+    /// The daemons that share the state (docs/fleet.md).
+    public func nodes() async throws(APIError) -> [APINode] { try await send(.nodes).nodes }
+
     /// Overrides detection.
     public func setNetwork(_ network: NetworkOverride) async throws(APIError) -> APINetwork {
         try await send(.setNetwork(network))

@@ -29,6 +29,7 @@ public struct Endpoint: Sendable, Equatable, CustomStringConvertible {
         Endpoint("v1", "sessions", id, query: [("mode", mode.rawValue)])
     }
     public static let network = Endpoint("v1", "network")
+    public static let nodes = Endpoint("v1", "nodes")
     public static let policy = Endpoint("v1", "policy")
     public static let backup = Endpoint("v1", "admin", "backup")
     public static func webhooks(session: String) -> Endpoint { Endpoint("v1", "sessions", session, "webhooks") }

@@ -101,6 +101,9 @@ struct LiveDaemonTests {
         #expect(try await client.network().type == "cellular")
         #expect(try await client.resetNetwork().source != "override")
         #expect(try await client.policy()["transfers_enabled"] != nil)
+        // One daemon on SQLite is a fleet of one: itself, with its network.
+        let nodes = try await client.nodes()
+        #expect(nodes.count == 1 && nodes.first?.network?.type != nil && !(nodes.first?.version.isEmpty ?? true))
 
         let backup = try await client.backup(to: live.scratch.file("copy.db"))
         #expect(backup.path == live.scratch.file("copy.db") && backup.bytes > 0)

@@ -32,7 +32,7 @@ const WAITING_WORDS = {
   roaming_not_allowed: 'roaming not allowed', cellular_not_allowed: 'cellular not allowed', expensive_network_not_allowed: 'expensive network not allowed',
   constrained_network_not_allowed: 'constrained network not allowed', discretionary_deferred: 'discretionary: waiting for a good moment',
   budget_exhausted: 'today’s budget is spent', scheduled: 'scheduled for later', host_connection_limit: 'host connection limit',
-  session_finishing: 'session finishing', session_disabled: 'session paused',
+  session_finishing: 'session finishing', session_disabled: 'session paused', node_unavailable: 'its node is down',
 };
 
 export const statusText = (status) => `HTTP ${status}${STATUS_WORDS[status] ? ' ' + STATUS_WORDS[status] : ''}`;
