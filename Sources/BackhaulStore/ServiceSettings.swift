@@ -64,8 +64,13 @@ public final class ServiceSettings: Sendable {
     }
 
     /// Applies the values that a settled commit gave `keys` (on the store's writer or settler thread).
+    /// A key with no value staged here was changed by another daemon on the same store (a fleet on
+    /// PostgreSQL, docs/fleet.md): its value is read from the store.
     private func apply(_ keys: Set<String>) {
-        let values = staged.withLock { staged in keys.compactMap { staged[$0] } }
+        let (values, elsewhere) = staged.withLock { staged -> ([Staged], Bool) in
+            let values = keys.compactMap { staged.removeValue(forKey: $0) }
+            return (values, values.count < keys.count)
+        }
         current.withLock { current in
             for value in values {
                 switch value {
@@ -74,6 +79,7 @@ public final class ServiceSettings: Sendable {
                 }
             }
         }
+        if elsewhere { try? reload() }
     }
 
     private func reload() throws(StoreError) {
