@@ -70,7 +70,8 @@ public final class BackhaulDaemon: Sendable {
                 path: directory + "/backhaul.db", configuration: configuration, logger: logger, failedClosed: failedClosed,
                 failStop: failStop)
         }
-        settings = try ServiceSettings(store: store, basePolicy: configuration.policy, classifier: configuration.classifier)
+        settings = try ServiceSettings(
+            store: store, basePolicy: configuration.policy, classifier: configuration.classifier, node: fleet?.node)
         let errorLogger = logger
         var dispatcherOptions = DispatcherOptions()
         // The connection cache holds four connections for every transfer and delivery that can

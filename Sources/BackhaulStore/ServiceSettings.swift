@@ -10,8 +10,10 @@ import Threads
 /// so an API call that changed one sees it changed when it returns, and the engine hears of it
 /// after.
 public final class ServiceSettings: Sendable {
-    static let networkOverrideKey = "network_override"
     static let policyKey = "policy"
+    /// The network override's key: a network is each node's own, so a fleet's node keeps its own
+    /// (`network_override@<node>`, docs/fleet.md); one daemon has the plain key.
+    let networkOverrideKey: String
 
     private let store: any StateStore
     /// The config file's policy: what `DELETE /v1/policy` goes back to.
@@ -29,7 +31,10 @@ public final class ServiceSettings: Sendable {
 
     /// Loads what is stored; a stored value this build cannot read refuses the start
     /// (`StoreError.corrupt`): running without it could send over a network the operator ruled out.
-    public init(store: any StateStore, basePolicy: ServicePolicy, classifier: NetworkClassifier) throws(StoreError) {
+    public init(
+        store: any StateStore, basePolicy: ServicePolicy, classifier: NetworkClassifier, node: String? = nil
+    ) throws(StoreError) {
+        networkOverrideKey = node.map { "network_override@\($0)" } ?? "network_override"
         self.store = store
         self.basePolicy = basePolicy
         self.classifier = classifier
@@ -58,8 +63,8 @@ public final class ServiceSettings: Sendable {
 
     /// Sets (or with nil, removes) a host agent's network override.
     public func setNetworkOverride(_ state: NetworkState?) throws(StoreError) {
-        try store.setSetting(Self.networkOverrideKey, state?.overrideJSON) { [staged] in
-            staged.withLock { $0[Self.networkOverrideKey] = .networkOverride(state) }
+        try store.setSetting(networkOverrideKey, state?.overrideJSON) { [staged, networkOverrideKey] in
+            staged.withLock { $0[networkOverrideKey] = .networkOverride(state) }
         }
     }
 
@@ -83,7 +88,7 @@ public final class ServiceSettings: Sendable {
     }
 
     private func reload() throws(StoreError) {
-        let override = try store.setting(Self.networkOverrideKey)
+        let override = try store.setting(networkOverrideKey)
         let stored = try store.setting(Self.policyKey)
         let state: (ServicePolicy, NetworkState?)
         do {

@@ -15,7 +15,7 @@ struct ServiceSettingsTests {
         defer { store.close() }
         let settings = try ServiceSettings(store: store, basePolicy: ServicePolicy(), classifier: NetworkClassifier())
         // A stored override that does not decode, as a build with another format would leave.
-        try store.setSetting(ServiceSettings.networkOverrideKey, ["type": .int(42)])
+        try store.setSetting(settings.networkOverrideKey, ["type": .int(42)])
         var limited = ServicePolicy()
         limited.bandwidthLimit = 1000
         #expect(try settings.setPolicy(limited) == limited)

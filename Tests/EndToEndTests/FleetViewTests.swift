@@ -107,6 +107,11 @@ extension FleetTests {
             let listed = try daemon.call("GET", "/v1/nodes").1["nodes"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
             #expect(listed == ["r1", "r2", "viewer"])
         }
+        // A network override is the node's own: the viewer's does not move the runners'.
+        #expect(try viewer.call("PUT", "/v1/network", ["type": "cellular"]).0 == 200)
+        #expect(try viewer.call("GET", "/v1/network").1["source"]?.stringValue == "override")
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try runners[1].call("GET", "/v1/network").1["source"]?.stringValue != "override")
         let page = try BrowserRun("nodes", viewer.url + "/", ["--nodes", "r1,r2,viewer"])
         #expect(page.status == 0, "browser: \(page.output)")
         print(
