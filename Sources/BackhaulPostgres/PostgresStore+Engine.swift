@@ -110,24 +110,21 @@ extension PostgresStore {
 
     /// Appends an attempt to a task's history and drops what falls beyond the history's limit.
     func appendAttempt(_ tx: PostgresTransaction, taskSequence: Int64, _ record: AttemptRecord) throws {
-        let number =
-            (try tx.first("SELECT COALESCE(max(number), 0) FROM attempts WHERE task_seq = $1", [.int(taskSequence)]) {
-                $0.int(0)
-            } ?? 0) + 1
-        try tx.execute(
+        let number = try tx.first(
             """
             INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
                 error, network_type)
-            SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
+            SELECT $1, COALESCE((SELECT max(number) FROM attempts WHERE task_seq = $1), 0) + 1, $2, $3, $4, $5, $6, $7, $8, $9
+            WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
+            RETURNING number
             """,
             [
-                .int(taskSequence), .int(number), .double(record.startedAt), .double(record.endedAt),
-                .int(record.bytesTransferred), .int(record.bytesReceived), .text(record.outcome.rawValue),
-                .int(record.httpStatus ?? record.error?.httpStatus),
-                .text(record.error.map { TaskRecord.errorJSON($0).serialized() }),
-                .text(record.networkType?.rawValue),
-            ])
-        if number > Int64(AttemptRecord.historyLimit) {
+                .int(taskSequence), .double(record.startedAt), .double(record.endedAt), .int(record.bytesTransferred),
+                .int(record.bytesReceived), .text(record.outcome.rawValue), .int(record.httpStatus ?? record.error?.httpStatus),
+                .text(record.error.map { TaskRecord.errorJSON($0).serialized() }), .text(record.networkType?.rawValue),
+            ]
+        ) { $0.int(0) }
+        if let number, number > Int64(AttemptRecord.historyLimit) {
             try tx.execute(
                 "DELETE FROM attempts WHERE task_seq = $1 AND number <= $2",
                 [.int(taskSequence), .int(number - Int64(AttemptRecord.historyLimit))])

@@ -16,16 +16,14 @@ extension PostgresStore {
         let now = self.now
         let pending = PendingWrite<[(TaskRecord, Bool)]>()
         submit(
+            durable: true,
             { [self] tx -> [(TaskRecord, Bool)] in
                 batch.beginRun()
-                guard let session = try fetchSession(tx, id: sessionID, lock: true) else { throw StoreError.notFound }
+                guard let (session, open) = try lockedSession(tx, id: sessionID) else { throw StoreError.notFound }
                 guard session.lifecycle == .active else {
                     throw StoreError.conflict("the session is finishing and accepts no new tasks")
                 }
-                if maxOpen < .max {
-                    let open = try openTaskCount(tx, sessionID: sessionID)
-                    if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
-                }
+                if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
                 var admission = Admission(session: session)
                 if session.configuration.quotaBytes != nil {
                     admission.held =
@@ -67,6 +65,23 @@ extension PostgresStore {
         return pending
     }
 
+    /// `count` new task sequences, from a block this node took from the table's sequence (one round
+    /// trip every 200 tasks, not one per request). Sequences are unique and rise on each node; a
+    /// block given back by a rolled-back transaction is a gap, as a rolled-back `nextval` is.
+    func taskSequences(_ tx: PostgresTransaction, _ count: Int) throws -> [Int64] {
+        let taken = sequenceBlock.withLock { block -> [Int64] in
+            guard block.count >= count else { return [] }
+            defer { block.removeFirst(count) }
+            return Array(block.prefix(count))
+        }
+        if !taken.isEmpty || count == 0 { return taken }
+        let fetched = try tx.rows(
+            "SELECT nextval(pg_get_serial_sequence('tasks', 'seq')) FROM generate_series(1, $1)", [.int(count + 200)]
+        ) { $0.int(0) }
+        sequenceBlock.withLock { $0 = Array(fetched.dropFirst(count)) }
+        return Array(fetched.prefix(count))
+    }
+
     /// What admitting a batch carries from one task to the next (see `Store.Admission`).
     struct Admission {
         let session: SessionRecord
@@ -79,9 +94,7 @@ extension PostgresStore {
         -> [TaskBatch.Inserted]
     {
         let session = admission.session
-        let sequences = try tx.rows(
-            "SELECT nextval(pg_get_serial_sequence('tasks', 'seq')) FROM generate_series(1, $1)", [.int(part.tasks.count)]
-        ) { $0.int(0) }
+        let sequences = try taskSequences(tx, part.tasks.count)
         var results: [TaskBatch.Inserted] = []
         var kept: [Int] = []
         func writeKept() throws {

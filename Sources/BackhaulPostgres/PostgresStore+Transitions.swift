@@ -82,9 +82,7 @@ extension PostgresStore {
     /// finishing session's record goes. The session's row is locked first, so that two nodes ending
     /// its last two tasks at once count one after the other, and one of them says it drained.
     func sessionTaskReachedFinalState(_ tx: PostgresTransaction, sessionID: String, now: Timestamp) throws {
-        guard !sessionID.isEmpty, let session = try fetchSession(tx, id: sessionID, lock: true),
-            try openTaskCount(tx, sessionID: sessionID) == 0
-        else { return }
+        guard !sessionID.isEmpty, let (session, open) = try lockedSession(tx, id: sessionID), open == 0 else { return }
         var summary = JSONObject()
         for (state, count) in try counts(tx, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
         appendEvent(
@@ -132,11 +130,12 @@ extension PostgresStore {
         return counts
     }
 
-    /// The session's unfinished tasks: as committed in its row, with this transaction's changes.
-    func openTaskCount(_ tx: PostgresTransaction, sessionID: String) throws -> Int {
-        Int(
-            try tx.first("SELECT open_tasks FROM sessions WHERE id = $1", [.text(sessionID)]) { $0.int(0) } ?? 0)
-            + (tx.openDeltas[sessionID] ?? 0)
+    /// The session, its row locked until the transaction ends, and its unfinished tasks: as
+    /// committed in its row, with this transaction's changes. One round trip.
+    func lockedSession(_ tx: PostgresTransaction, id: String) throws -> (SessionRecord, open: Int)? {
+        try tx.first(
+            "SELECT \(Self.sessionColumns), open_tasks FROM sessions WHERE id = $1 FOR UPDATE", [.text(id)]
+        ) { row in (try Store.decodeSession(row), Int(row.int(5)) + (tx.openDeltas[id] ?? 0)) }
     }
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.

@@ -72,6 +72,8 @@ public final class PostgresStore: @unchecked Sendable {
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
+    /// Task sequences taken from the database and not used yet (`taskSequences`).
+    let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
     let nodeStatus = Locked<@Sendable () -> (running: Int, network: String?)>({ (0, nil) })
 
@@ -175,6 +177,7 @@ public final class PostgresStore: @unchecked Sendable {
         let box = Locked<Result<T, StoreError>?>(nil)
         writer.submit(
             PostgresWriter.Job(
+                durable: true,
                 body: { tx in
                     let value = try body(tx)
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
@@ -191,9 +194,14 @@ public final class PostgresStore: @unchecked Sendable {
     }
 
     /// Hands `body` to the writer without waiting; `done` runs after the commit, in commit order.
-    func submit<T>(_ body: @escaping (PostgresTransaction) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
+    /// Not `durable` (the engine's writes): its commit does not wait for the server's disk.
+    func submit<T>(
+        durable: Bool = false, _ body: @escaping (PostgresTransaction) throws -> T,
+        done: @escaping (Result<T, StoreError>) -> Void
+    ) {
         writer.submit(
             PostgresWriter.Job(
+                durable: durable,
                 body: { tx in
                     let value = try body(tx)
                     return { done(.success(value)) }

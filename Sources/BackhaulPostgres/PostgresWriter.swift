@@ -18,6 +18,9 @@ final class PostgresWriter: @unchecked Sendable {
     // @unchecked: `connection` and `afterCommit` are touched on the writer's thread only, after `start`.
 
     struct Job {
+        /// Whether its commit must reach the server's disk before it is answered (a client's
+        /// write), or may not wait (the engine's bookkeeping).
+        var durable: Bool
         /// The job's work; returns what runs after the commit.
         var body: (PostgresTransaction) throws -> () -> Void
         /// Runs instead when the job failed (its part was rolled back, or the transaction was).
@@ -82,27 +85,32 @@ final class PostgresWriter: @unchecked Sendable {
 
     private func run(_ jobs: [Job]) {
         var retries = 0
+        // Jobs run one after another in the transaction; when one throws, the transaction is
+        // rolled back and run again with a savepoint for each, so that only that one is undone.
+        var savepoints = false
         let reconnectDeadline = monotonicSeconds() + reconnectFor
         while true {
             let tx = PostgresTransaction(connection, node: node)
             do {
-                let outcomes = try transaction(jobs, tx)
+                guard let outcomes = try transaction(jobs, tx, savepoints: savepoints) else {
+                    savepoints = true
+                    continue
+                }
                 for path in tx.filesToRemove { unlink(path) }
                 settled(tx)
                 if !tx.changes.isEmpty { afterCommit(tx.changes) }
-                for outcome in outcomes {
+                for (job, outcome) in zip(jobs, outcomes) {
                     switch outcome {
                     case .done(let finish): finish()
-                    case .failed: break
+                    case .failed(let error): job.failed(error)
                     }
                 }
-                for (job, outcome) in zip(jobs, outcomes) { if case .failed(let error) = outcome { job.failed(error) } }
                 return
             } catch let error as PostgresError where error.isRetryable && retries < 20 {
                 retries += 1
                 usleep(UInt32.random(in: 1_000...(5_000 * UInt32(retries))))
             } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < reconnectDeadline {
-                // Made anew below, with backoff; the whole transaction runs again.
+                // Made anew, with backoff; the whole transaction runs again.
                 usleep(UInt32(min(2.0, 0.1 * Double(1 << min(retries, 5))) * 1e6))
                 retries += 1
                 if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
@@ -114,32 +122,38 @@ final class PostgresWriter: @unchecked Sendable {
         }
     }
 
-    /// One transaction of `jobs`; throws only what fails the whole of it.
-    private func transaction(_ jobs: [Job], _ tx: PostgresTransaction) throws -> [Outcome] {
-        try tx.execute("BEGIN")
+    /// One transaction of `jobs`: each job's outcome once it committed; nil when a job threw
+    /// without `savepoints` (the transaction was rolled back, to be run again with them). Throws
+    /// only what fails the whole of it. A transaction of the engine's writes alone commits
+    /// without waiting for the server's disk (`synchronous_commit` off: a crash of the server may
+    /// lose its last moments, never leave it inconsistent), as SQLite's relaxed writes do.
+    private func transaction(_ jobs: [Job], _ tx: PostgresTransaction, savepoints: Bool) throws -> [Outcome]? {
+        try tx.connection.executeScript(
+            jobs.contains(where: \.durable) ? "BEGIN" : "BEGIN; SET LOCAL synchronous_commit TO off")
         do {
             var outcomes: [Outcome] = []
             outcomes.reserveCapacity(jobs.count)
             for job in jobs {
                 let mark = tx.mark
-                if jobs.count > 1 { try tx.execute("SAVEPOINT job") }
+                if savepoints { try tx.execute("SAVEPOINT job") }
                 do {
                     let finish = try job.body(tx)
-                    if jobs.count > 1 { try tx.execute("RELEASE SAVEPOINT job") }
+                    if savepoints { try tx.execute("RELEASE SAVEPOINT job") }
                     outcomes.append(.done(finish))
                 } catch let error as PostgresError where error.isRetryable || error.isConnectionLost {
                     throw error
                 } catch {
-                    if jobs.count > 1 {
+                    tx.rollBack(to: mark)
+                    if savepoints {
                         try tx.execute("ROLLBACK TO SAVEPOINT job")
-                    } else {
-                        // The only job: nothing else to keep (the changes go with it).
-                        tx.rollBack(to: mark)
+                        outcomes.append(.failed(StoreError(postgres: error)))
+                    } else if jobs.count == 1 {
                         try tx.execute("ROLLBACK")
                         return [.failed(StoreError(postgres: error))]
+                    } else {
+                        try tx.execute("ROLLBACK")
+                        return nil
                     }
-                    tx.rollBack(to: mark)
-                    outcomes.append(.failed(StoreError(postgres: error)))
                 }
             }
             try flushCounts(tx)
