@@ -28,6 +28,11 @@ public struct PostgresNotification: Sendable, Equatable {
 /// error, and the caller decides when to try again.
 public final class PostgresConnection {
     private let raw: OpaquePointer
+    /// Statements prepared on this connection's session, by their text: one run again is sent by
+    /// name (`PQexecPrepared`), parsed and planned by the server once. At most `preparedLimit`;
+    /// statements beyond (texts made for one batch's size) are sent whole each time.
+    private var prepared: [String: String] = [:]
+    public static let preparedLimit = 256
 
     /// Connects with a libpq connection string, a URL (`postgres://user:password@host:port/db?…`)
     /// or `key=value` pairs. `connectTimeout` bounds each attempt to reach the server (seconds);
@@ -71,6 +76,8 @@ public final class PostgresConnection {
     /// Connects again with the same settings (`PQreset`); throws when the server is still out of
     /// reach.
     public func reset() throws(PostgresError) {
+        // A new session: the old one's prepared statements went with it.
+        prepared = [:]
         PQreset(raw)
         guard PQstatus(raw) == CONNECTION_OK else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
@@ -81,10 +88,28 @@ public final class PostgresConnection {
     /// statement that returns none).
     @discardableResult
     public func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
+        if let name = try preparedName(sql, parameters: parameters.count) {
+            let result = Self.sent(parameters) { values, lengths, formats in
+                PQexecPrepared(raw, name, Int32(parameters.count), values, lengths, formats, 0)
+            }
+            return try rows(of: result, sql: sql)
+        }
         let result = Self.sent(parameters) { values, lengths, formats in
             PQexecParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
         }
         return try rows(of: result, sql: sql)
+    }
+
+    /// The name `sql` is prepared under on this session, preparing it the first time (the
+    /// server infers the parameters' types, as it does for a statement sent whole); nil for a
+    /// statement without parameters, or once the cache is full.
+    private func preparedName(_ sql: String, parameters: Int) throws(PostgresError) -> String? {
+        if let name = prepared[sql] { return name }
+        guard parameters > 0, prepared.count < Self.preparedLimit else { return nil }
+        let name = "backhaul_\(prepared.count)"
+        _ = try rows(of: PQprepare(raw, name, sql, Int32(parameters), nil), sql: sql)
+        prepared[sql] = name
+        return name
     }
 
     /// Runs statements with no parameters, separated by semicolons (a schema, a migration): one

@@ -33,6 +33,21 @@ final class PostgreSQLTests {
         #expect(rows.string(7, 0) == nil && rows.string(0, 9) == nil)
     }
 
+    @Test("a statement with parameters is prepared once and run again by name; past the cache's size it is sent whole")
+    func preparedStatements() throws {
+        let db = try PostgresConnection(server.url)
+        for value in 1...3 { #expect(try db.execute("SELECT $1::int + 1", [.int(Int64(value))]).int(0, 0) == Int64(value + 1)) }
+        let prepared = try db.execute("SELECT statement FROM pg_prepared_statements")
+        let texts = (0..<prepared.count).compactMap { prepared.string($0, 0) }
+        #expect(texts == ["SELECT $1::int + 1"], "\(texts)")
+        // More distinct texts than the cache holds: every one still runs, and the cache stops growing.
+        for value in 0..<(PostgresConnection.preparedLimit + 10) {
+            #expect(try db.execute("SELECT $1::int + \(value)", [.int(1)]).int(0, 0) == Int64(value + 1))
+        }
+        let count = try db.execute("SELECT count(*) FROM pg_prepared_statements").int(0, 0)
+        #expect(count == Int64(PostgresConnection.preparedLimit))
+    }
+
     @Test("a refused statement carries its SQLSTATE and leaves the connection usable")
     func refusedStatement() throws {
         let db = try PostgresConnection(server.url)
