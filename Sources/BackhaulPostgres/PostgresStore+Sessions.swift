@@ -34,8 +34,19 @@ extension PostgresStore {
         return existing
     }
 
+    /// From the records kept since the last change of the session heard here or from another
+    /// node (every request that creates tasks reads its session). A write that needs the session
+    /// as it is (a task's admission) reads it again under its lock.
     public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
-        try read { tx in try fetchSession(tx, id: id, lock: false) }
+        let (cached, generation) = sessionCache.withLock { ($0.records[id], $0.generation) }
+        if let cached { return cached }
+        let record = try read { tx in try fetchSession(tx, id: id, lock: false) }
+        if let record {
+            sessionCache.withLock { cache in
+                if cache.generation == generation { cache.records[id] = record }
+            }
+        }
+        return record
     }
 
     public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {

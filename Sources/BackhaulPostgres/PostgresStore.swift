@@ -72,6 +72,8 @@ public final class PostgresStore: @unchecked Sendable {
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
+    /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
+    let sessionCache = Locked<(records: [String: SessionRecord], generation: Int)>(([:], 0))
     /// Task sequences taken from the database and not used yet (`taskSequences`).
     let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
@@ -102,7 +104,8 @@ public final class PostgresStore: @unchecked Sendable {
             throw .cannotConnect(error.message)
         }
         writer = PostgresWriter(connection: connection, url: options.url, node: options.node)
-        writer.afterCommit = { [observers] changes in
+        writer.afterCommit = { [observers, sessionCache] changes in
+            Self.forgetSessions(changes, sessionCache)
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         writer.settled = { [leased] tx in
@@ -125,7 +128,8 @@ public final class PostgresStore: @unchecked Sendable {
     /// observers are in place (the daemon calls it once its engine listens).
     public func startFleet() {
         let feed = PostgresChangeFeed(url: options.url, node: node, runsShared: !options.sharedRoots.isEmpty) {
-            [observers] changes in
+            [observers, sessionCache] changes in
+            Self.forgetSessions(changes, sessionCache)
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         self.feed = feed
@@ -133,6 +137,17 @@ public final class PostgresStore: @unchecked Sendable {
         let thread = WorkerThread(name: "bh-heartbeat")
         heartbeat = thread
         thread.start { [self] in beatUntilStopped() }
+    }
+
+    /// Sessions a commit changed are read again; after changes that may have been missed (the
+    /// feed reconnected), all are.
+    static func forgetSessions(_ changes: StoreChanges, _ cache: Locked<(records: [String: SessionRecord], generation: Int)>) {
+        guard !changes.sessions.isEmpty || changes.queueReload else { return }
+        cache.withLock { cache in
+            if changes.queueReload { cache.records = [:] }
+            for id in changes.sessions { cache.records[id] = nil }
+            cache.generation += 1
+        }
     }
 
     /// What the node says of itself at each beat.

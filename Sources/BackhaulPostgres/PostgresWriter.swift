@@ -307,6 +307,8 @@ final class PostgresChangeFeed: @unchecked Sendable {
     private let runsShared: Bool
     private let deliver: @Sendable (StoreChanges) -> Void
     private let stopping = Locked(false)
+    /// Whether it has listened once.
+    private let listening = Locked(false)
     private let thread = WorkerThread(name: "bh-pg-listen")
 
     init(url: String, node: String, runsShared: Bool, deliver: @escaping @Sendable (StoreChanges) -> Void) {
@@ -316,7 +318,11 @@ final class PostgresChangeFeed: @unchecked Sendable {
         self.deliver = deliver
     }
 
-    func start() { thread.start { [self] in loop() } }
+    /// Starts listening; returns once it does, or after `wait` seconds (it goes on trying).
+    func start(wait: Double = 5) {
+        thread.start { [self] in loop() }
+        listening.wait(until: { $0 }, timeout: wait) { _ in }
+    }
 
     func stop() {
         stopping.withLockNotifyingAll { $0 = true }
@@ -332,7 +338,10 @@ final class PostgresChangeFeed: @unchecked Sendable {
                     let fresh = try PostgresConnection(url, connectTimeout: 5)
                     try fresh.listen(PostgresWriter.channel)
                     connection = fresh
-                    if failures > 0 { deliver(Self.catchUp) }
+                    // What changed before it listened (since the store opened, or while the
+                    // connection was down) is read again.
+                    deliver(Self.catchUp)
+                    listening.withLockNotifyingAll { $0 = true }
                     failures = 0
                 }
                 for notification in try connection!.notifications(waitingUpTo: 0.25) {

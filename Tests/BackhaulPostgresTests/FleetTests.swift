@@ -38,6 +38,27 @@ final class FleetTests {
         }
     }
 
+    @Test("a session changed on one node is read anew on the other, whose record of it was kept")
+    func sessionChangedElsewhere() throws {
+        let a = try PostgresStore(PostgresStore.Options(url: server.url, node: "a"))
+        let b = try PostgresStore(PostgresStore.Options(url: server.url, node: "b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        b.startFleet()
+        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
+        #expect(
+            try b.sessionRecord(id: "s")?.configuration.maxConnectionsPerHost == TransferConfiguration().maxConnectionsPerHost)
+        // b keeps its record; a changes the session: b hears it and reads it again.
+        var changed = TransferConfiguration()
+        changed.maxConnectionsPerHost = 3
+        let configuration = changed
+        _ = try a.updateSession(id: "s", cancelPending: false) { _ in (configuration, nil) }
+        let heard = eventually(timeout: 10) { (try? b.sessionRecord(id: "s"))?.configuration.maxConnectionsPerHost == 3 }
+        #expect(heard, "b still shows the session as it was")
+    }
+
     @Test("a wrong password or an unreachable server is a clear refusal to open; a newer schema is refused")
     func opening() throws {
         let badPassword = server.url.replacingOccurrences(of: ":\(server.password)@", with: ":wrong@")
