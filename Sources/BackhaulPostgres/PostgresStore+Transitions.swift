@@ -113,6 +113,7 @@ extension PostgresStore {
                 .text(session.lifecycle.rawValue), .double(session.createdAt),
             ])
         tx.changes.sessions.insert(session.id)
+        tx.lockedSessions[session.id] = nil
     }
 
     /// The session's tasks by state, as this transaction sees them.
@@ -133,9 +134,14 @@ extension PostgresStore {
     /// The session, its row locked until the transaction ends, and its unfinished tasks: as
     /// committed in its row, with this transaction's changes. One round trip.
     func lockedSession(_ tx: PostgresTransaction, id: String) throws -> (SessionRecord, open: Int)? {
-        try tx.first(
-            "SELECT \(Self.sessionColumns), open_tasks FROM sessions WHERE id = $1 FOR UPDATE", [.text(id)]
-        ) { row in (try Store.decodeSession(row), Int(row.int(5)) + (tx.openDeltas[id] ?? 0)) }
+        if let (session, open) = tx.lockedSessions[id] { return (session, open + (tx.openDeltas[id] ?? 0)) }
+        guard
+            let (session, open) = try tx.first(
+                "SELECT \(Self.sessionColumns), open_tasks FROM sessions WHERE id = $1 FOR UPDATE", [.text(id)],
+                { row in (try Store.decodeSession(row), Int(row.int(5))) })
+        else { return nil }
+        tx.lockedSessions[id] = (session, open)
+        return (session, open + (tx.openDeltas[id] ?? 0))
     }
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.
@@ -143,6 +149,7 @@ extension PostgresStore {
         try tx.execute("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = $1", [.text(id)])
         try tx.execute("DELETE FROM sessions WHERE id = $1", [.text(id)])
         tx.changes.sessions.insert(id)
+        tx.lockedSessions[id] = nil
     }
 
     /// The session's unfinished tasks in creation order, locked.

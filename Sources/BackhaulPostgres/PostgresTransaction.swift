@@ -22,6 +22,9 @@ final class PostgresTransaction {
     /// How the transaction changed each session's unfinished tasks: added to `sessions.open_tasks`
     /// at its end (`PostgresWriter`), so that counting them reads one row.
     var openDeltas: [String: Int] = [:]
+    /// Sessions this transaction locked, as read then (their committed count of unfinished tasks):
+    /// a second admission to one in the same transaction needs no second read.
+    var lockedSessions: [String: (session: SessionRecord, open: Int)] = [:]
     /// Leases this node took (a start) and gave up (an end), applied to `PostgresStore.leased`.
     var leasesTaken: [String] = []
     var leasesEnded: [String] = []
@@ -67,6 +70,7 @@ final class PostgresTransaction {
         fileprivate var changes: StoreChanges
         fileprivate var pins: [Int64: String]
         fileprivate var openDeltas: [String: Int]
+        fileprivate var lockedSessions: [String: (session: SessionRecord, open: Int)]
         fileprivate var events: Int
         fileprivate var files: Int
         fileprivate var taken: Int
@@ -75,7 +79,8 @@ final class PostgresTransaction {
 
     var mark: Mark {
         Mark(
-            changes: changes, pins: pins, openDeltas: openDeltas, events: events.count, files: filesToRemove.count,
+            changes: changes, pins: pins, openDeltas: openDeltas, lockedSessions: lockedSessions, events: events.count,
+            files: filesToRemove.count,
             taken: leasesTaken.count,
             ended: leasesEnded.count)
     }
@@ -84,6 +89,7 @@ final class PostgresTransaction {
         changes = mark.changes
         pins = mark.pins
         openDeltas = mark.openDeltas
+        lockedSessions = mark.lockedSessions
         events.removeSubrange(mark.events...)
         filesToRemove.removeSubrange(mark.files...)
         leasesTaken.removeSubrange(mark.taken...)
@@ -95,6 +101,7 @@ final class PostgresTransaction {
         changes = StoreChanges()
         pins = [:]
         openDeltas = [:]
+        lockedSessions = [:]
         events = []
         filesToRemove = []
         leasesTaken = []
