@@ -79,9 +79,8 @@ extension PostgresStore {
     ) throws(StoreError) -> (SessionRecord, [TaskState: Int]) {
         let now = self.now
         return try write { [self] tx in
-            guard var session = try fetchSession(tx, id: id, lock: true) else { throw StoreError.notFound }
-            let (configuration, enabled) = try change(session)
-            if let configuration, configuration != session.configuration {
+            guard let stored = try fetchSession(tx, id: id, lock: true) else { throw StoreError.notFound }
+            let (session, input) = try Store.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
                 let rows = try tx.rows(
                     """
                     SELECT id, configuration FROM tasks
@@ -89,17 +88,10 @@ extension PostgresStore {
                     """, [.text(id)]
                 ) { ($0.string(0), $0.string(1)) }
                 try Store.checkOverrides(rows, against: configuration)
-                session.configuration = configuration
             }
-            let enabling = enabled.map { $0 != session.enabled } ?? false
-            if let enabled { session.enabled = enabled }
             try saveSession(tx, session)
-            if enabling || cancelPending {
+            if let input {
                 for task in try unfinishedTasks(tx, sessionID: id) {
-                    let input: TaskInput =
-                        cancelPending
-                        ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
-                        : .sessionEnabled(session.enabled)
                     if case .success(let next) = task.applying(input, now: now) { try save(tx, from: task, to: next, now: now) }
                 }
             }

@@ -156,7 +156,7 @@ extension PostgresStore {
     public func tasks(sessionID: String, state: TaskState?, cursor: String?, limit: Int) throws(StoreError) -> TaskPage {
         let after = cursor.flatMap { Int64($0) } ?? 0
         return try read { tx in
-            var rows: [TaskRecord]
+            let rows: [TaskRecord]
             if let state {
                 rows = try tx.rows(
                     "\(PostgresTaskRows.select) WHERE session_id = $1 AND state = $2 AND seq > $3 ORDER BY seq LIMIT $4",
@@ -166,12 +166,7 @@ extension PostgresStore {
                     "\(PostgresTaskRows.select) WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
                     [.text(sessionID), .int(after), .int(limit + 1)], PostgresTaskRows.decode)
             }
-            var next: String?
-            if rows.count > limit {
-                rows.removeLast()
-                next = rows.last.map { String($0.sequence) }
-            }
-            return TaskPage(tasks: rows, nextCursor: next)
+            return TaskPage(reading: rows, limit: limit)
         }
     }
 
@@ -183,15 +178,8 @@ extension PostgresStore {
         let now = self.now
         return try write { [self] tx in
             guard let current = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
-            guard !current.state.isFinal else { throw StoreError.conflict("the task is \(current.state.rawValue)") }
-            var changed = current
-            try change(&changed)
-            if TaskTransition.abandonsUploadResource(from: current, to: changed) {
-                try scheduleCleanup(tx, for: current, now: now)
-            }
-            guard case .success(let next) = changed.applying(.patched, now: now) else {
-                throw StoreError.conflict("the task is \(current.state.rawValue)")
-            }
+            let (next, releases) = try Store.patched(current, change, now: now)
+            if releases { try scheduleCleanup(tx, for: current, now: now) }
             try save(tx, from: current, to: next, now: now)
             return next
         }

@@ -20,13 +20,9 @@ extension PostgresStore {
         _ tx: PostgresTransaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
         lease: PostgresTaskRows.LeaseChange = .keep
     ) throws -> TaskRecord {
-        switch task.applying(input, now: now) {
-        case .failure(let refused):
-            throw StoreError.conflict("cannot \(refused.input) a task that is \(refused.state.rawValue)")
-        case .success(let next):
-            try save(tx, from: task, to: next, now: now, lease: lease)
-            return next
-        }
+        let next = try Store.applying(input, to: task, now: now)
+        try save(tx, from: task, to: next, now: now, lease: lease)
+        return next
     }
 
     /// Writes `after` over `before` (the row as read, locked) and records what the change calls for.

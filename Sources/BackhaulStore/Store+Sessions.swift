@@ -163,29 +163,47 @@ extension Store {
     ) throws(StoreError) -> (SessionRecord, [TaskState: Int]) {
         let now = self.now
         return try write { [self] db in
-            guard var session = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
-            let (configuration, enabled) = try change(session)
-            if let configuration, configuration != session.configuration {
+            guard let stored = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
+            let (session, input) = try Store.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
                 try Store.checkOverrides(db, sessionID: id, against: configuration)
-                session.configuration = configuration
             }
-            let enabling = enabled.map { $0 != session.enabled } ?? false
-            if let enabled { session.enabled = enabled }
             try saveSession(db, session)
-            if enabling || cancelPending {
+            if let input {
                 let unfinished = try db.query(
                     "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.openInSession) ORDER BY seq", [id], TaskRows.decode)
                 for task in unfinished {
-                    let input: TaskInput =
-                        cancelPending
-                        ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
-                        : .sessionEnabled(session.enabled)
                     if case .success(let next) = task.applying(input, now: now) { try save(db, from: task, to: next, now: now) }
                 }
             }
             guard let updated = try Store.fetchSession(db, id: id) else { return (session, [:]) }
             return (updated, try counts(db, sessionID: id))
         }
+    }
+
+    /// A client's change of `stored` (PATCH), its configuration checked against the unfinished
+    /// tasks' own overrides (`check`); the session as changed, and what its unfinished tasks get:
+    /// held or released when it is disabled or enabled, cancelled with reason 1 when
+    /// `cancelPending`; nil when they are left as they are.
+    package static func sessionUpdate(
+        _ stored: SessionRecord, cancelPending: Bool,
+        _ change: (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?),
+        check: (TransferConfiguration) throws -> Void
+    ) throws -> (SessionRecord, TaskInput?) {
+        var session = stored
+        let (configuration, enabled) = try change(session)
+        if let configuration, configuration != session.configuration {
+            try check(configuration)
+            session.configuration = configuration
+        }
+        let enabling = enabled.map { $0 != session.enabled } ?? false
+        if let enabled { session.enabled = enabled }
+        guard enabling || cancelPending else { return (session, nil) }
+        return (
+            session,
+            cancelPending
+                ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
+                : .sessionEnabled(session.enabled)
+        )
     }
 
     /// Every unfinished task of the session with overrides of its own must still be able to apply

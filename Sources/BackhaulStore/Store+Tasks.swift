@@ -7,9 +7,17 @@ public struct TaskPage: Sendable {
     public var tasks: [TaskRecord]
     public var nextCursor: String?
 
-    package init(tasks: [TaskRecord], nextCursor: String?) {
-        self.tasks = tasks
-        self.nextCursor = nextCursor
+    /// A page from up to `limit + 1` rows read in order: the one past the limit only says there
+    /// is more, and the cursor is the last kept task's sequence.
+    package init(reading rows: [TaskRecord], limit: Int) {
+        var rows = rows
+        var next: String?
+        if rows.count > limit {
+            rows.removeSubrange(limit...)
+            next = rows.last.map { String($0.sequence) }
+        }
+        tasks = rows
+        nextCursor = next
     }
 }
 
@@ -178,7 +186,7 @@ extension Store {
     public func tasks(sessionID: String, state: TaskState?, cursor: String?, limit: Int) throws(StoreError) -> TaskPage {
         let after = cursor.flatMap { Int64($0) } ?? 0
         return try read { db in
-            var rows: [TaskRecord]
+            let rows: [TaskRecord]
             if let state {
                 // An unfinished state is found among the session's unfinished tasks (`tasks_open`); a
                 // final one by reading the session's tasks in order.
@@ -191,12 +199,7 @@ extension Store {
                     "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                     [sessionID, after, limit + 1], TaskRows.decode)
             }
-            var next: String?
-            if rows.count > limit {
-                rows.removeLast()
-                next = rows.last.map { String($0.sequence) }
-            }
-            return TaskPage(tasks: rows, nextCursor: next)
+            return TaskPage(reading: rows, limit: limit)
         }
     }
 
@@ -209,20 +212,27 @@ extension Store {
         let now = self.now
         return try write { [self] db in
             guard let current = try TaskRows.fetch(db, id: id) else { throw StoreError.notFound }
-            guard !current.state.isFinal else { throw StoreError.conflict("the task is \(current.state.rawValue)") }
-            var changed = current
-            try change(&changed)
-            if TaskTransition.abandonsUploadResource(from: current, to: changed) {
-                // The old upload resource is released as on cancel, durably with the change.
-                try scheduleCleanup(db, for: current, now: now)
-            }
-            guard case .success(let next) = changed.applying(.patched, now: now) else {
-                throw StoreError.conflict("the task is \(current.state.rawValue)")
-            }
+            let (next, releases) = try Store.patched(current, change, now: now)
+            // The old upload resource is released as on cancel, durably with the change.
+            if releases { try scheduleCleanup(db, for: current, now: now) }
             try save(db, from: current, to: next, now: now)
             if next.state == .running { recorder.markPatched(next.sequence) }
             return next
         }
+    }
+
+    /// A client's change of `current` (PATCH) and the move it calls for (`TaskInput.patched`), and
+    /// whether it abandons the task's upload resource at the server (to be released as on cancel).
+    package static func patched(
+        _ current: TaskRecord, _ change: (inout TaskRecord) throws -> Void, now: Timestamp
+    ) throws -> (TaskRecord, releases: Bool) {
+        guard !current.state.isFinal else { throw StoreError.conflict("the task is \(current.state.rawValue)") }
+        var changed = current
+        try change(&changed)
+        guard case .success(let next) = changed.applying(.patched, now: now) else {
+            throw StoreError.conflict("the task is \(current.state.rawValue)")
+        }
+        return (next, TaskTransition.abandonsUploadResource(from: current, to: changed))
     }
 
     /// cancel / suspend / resume (OpenAPI/backhaul.yaml); a refused transition is a conflict.

@@ -16,11 +16,17 @@ extension Store {
 
     @discardableResult
     func transition(_ db: Connection, _ task: TaskRecord, _ input: TaskInput, now: Timestamp) throws -> TaskRecord {
+        let next = try Store.applying(input, to: task, now: now)
+        try save(db, from: task, to: next, now: now)
+        return next
+    }
+
+    /// `task` moved by `input`; `StoreError.conflict` when the input does not apply to it as it is.
+    package static func applying(_ input: TaskInput, to task: TaskRecord, now: Timestamp) throws -> TaskRecord {
         switch task.applying(input, now: now) {
         case .failure(let refused):
             throw StoreError.conflict("cannot \(refused.input) a task that is \(refused.state.rawValue)")
         case .success(let next):
-            try save(db, from: task, to: next, now: now)
             return next
         }
     }
