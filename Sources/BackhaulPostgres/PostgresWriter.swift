@@ -156,10 +156,7 @@ final class PostgresWriter: @unchecked Sendable {
                     }
                 }
             }
-            try flushCounts(tx)
-            try appendEvents(tx)
-            try announce(tx)
-            try tx.execute("COMMIT")
+            try commit(tx)
             return outcomes
         } catch {
             if connection.isConnected { _ = try? tx.execute("ROLLBACK") }
@@ -167,59 +164,61 @@ final class PostgresWriter: @unchecked Sendable {
         }
     }
 
-    /// The sessions' counts of unfinished tasks, moved by what the transaction changed.
-    private func flushCounts(_ tx: PostgresTransaction) throws {
+    /// The transaction's last steps, sent together with its COMMIT in one round trip (none needs
+    /// another's answer): the sessions' counts of unfinished tasks moved by what it changed; its
+    /// events, under the lock that makes their sequence their commit order, each with a delivery
+    /// to every enabled subscription of its session that wants it; and its changes announced to
+    /// the other nodes (delivered when it commits).
+    private func commit(_ tx: PostgresTransaction) throws {
+        var statements: [(sql: String, parameters: [PostgresValue])] = []
         for (session, delta) in tx.openDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
-            try tx.execute(
-                "UPDATE sessions SET open_tasks = open_tasks + $2 WHERE id = $1", [.text(session), .int(delta)])
+            statements.append(("UPDATE sessions SET open_tasks = open_tasks + $2 WHERE id = $1", [.text(session), .int(delta)]))
         }
+        var eventStatements = 0..<0
+        if !tx.events.isEmpty {
+            statements.append(("SELECT pg_advisory_xact_lock($1)", [.int(Self.eventsLockKey)]))
+            let first = statements.count
+            for start in stride(from: 0, to: tx.events.count, by: 1000) {
+                statements.append(Self.eventInsert(tx.events[start..<min(start + 1000, tx.events.count)]))
+            }
+            eventStatements = first..<statements.count
+            tx.changes.eventsAppended = true
+        }
+        if !tx.changes.isEmpty {
+            // Whether deliveries were added is known only from the answer: the other nodes look.
+            var announced = tx.changes
+            if !tx.events.isEmpty { announced.deliveriesAdded = true }
+            for payload in ChangeMessage.encode(announced, pins: tx.pins, node: node) {
+                statements.append(("SELECT pg_notify($1, $2)", [.text(Self.channel), .text(payload)]))
+            }
+        }
+        statements.append(("COMMIT", []))
+        let answers = try tx.connection.pipeline(statements)
+        if eventStatements.contains(where: { answers[$0].affected > 0 }) { tx.changes.deliveriesAdded = true }
     }
 
-    /// The transaction's events, last, under the lock that makes their sequence their commit
-    /// order; and a delivery of each to every enabled subscription of its session that wants it.
-    private func appendEvents(_ tx: PostgresTransaction) throws {
-        guard !tx.events.isEmpty else { return }
-        try tx.execute("SELECT pg_advisory_xact_lock($1)", [.int(Self.eventsLockKey)])
-        var first = Int64.max
-        var last = Int64.min
-        for start in stride(from: 0, to: tx.events.count, by: 1000) {
-            let part = tx.events[start..<min(start + 1000, tx.events.count)]
-            var sql = "INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES "
-            var values: [PostgresValue] = []
-            values.reserveCapacity(part.count * 6)
-            for (index, event) in part.enumerated() {
-                let base = index * 6
-                if index > 0 { sql += ", " }
-                sql += "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))"
-                values += [
-                    .text(RandomID.make(prefix: "msg_", at: event.createdAt)), .text(event.type), .text(event.sessionID),
-                    .text(event.taskID), .double(event.createdAt), .text(event.data),
-                ]
-            }
-            let rows = try tx.execute(sql + " RETURNING seq", values)
-            for row in 0..<rows.count {
-                let sequence = rows.int(row, 0) ?? 0
-                first = min(first, sequence)
-                last = max(last, sequence)
-            }
+    /// Appends `events` and their deliveries in one statement.
+    private static func eventInsert(_ events: ArraySlice<PostgresTransaction.PendingEvent>) -> (String, [PostgresValue]) {
+        var sql = "WITH e AS (INSERT INTO events (id, type, session_id, task_id, created_at, data) VALUES "
+        var values: [PostgresValue] = []
+        values.reserveCapacity(events.count * 6)
+        for (index, event) in events.enumerated() {
+            let base = index * 6
+            if index > 0 { sql += ", " }
+            sql += "($\(base + 1), $\(base + 2), $\(base + 3), $\(base + 4), $\(base + 5), $\(base + 6))"
+            values += [
+                .text(RandomID.make(prefix: "msg_", at: event.createdAt)), .text(event.type), .text(event.sessionID),
+                .text(event.taskID), .double(event.createdAt), .text(event.data),
+            ]
         }
-        let deliveries = try tx.execute(
-            """
+        sql += """
+             RETURNING seq, type, session_id, created_at)
             INSERT INTO deliveries (webhook_id, event_seq, event_type, state, next_attempt_at, created_at)
             SELECT w.id, e.seq, e.type, 'pending', e.created_at, e.created_at
-            FROM events e JOIN webhooks w ON w.session_id = e.session_id AND w.enabled = 1 AND w.events::jsonb ? e.type
-            WHERE e.seq BETWEEN $1 AND $2 ORDER BY e.seq, w.id
-            """, [.int(first), .int(last)])
-        tx.changes.eventsAppended = true
-        if deliveries.affected > 0 { tx.changes.deliveriesAdded = true }
-    }
-
-    /// Tells the other nodes what the transaction changed (delivered when it commits).
-    private func announce(_ tx: PostgresTransaction) throws {
-        guard !tx.changes.isEmpty else { return }
-        for payload in ChangeMessage.encode(tx.changes, pins: tx.pins, node: node) {
-            try tx.execute("SELECT pg_notify($1, $2)", [.text(Self.channel), .text(payload)])
-        }
+            FROM e JOIN webhooks w ON w.session_id = e.session_id AND w.enabled = 1 AND w.events::jsonb ? e.type
+            ORDER BY e.seq, w.id
+            """
+        return (sql, values)
     }
 }
 

@@ -100,6 +100,47 @@ public final class PostgresConnection {
         return try rows(of: result, sql: sql)
     }
 
+    /// Runs `statements` in one round trip (libpq's pipeline mode): each is sent with its parameters,
+    /// then the server answers them all. Their rows, in order; the first refused statement's error
+    /// is thrown once every answer is read (the ones after it were not run). For statements that
+    /// do not need each other's answers: a transaction's last steps and its COMMIT.
+    public func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        guard PQenterPipelineMode(raw) == 1 else {
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
+        }
+        defer { PQexitPipelineMode(raw) }
+        for (sql, parameters) in statements {
+            let sent = Self.sent(parameters) { values, lengths, formats -> OpaquePointer? in
+                PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0) == 1
+                    ? OpaquePointer(bitPattern: 1) : nil
+            }
+            guard sent != nil else {
+                throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
+            }
+        }
+        guard PQpipelineSync(raw) == 1 else {
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
+        }
+        var answers: [PostgresRows] = []
+        var failure: PostgresError?
+        for (sql, _) in statements {
+            // Each statement's result, then a null that ends it.
+            guard let result = PQgetResult(raw) else {
+                throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
+            }
+            if PQresultStatus(result) == PGRES_PIPELINE_ABORTED {
+                PQclear(result)
+            } else {
+                do { answers.append(try rows(of: result, sql: sql)) } catch { failure = failure ?? error }
+            }
+            while let extra = PQgetResult(raw) { PQclear(extra) }
+        }
+        // The sync's own result.
+        if let sync = PQgetResult(raw) { PQclear(sync) }
+        if let failure { throw failure }
+        return answers
+    }
+
     /// The name `sql` is prepared under on this session, preparing it the first time (the
     /// server infers the parameters' types, as it does for a statement sent whole); nil for a
     /// statement without parameters, or once the cache is full.

@@ -48,6 +48,29 @@ final class PostgreSQLTests {
         #expect(count == Int64(PostgresConnection.preparedLimit))
     }
 
+    @Test("a pipeline runs its statements in order and answers each; a refused one stops the rest, and the connection goes on")
+    func pipeline() throws {
+        let db = try PostgresConnection(server.url)
+        try db.execute("CREATE TABLE piped (n int PRIMARY KEY)")
+        let answers = try db.pipeline([
+            ("BEGIN", []), ("INSERT INTO piped VALUES ($1)", [.int(1)]),
+            ("INSERT INTO piped VALUES ($1), ($2)", [.int(2), .int(3)]),
+            ("SELECT count(*) FROM piped", []), ("COMMIT", []),
+        ])
+        #expect(answers.map(\.affected) == [0, 1, 2, 1, 0])
+        #expect(answers[3].int(0, 0) == 3)
+        // The duplicate key is refused; what follows it in the pipeline is not run.
+        #expect(throws: PostgresError.self) {
+            try db.pipeline([
+                ("BEGIN", []), ("INSERT INTO piped VALUES ($1)", [.int(1)]), ("INSERT INTO piped VALUES ($1)", [.int(9)]),
+                ("COMMIT", []),
+            ])
+        }
+        try db.execute("ROLLBACK")
+        #expect(try db.execute("SELECT count(*) FROM piped").int(0, 0) == 3)
+        #expect(try db.execute("SELECT count(*) FROM piped WHERE n = $1", [.int(9)]).int(0, 0) == 0)
+    }
+
     @Test("a refused statement carries its SQLSTATE and leaves the connection usable")
     func refusedStatement() throws {
         let db = try PostgresConnection(server.url)
