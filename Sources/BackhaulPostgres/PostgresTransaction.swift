@@ -43,18 +43,36 @@ final class PostgresTransaction {
         var createdAt: Timestamp
     }
 
+    /// The statements that open the transaction, not sent yet: they go with its first statement,
+    /// in one round trip (`begin`).
+    private(set) var opening: [(sql: String, parameters: [PostgresValue])] = []
+
+    /// Opens the transaction with `statements` (`BEGIN`, a `SET LOCAL`), sent with the first
+    /// statement run in it.
+    func begin(_ statements: [(sql: String, parameters: [PostgresValue])]) { opening = statements }
+
+    /// The opening statements not sent yet, taken (to go in front of a pipeline).
+    func takeOpening() -> [(sql: String, parameters: [PostgresValue])] {
+        defer { opening = [] }
+        return opening
+    }
+
     @discardableResult
     func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
-        try connection.execute(sql, parameters)
+        guard opening.isEmpty else {
+            let answers = try connection.pipeline(takeOpening() + [(sql, parameters)])
+            return answers[answers.count - 1]
+        }
+        return try connection.execute(sql, parameters)
     }
 
     func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> [T] {
-        let rows = try connection.execute(sql, parameters)
+        let rows = try execute(sql, parameters)
         return try (0..<rows.count).map { try map(PostgresRow(rows: rows, index: $0)) }
     }
 
     func first<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> T? {
-        let rows = try connection.execute(sql, parameters)
+        let rows = try execute(sql, parameters)
         return rows.count == 0 ? nil : try map(PostgresRow(rows: rows, index: 0))
     }
 

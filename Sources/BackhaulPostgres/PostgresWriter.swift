@@ -128,8 +128,9 @@ final class PostgresWriter: @unchecked Sendable {
     /// without waiting for the server's disk (`synchronous_commit` off: a crash of the server may
     /// lose its last moments, never leave it inconsistent), as SQLite's relaxed writes do.
     private func transaction(_ jobs: [Job], _ tx: PostgresTransaction, savepoints: Bool) throws -> [Outcome]? {
-        try tx.connection.executeScript(
-            jobs.contains(where: \.durable) ? "BEGIN" : "BEGIN; SET LOCAL synchronous_commit TO off")
+        tx.begin(
+            jobs.contains(where: \.durable)
+                ? [("BEGIN", [])] : [("BEGIN", []), ("SET LOCAL synchronous_commit TO off", [])])
         do {
             var outcomes: [Outcome] = []
             outcomes.reserveCapacity(jobs.count)
@@ -193,8 +194,10 @@ final class PostgresWriter: @unchecked Sendable {
             }
         }
         statements.append(("COMMIT", []))
-        let answers = try tx.connection.pipeline(statements)
-        if eventStatements.contains(where: { answers[$0].affected > 0 }) { tx.changes.deliveriesAdded = true }
+        // A transaction whose jobs ran no statement is opened here, with the rest.
+        let opening = tx.takeOpening()
+        let answers = try tx.connection.pipeline(opening + statements)
+        if eventStatements.contains(where: { answers[opening.count + $0].affected > 0 }) { tx.changes.deliveriesAdded = true }
     }
 
     /// Appends `events` and their deliveries in one statement.

@@ -110,9 +110,13 @@ public final class PostgresConnection {
         }
         defer { PQexitPipelineMode(raw) }
         for (sql, parameters) in statements {
+            // A statement prepared on this session already goes by its name.
+            let name = prepared[sql]
             let sent = Self.sent(parameters) { values, lengths, formats -> OpaquePointer? in
-                PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0) == 1
-                    ? OpaquePointer(bitPattern: 1) : nil
+                let queued =
+                    name.map { PQsendQueryPrepared(raw, $0, Int32(parameters.count), values, lengths, formats, 0) }
+                    ?? PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
+                return queued == 1 ? OpaquePointer(bitPattern: 1) : nil
             }
             guard sent != nil else {
                 throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
