@@ -89,11 +89,12 @@ extension PostgresStore {
                     case .success(let next) = current.applying(
                         .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now)
                 else { return nil }
-                try PostgresTaskRows.update(tx, from: current, to: next, lease: .release)
                 var entry = history
                 entry.outcome = end.outcome
                 if let error = end.error { entry.error = error }
-                try appendAttempt(tx, taskSequence: task.sequence, entry)
+                // The row is locked and in this attempt: its end and its history go in one round trip.
+                try PostgresTaskRows.update(
+                    tx, from: current, to: next, lease: .release, along: attemptStatements(taskSequence: task.sequence, entry))
                 try recorded(tx, from: current, to: next, now: now)
                 return next
             }, done: done)
@@ -110,25 +111,36 @@ extension PostgresStore {
 
     /// Appends an attempt to a task's history and drops what falls beyond the history's limit.
     func appendAttempt(_ tx: PostgresTransaction, taskSequence: Int64, _ record: AttemptRecord) throws {
-        let number = try tx.first(
-            """
-            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
-                error, network_type)
-            SELECT $1, COALESCE((SELECT max(number) FROM attempts WHERE task_seq = $1), 0) + 1, $2, $3, $4, $5, $6, $7, $8, $9
-            WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
-            RETURNING number
-            """,
-            [
-                .int(taskSequence), .double(record.startedAt), .double(record.endedAt), .int(record.bytesTransferred),
-                .int(record.bytesReceived), .text(record.outcome.rawValue), .int(record.httpStatus ?? record.error?.httpStatus),
-                .text(record.error.map { TaskRecord.errorJSON($0).serialized() }), .text(record.networkType?.rawValue),
-            ]
-        ) { $0.int(0) }
-        if let number, number > Int64(AttemptRecord.historyLimit) {
-            try tx.execute(
-                "DELETE FROM attempts WHERE task_seq = $1 AND number <= $2",
-                [.int(taskSequence), .int(number - Int64(AttemptRecord.historyLimit))])
-        }
+        _ = try tx.pipeline(attemptStatements(taskSequence: taskSequence, record))
+    }
+
+    /// An attempt appended to a task's history (numbered after the last one, if the task is still
+    /// there), and what falls beyond `AttemptRecord.historyLimit` dropped.
+    func attemptStatements(taskSequence: Int64, _ record: AttemptRecord) -> [(sql: String, parameters: [PostgresValue])] {
+        [
+            (
+                """
+                INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome,
+                    http_status, error, network_type)
+                SELECT $1, COALESCE((SELECT max(number) FROM attempts WHERE task_seq = $1), 0) + 1, $2, $3, $4, $5, $6, $7,
+                    $8, $9
+                WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
+                """,
+                [
+                    .int(taskSequence), .double(record.startedAt), .double(record.endedAt), .int(record.bytesTransferred),
+                    .int(record.bytesReceived), .text(record.outcome.rawValue),
+                    .int(record.httpStatus ?? record.error?.httpStatus),
+                    .text(record.error.map { TaskRecord.errorJSON($0).serialized() }), .text(record.networkType?.rawValue),
+                ]
+            ),
+            (
+                """
+                DELETE FROM attempts WHERE task_seq = $1
+                    AND number <= (SELECT max(number) FROM attempts WHERE task_seq = $1) - $2
+                """,
+                [.int(taskSequence), .int(AttemptRecord.historyLimit)]
+            ),
+        ]
     }
 
     /// This node's tasks shown running that its engine does not run go back to the queue, their

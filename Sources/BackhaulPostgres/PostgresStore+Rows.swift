@@ -83,12 +83,14 @@ enum PostgresTaskRows {
 
     /// Writes the columns in which `after` differs from `before` (the row as read, locked), only
     /// while the row still meets `condition` (SQL, with `$1` the task's sequence and `$2` this
-    /// node) when one is given; `lease` sets or clears this node's lease with the change. Returns
+    /// node) when one is given; `lease` sets or clears this node's lease with the change. `along`
+    /// are statements sent with it in one round trip, which do not depend on its answer. Returns
     /// whether it wrote.
     @discardableResult
     static func update(
         _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil,
-        lease: LeaseChange = .keep, leaseSeconds: Double = 30
+        lease: LeaseChange = .keep, leaseSeconds: Double = 30,
+        along: [(sql: String, parameters: [PostgresValue])] = []
     ) throws -> Bool {
         var sets: [String] = []
         var values: [PostgresValue] = [.int(after.sequence)]
@@ -129,11 +131,14 @@ enum PostgresTaskRows {
         case .release:
             sets.append("lease_node = NULL, lease_expires_at = NULL")
         }
-        guard !sets.isEmpty else { return true }
+        guard !sets.isEmpty else {
+            if !along.isEmpty { _ = try tx.pipeline(along) }
+            return true
+        }
         let sql =
             "UPDATE tasks SET \(sets.joined(separator: ", ")) WHERE seq = $1" + (condition.map { " AND \($0)" } ?? "")
             + " RETURNING pinned_node"
-        let written = try tx.execute(sql, values)
+        let written = along.isEmpty ? try tx.execute(sql, values) : try tx.pipeline([(sql, values)] + along)[0]
         guard written.count > 0 else { return false }
         if !before.state.isFinal, after.state.isFinal { tx.countOpen(after.sessionID, -1) }
         if StoreChanges.concerns(from: before, to: after) {

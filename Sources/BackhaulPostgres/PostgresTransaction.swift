@@ -66,6 +66,12 @@ final class PostgresTransaction {
         return try connection.execute(sql, parameters)
     }
 
+    /// Statements that need no answer from each other, in one round trip; their rows, in order.
+    func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        let opening = takeOpening()
+        return Array(try connection.pipeline(opening + statements).dropFirst(opening.count))
+    }
+
     func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> [T] {
         let rows = try execute(sql, parameters)
         return try (0..<rows.count).map { try map(PostgresRow(rows: rows, index: $0)) }

@@ -105,6 +105,9 @@ public final class PostgresConnection {
     /// is thrown once every answer is read (the ones after it were not run). For statements that
     /// do not need each other's answers: a transaction's last steps and its COMMIT.
     public func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        // Statements with parameters are prepared on the session the first time (one round trip
+        // each, once), outside the pipeline; then they go by name.
+        for (sql, parameters) in statements where !parameters.isEmpty { _ = try preparedName(sql, parameters: parameters.count) }
         guard PQenterPipelineMode(raw) == 1 else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
         }
