@@ -32,25 +32,10 @@ extension PostgresStore {
                             [.text(sessionID)]
                         ) { $0.int(0) } ?? 0
                 }
-                var results: [(TaskRecord, Bool)] = []
                 let mark = tx.mark
-                if !batch.isComplete { try tx.execute("SAVEPOINT batch") }
-                do {
-                    var index = 0
-                    while let part = try batch.part(index) {
-                        let inserted = try admit(part, &admission, tx, now: now)
-                        batch.didInsert(inserted)
-                        results += inserted.lazy.map { ($0.task, $0.created) }
-                        index += 1
-                    }
-                    if !batch.isComplete { try tx.execute("RELEASE SAVEPOINT batch") }
-                } catch is TaskBatch.Stopped {
-                    try tx.execute("ROLLBACK TO SAVEPOINT batch")
-                    try tx.execute("RELEASE SAVEPOINT batch")
-                    tx.rollBack(to: mark)
-                    return []
-                }
-                return results
+                return try batch.insertParts(
+                    run: { try tx.execute($0) }, undo: { tx.rollBack(to: mark) },
+                    admit: { part in try admit(part, &admission, tx, now: now) })
             },
             done: { result in
                 switch result {

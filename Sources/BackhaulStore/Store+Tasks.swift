@@ -50,30 +50,14 @@ extension Store {
                     if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
                 }
                 var admission = try Admission(db, session: session)
-                var results: [(TaskRecord, Bool)] = []
-                results.reserveCapacity(batch.count)
                 // The parts come while the API validates them. If it gives up on the batch (a task
                 // failed validation, a part did not come), what this job inserted is undone alone:
                 // the other writes of the transaction stand, and none is run again. (A batch that
                 // came whole cannot stop half-way: no savepoint.)
                 let mark = recorder.mark
-                if !batch.isComplete { try db.run("SAVEPOINT batch") }
-                do {
-                    var index = 0
-                    while let part = try batch.part(index) {
-                        let inserted = try admit(part, &admission, db, now: now)
-                        batch.didInsert(inserted)
-                        results += inserted.lazy.map { ($0.task, $0.created) }
-                        index += 1
-                    }
-                    if !batch.isComplete { try db.run("RELEASE batch") }
-                } catch is TaskBatch.Stopped {
-                    try db.run("ROLLBACK TO batch")
-                    try db.run("RELEASE batch")
-                    recorder.rollBack(to: mark)
-                    return []
-                }
-                return results
+                return try batch.insertParts(
+                    run: { try db.run($0) }, undo: { recorder.rollBack(to: mark) },
+                    admit: { part in try admit(part, &admission, db, now: now) })
             }, ended: { batch.end() })
     }
 

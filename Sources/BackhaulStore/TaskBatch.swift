@@ -129,7 +129,35 @@ public final class TaskBatch: Sendable {
         return part
     }
 
-    package func didInsert(_ results: [Inserted]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
+    /// The writer's run of the batch: each part admitted by `admit` as it comes, and what it
+    /// created. A batch that was not whole from the start runs inside a savepoint (`run` executes
+    /// the statements, the same in SQLite and PostgreSQL), so that one the API gives up on is
+    /// undone alone: then `undo` takes the transaction's notes back, and nothing was created.
+    package func insertParts(
+        run: (String) throws -> Void, undo: () -> Void, admit: (Part) throws -> [Inserted]
+    ) throws -> [(TaskRecord, Bool)] {
+        var results: [(TaskRecord, Bool)] = []
+        results.reserveCapacity(count)
+        if !isComplete { try run("SAVEPOINT batch") }
+        do {
+            var index = 0
+            while let part = try part(index) {
+                let inserted = try admit(part)
+                didInsert(inserted)
+                results += inserted.lazy.map { ($0.task, $0.created) }
+                index += 1
+            }
+            if !isComplete { try run("RELEASE batch") }
+        } catch is Stopped {
+            try run("ROLLBACK TO batch")
+            try run("RELEASE batch")
+            undo()
+            return []
+        }
+        return results
+    }
+
+    func didInsert(_ results: [Inserted]) { state.withLockNotifyingAll { $0.inserted.append(results) } }
 
     /// The job ended (its result, or its error, is the write's).
     package func end() { state.withLockNotifyingAll { $0.ended = true } }
