@@ -261,7 +261,8 @@ enum ChangeMessage {
             var message = messages.isEmpty ? head : ["n": .string(node)]
             let end = min(start + entriesPerMessage, entries.count)
             if start < end { message["q"] = .array(Array(entries[start..<end])) }
-            messages.append(JSON.object(message).serialized())
+            // The sender first, on a line of its own: a node skips its own messages unparsed.
+            messages.append(node + "\n" + JSON.object(message).serialized())
             start = end
         } while start < entries.count
         return messages
@@ -271,7 +272,10 @@ enum ChangeMessage {
     /// node's own (its observers heard them at the commit). Queued tasks pinned to another node
     /// are left out, and so are unpinned ones unless this node `runsShared` (sees the shared roots).
     static func decode(_ payload: String, node: String, runsShared: Bool) -> StoreChanges? {
-        guard let message = try? JSON.parse(payload, maxDepth: 8), let sender = message["n"]?.stringValue, sender != node
+        guard let newline = payload.utf8.firstIndex(of: UInt8(ascii: "\n")),
+            payload[..<newline] != node,
+            let message = try? JSON.parse(String(payload[payload.index(after: newline)...]), maxDepth: 8),
+            let sender = message["n"]?.stringValue, sender != node
         else { return nil }
         var changes = StoreChanges()
         for entry in message["q"]?.arrayValue ?? [] {
