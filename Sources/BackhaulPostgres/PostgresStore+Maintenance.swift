@@ -16,7 +16,7 @@ extension PostgresStore {
     /// history. At most `batch` tasks per call (one short transaction); returns how many went.
     public func pruneFinishedTasks(defaultRetention: Double, batch: Int) throws(StoreError) -> Int {
         let now = self.now
-        return try write { [self] tx in
+        let (tasks, events) = try write { [self] tx in
             let cutoff = now - (try shortestRetention(tx, defaultRetention: defaultRetention))
             let due = try tx.rows(
                 """
@@ -29,8 +29,13 @@ extension PostgresStore {
                 FOR UPDATE OF t SKIP LOCKED
                 """, [.double(cutoff), .double(now), .double(defaultRetention), .int(batch)]
             ) { $0.int(0) }
-            return try PostgresTaskRows.deleteFinished(tx, sequences: due).tasks
+            return try PostgresTaskRows.deleteFinished(tx, sequences: due)
         }
+        figures.withLock {
+            $0.tasksPruned += tasks
+            $0.eventsPruned += events
+        }
+        return tasks
     }
 
     /// The shortest retention in force: the daemon's, or a session's own if shorter.
@@ -49,7 +54,7 @@ extension PostgresStore {
     public func pruneEventLog(olderThan retention: Double, batch: Int) throws(StoreError) -> Int {
         let now = self.now
         let cutoff = now - retention
-        return try write { tx in
+        let events = try write { tx in
             try tx.execute(
                 """
                 DELETE FROM deliveries WHERE seq IN
@@ -85,6 +90,8 @@ extension PostgresStore {
                 """)
             return events
         }
+        figures.withLock { $0.eventsPruned += events }
+        return events
     }
 
     /// PostgreSQL's autovacuum returns free space; there is nothing for a node to do.

@@ -176,11 +176,12 @@ extension PostgresStore {
     }
 
     public func deleteTask(id: String) throws(StoreError) {
-        try write { tx in
+        let (_, events) = try write { tx in
             guard let task = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
             guard task.state.isFinal else { throw StoreError.conflict("only finished tasks can be deleted; cancel it first") }
-            _ = try PostgresTaskRows.deleteFinished(tx, sequences: [task.sequence])
+            return try PostgresTaskRows.deleteFinished(tx, sequences: [task.sequence])
         }
+        figures.withLock { $0.eventsPruned += events }
     }
 
     public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {

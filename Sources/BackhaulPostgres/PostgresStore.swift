@@ -72,6 +72,7 @@ public final class PostgresStore: @unchecked Sendable {
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
+    let figures = Locked(MaintenanceFigures())
     /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
     let sessionCache = Locked<(records: [String: SessionRecord], generation: Int)>(([:], 0))
     /// Task sequences taken from the database and not used yet (`taskSequences`).
@@ -108,7 +109,8 @@ public final class PostgresStore: @unchecked Sendable {
             Self.forgetSessions(changes, sessionCache)
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
-        writer.settled = { [leased] tx in
+        writer.settled = { [leased, figures] tx in
+            figures.withLock { $0.commits += 1 }
             guard !tx.leasesTaken.isEmpty || !tx.leasesEnded.isEmpty else { return }
             leased.withLock {
                 $0.subtract(tx.leasesEnded)
@@ -237,7 +239,9 @@ public final class PostgresStore: @unchecked Sendable {
 
     public var failure: SyncFailure? { nil }
     public var salvage: SalvageReport? { nil }
-    public var maintenanceFigures: MaintenanceFigures { MaintenanceFigures() }
+    /// What this node's writer committed and its housekeeping removed (the WAL's and checkpoints'
+    /// figures are SQLite's alone).
+    public var maintenanceFigures: MaintenanceFigures { figures.withLock { $0 } }
 
     /// The database answers and this node's heartbeat reached it within a lease.
     public func isWritable() -> Bool {

@@ -259,6 +259,9 @@ final class PostgresOutboxTests {
         #expect(try a.pruneEventLog(olderThan: 60, batch: 100) == events.count)
         #expect(try a.events(after: 0).isEmpty)
         #expect(try a.deliveryCounts().isEmpty)
+        // What went is counted for /metrics, as the SQLite store counts it.
+        let figures = a.maintenanceFigures
+        #expect(figures.tasksPruned == 1 && figures.eventsPruned > events.count && figures.commits > 0, "\(figures)")
     }
 }
 
