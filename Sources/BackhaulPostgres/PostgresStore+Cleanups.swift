@@ -11,7 +11,7 @@ extension PostgresStore {
     /// (whose claims are renewed), and returns them. A row that cannot be read comes back as a
     /// failure, for the engine to log and drop, not to skip forever.
     public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [Store.DueCleanup] {
-        let busyArray = Self.sequenceArray(busy.sorted())
+        let busyArray = PostgresValue.array(busy.sorted())
         return try write { [self] tx in
             let lease = PostgresValue.double(options.leaseSeconds)
             if !busy.isEmpty {

@@ -241,7 +241,7 @@ extension PostgresStore {
                 SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
                 WHERE state = 'waiting' AND waiting_reason = ANY($3::text[]) AND seq > $1 AND \(runsHere)
                 ORDER BY seq LIMIT $4
-                """, [.int(afterSequence), .text(node), .text("{" + reasons.joined(separator: ",") + "}"), .int(limit)]
+                """, [.int(afterSequence), .text(node), .array(reasons), .int(limit)]
             ) { row in
                 guard let reason = WaitingReason(rawValue: row.string(4)) else {
                     throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(4))")

@@ -86,17 +86,10 @@ extension PostgresStore {
                 UPDATE tasks SET lease_expires_at = clock_timestamp() + make_interval(secs => $2)
                 WHERE state = 'running' AND lease_node = $1 AND lease_expires_at > clock_timestamp() AND id = ANY($3::text[])
                 RETURNING id
-                """, [.text(node), .double(options.leaseSeconds), .text(Self.textArray(runningHere))])
+                """, [.text(node), .double(options.leaseSeconds), .array(runningHere)])
             let held = Set((0..<rows.count).compactMap { rows.string($0, 0) })
             lose(runningHere.subtracting(held))
         }
-    }
-
-    /// A PostgreSQL array literal of `values` (ids: letters, digits and `_`, quoted all the same).
-    static func textArray(_ values: some Collection<String>) -> String {
-        "{"
-            + values.map { "\"" + $0.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\"" }
-            .joined(separator: ",") + "}"
     }
 
     /// Stops this node's transfers of `ids`: the observers hear that the tasks left `running`

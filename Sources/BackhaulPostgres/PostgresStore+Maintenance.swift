@@ -82,7 +82,7 @@ extension PostgresStore {
             }
             let events =
                 old.isEmpty
-                ? 0 : try tx.execute("DELETE FROM events WHERE seq = ANY($1::bigint[])", [Self.sequenceArray(old)]).affected
+                ? 0 : try tx.execute("DELETE FROM events WHERE seq = ANY($1::bigint[])", [.array(old)]).affected
             try tx.execute(
                 """
                 DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = webhooks.session_id)

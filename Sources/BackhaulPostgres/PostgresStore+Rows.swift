@@ -182,15 +182,15 @@ enum PostgresTaskRows {
     /// Deletes finished tasks (their attempts go by the foreign key), their events and deliveries.
     static func deleteFinished(_ tx: PostgresTransaction, sequences: [Int64]) throws -> (tasks: Int, events: Int) {
         guard !sequences.isEmpty else { return (0, 0) }
-        let list = "{" + sequences.map(String.init).joined(separator: ",") + "}"
+        let list = PostgresValue.array(sequences)
         try tx.execute(
             """
             DELETE FROM deliveries WHERE event_seq IN (SELECT e.seq FROM events e JOIN tasks t ON e.task_id = t.id
                 WHERE t.seq = ANY($1::bigint[]))
-            """, [.text(list)])
+            """, [list])
         let events = try tx.execute(
-            "DELETE FROM events WHERE task_id IN (SELECT id FROM tasks WHERE seq = ANY($1::bigint[]))", [.text(list)])
-        let tasks = try tx.execute("DELETE FROM tasks WHERE seq = ANY($1::bigint[])", [.text(list)])
+            "DELETE FROM events WHERE task_id IN (SELECT id FROM tasks WHERE seq = ANY($1::bigint[]))", [list])
+        let tasks = try tx.execute("DELETE FROM tasks WHERE seq = ANY($1::bigint[])", [list])
         tx.changes.pruned += tasks.affected
         return (tasks.affected, events.affected)
     }

@@ -116,11 +116,6 @@ extension PostgresStore {
         }
     }
 
-    /// A set of sequences as a PostgreSQL array literal (`$n::bigint[]`).
-    static func sequenceArray(_ sequences: some Sequence<Int64>) -> PostgresValue {
-        .text("{" + sequences.map(String.init).joined(separator: ",") + "}")
-    }
-
     /// Claims the pending deliveries due at `now` for this node, oldest first, leaving out those
     /// in flight here, and returns them. A delivery another node holds under a live claim, or is
     /// claiming at this moment, is left to it. The claims of those in flight here are renewed, so
@@ -128,7 +123,7 @@ extension PostgresStore {
     public func dueDeliveries(now: Timestamp, limit: Int, excluding inFlight: Set<Int64>) throws(StoreError)
         -> [PendingDelivery]
     {
-        let busy = Self.sequenceArray(inFlight.sorted())
+        let busy = PostgresValue.array(inFlight.sorted())
         return try write { [self] tx in
             let lease = PostgresValue.double(options.leaseSeconds)
             if !inFlight.isEmpty {
@@ -176,7 +171,7 @@ extension PostgresStore {
                     ELSE d.next_attempt_at END)
                 FROM deliveries d
                 WHERE d.state = 'pending' AND \(Store.drainedIsLast) AND NOT (d.seq = ANY($2::bigint[]))
-                """, [.text(node), Self.sequenceArray(inFlight.sorted()), .double(now)]
+                """, [.text(node), .array(inFlight.sorted()), .double(now)]
             ) { $0.optionalDouble(0) } ?? nil
         }
     }

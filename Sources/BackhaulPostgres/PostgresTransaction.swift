@@ -155,6 +155,19 @@ extension PostgresValue {
     static func int(_ value: Int) -> PostgresValue { .int(Int64(value)) }
     static func int(_ value: Int?) -> PostgresValue { value.map { .int(Int64($0)) } ?? .null }
     static func double(_ value: Double?) -> PostgresValue { value.map { .double($0) } ?? .null }
+    /// Sequences as a PostgreSQL array literal (for `$n::bigint[]`).
+    static func array(_ sequences: some Sequence<Int64>) -> PostgresValue {
+        .text("{" + sequences.map(String.init).joined(separator: ",") + "}")
+    }
+
+    /// Strings as a PostgreSQL array literal (for `$n::text[]`), each quoted.
+    static func array(_ texts: some Sequence<String>) -> PostgresValue {
+        .text(
+            "{"
+                + texts.map { "\"" + $0.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\"" }.joined(
+                    separator: ",") + "}")
+    }
+
     /// A flag as the SQLite schema keeps it: 0 or 1.
     static func flag(_ value: Bool) -> PostgresValue { .int(value ? 1 : 0) }
 }

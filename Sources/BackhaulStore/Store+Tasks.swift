@@ -7,17 +7,9 @@ public struct TaskPage: Sendable {
     public var tasks: [TaskRecord]
     public var nextCursor: String?
 
-    /// A page from up to `limit + 1` rows read in order: the one past the limit only says there
-    /// is more, and the cursor is the last kept task's sequence.
+    /// A page from up to `limit + 1` tasks read in order (`Store.page`).
     package init(reading rows: [TaskRecord], limit: Int) {
-        var rows = rows
-        var next: String?
-        if rows.count > limit {
-            rows.removeSubrange(limit...)
-            next = rows.last.map { String($0.sequence) }
-        }
-        tasks = rows
-        nextCursor = next
+        (tasks, nextCursor) = Store.page(rows, limit: limit, sequence: \.sequence)
     }
 }
 

@@ -165,9 +165,15 @@ extension Store {
 
     /// A page of deliveries read with one more than `limit`: the extra one says a next page exists.
     package static func page(_ rows: [DeliveryRecord], limit: Int) -> (deliveries: [DeliveryRecord], nextCursor: String?) {
+        page(rows, limit: limit, sequence: \.sequence)
+    }
+
+    /// A page from up to `limit + 1` rows read in order: the one past the limit only says there is
+    /// more, and the cursor is the last kept row's sequence.
+    package static func page<Row>(_ rows: [Row], limit: Int, sequence: (Row) -> Int64) -> ([Row], nextCursor: String?) {
         guard rows.count > limit else { return (rows, nil) }
         let kept = Array(rows.prefix(limit))
-        return (kept, kept.last.map { String($0.sequence) })
+        return (kept, kept.last.map { String(sequence($0)) })
     }
 
     /// Pending deliveries due at `now`, oldest first, leaving out those already in flight.

@@ -7,7 +7,7 @@ import Threads
 
 @testable import BackhaulStore
 
-/// The two implementations of `StateStore` the store's tests run against (SPEC §5.4): what holds
+/// The two implementations of `StateStore` the store's tests run against (docs/fleet.md): what holds
 /// of the state through the interface holds of both.
 enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case sqlite

@@ -98,6 +98,7 @@ final class FleetTests {
         let done = try finished()
         #expect(done == count, "finished \(done) of \(count) after \(kills) kills")
         #expect(kills >= 2, "the work ended before two kills")
+        #expect(!takeovers.isEmpty, "no kill found a task leased to its node")
         #expect(takeovers.allSatisfy { $0 <= lease + 5 }, "takeovers after \(takeovers) s")
         // Every task completed, each file exact at the sink.
         let completed = try db.execute("SELECT count(*) FROM tasks WHERE state = 'completed'").int(0, 0)
@@ -113,6 +114,9 @@ final class FleetTests {
         }
         #expect(mismatched.isEmpty, "\(mismatched.count) files differ: \(mismatched.prefix(5))")
         // No two requests for one file overlapped at the sink: one runner at a time.
+        // Every request is in the log (an empty or missing log would show no overlap).
+        let logged = Self.requests(inLog: nginx.accessLog)
+        #expect(logged >= count, "\(logged) requests logged for \(count) files")
         let overlaps = Self.overlaps(inLog: nginx.accessLog)
         #expect(overlaps.isEmpty, "overlapping requests: \(overlaps.prefix(5))")
         print(
@@ -174,5 +178,27 @@ final class FleetTests {
         // Both nodes are in the fleet's list.
         let nodes = try b.call("GET", "/v1/nodes").1["nodes"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
         #expect(nodes == ["a", "b"])
+    }
+}
+
+/// The sink log's overlap check, on logs made for it: it must see two runners at once.
+@Suite("Fleet: the sink log's overlap check")
+struct FleetLogTests {
+    @Test("requests for one path that overlap in time are found; ones one after another, or for two paths, are not")
+    func overlapsFound() throws {
+        let scratch = TemporaryDirectory("backhaul-fleet-log")
+        let path = scratch.file("access.log")
+        // `end duration method uri status length`: /a's second request began (10.5) before its
+        // first ended (11.0); /b's came one after the other; /c overlaps only /a.
+        try """
+        11.000 1.000 PUT /a 201 10
+        11.200 0.700 PUT /a 201 10
+        20.000 1.000 PUT /b 400 5
+        22.000 1.500 PUT /b 201 10
+        10.900 0.500 PUT /c 201 10
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let found = FleetTests.overlaps(inLog: path)
+        #expect(found.count == 1 && found.first?.hasPrefix("/a:") == true, "\(found)")
+        #expect(FleetTests.requests(inLog: path) == 5)
     }
 }
