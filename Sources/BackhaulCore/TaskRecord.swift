@@ -45,6 +45,7 @@ public struct TaskRecord: Sendable, Equatable {
         @usableFromInline var checkpoint: TransferCheckpoint?
         @usableFromInline var download: DownloadSpec?
         @usableFromInline var node: String?
+        @usableFromInline var revision: Int64 = 0
     }
 
     /// The fields behind a reference; changed only while this record holds the only reference.
@@ -236,5 +237,14 @@ extension TaskRecord {
     @inlinable public var node: String? {
         _read { yield storage.fields.node }
         _modify { yield &fields.node }
+    }
+
+    /// The row's version in a store that keeps one (PostgreSQL, where every change to a task's
+    /// row counts one up), so that a node may write its copy of a task back without reading the
+    /// row again when no one changed it meanwhile (docs/fleet.md); always 0 in SQLite, where one
+    /// writer owns every row. Not part of the task's JSON.
+    @inlinable public var revision: Int64 {
+        _read { yield storage.fields.revision }
+        _modify { yield &fields.revision }
     }
 }

@@ -156,7 +156,10 @@ public enum PostgresSchema {
             bytes bigint NOT NULL,
             PRIMARY KEY (day, network_type)
         );
-        """
+        """,
+        // A task's revision, counted up by every change to its row (not by a lease's renewal):
+        // a node writes its copy of a task back only while the row is still at its revision.
+        "ALTER TABLE tasks ADD COLUMN revision bigint NOT NULL DEFAULT 0",
     ]
 
     /// The version this code writes.

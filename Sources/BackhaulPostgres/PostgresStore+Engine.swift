@@ -50,97 +50,80 @@ extension PostgresStore {
         try read { tx in try PostgresTaskRows.fetch(tx, sequence: sequence, lock: false) }
     }
 
-    /// Claims the task for its next attempt if it is still queued and may run here. The row is
-    /// read again (another node may have changed it), locked, and skipped when another node holds
-    /// it at this moment.
+    /// Claims the task for its next attempt if it is still queued and may run here, and is not
+    /// being claimed by another node at this moment (`SKIP LOCKED`). The engine's copy is written
+    /// back when the row is still at its revision, in one round trip; otherwise the row is read
+    /// again, locked, and the claim decided on what it holds now.
     public func startAttempt(_ task: TaskRecord, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
         submit(
             { [self] tx -> TaskRecord? in
+                let claimable =
+                    "state = 'queued' AND \(runsHere) AND seq = (SELECT seq FROM tasks WHERE seq = $1 FOR UPDATE SKIP LOCKED)"
+                if case .success(let started) = task.applying(.attemptStarted, now: now),
+                    let written = try PostgresTaskRows.update(
+                        tx, from: task, to: started, onlyIf: claimable, unchanged: true, lease: .take,
+                        leaseSeconds: options.leaseSeconds)
+                {
+                    try recorded(tx, from: task, to: written, now: now)
+                    return written
+                }
                 guard
                     let current = try tx.first(
                         "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED",
                         [.int(task.sequence), .text(node)], PostgresTaskRows.decode),
-                    case .success(let started) = current.applying(.attemptStarted, now: now)
-                else { return nil }
-                guard
-                    try PostgresTaskRows.update(
+                    case .success(let started) = current.applying(.attemptStarted, now: now),
+                    let written = try PostgresTaskRows.update(
                         tx, from: current, to: started, onlyIf: "state = 'queued'", lease: .take,
                         leaseSeconds: options.leaseSeconds)
                 else { return nil }
-                try recorded(tx, from: current, to: started, now: now)
-                return started
+                try recorded(tx, from: current, to: written, now: now)
+                return written
             }, done: done)
     }
 
     /// Records how this node's attempt ended, while this node still holds the task's lease; nil
-    /// when the task left that attempt meanwhile (a client's change, a takeover).
+    /// when the task left that attempt meanwhile (a client's change, a takeover). As a start does,
+    /// it writes the engine's copy back when the row is still at its revision (a checkpoint saved
+    /// during the attempt counts as a change), and reads the row again otherwise.
     public func finishAttempt(
         _ task: TaskRecord, bytesTransferred: Int64, end: AttemptEnd, history: AttemptRecord,
         done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
     ) {
         let now = self.now
+        var entry = history
+        entry.outcome = end.outcome
+        if let error = end.error { entry.error = error }
         submit(
-            { [self] tx -> TaskRecord? in
+            { [self, entry] tx -> TaskRecord? in
+                let ended = TaskInput.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end)
+                if case .success(let next) = task.applying(ended, now: now),
+                    let written = try PostgresTaskRows.update(
+                        tx, from: task, to: next, onlyIf: "state = 'running' AND lease_node = $2", unchanged: true,
+                        lease: .release, attempt: entry)
+                {
+                    try recorded(tx, from: task, to: written, now: now)
+                    return written
+                }
                 guard
                     let current = try tx.first(
                         "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'running' AND attempts = $3 AND lease_node = $2 FOR UPDATE",
                         [.int(task.sequence), .text(node), .int(task.attempts)], PostgresTaskRows.decode),
-                    case .success(let next) = current.applying(
-                        .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now)
+                    case .success(let next) = current.applying(ended, now: now),
+                    let written = try PostgresTaskRows.update(tx, from: current, to: next, lease: .release, attempt: entry)
                 else { return nil }
-                var entry = history
-                entry.outcome = end.outcome
-                if let error = end.error { entry.error = error }
-                // The row is locked and in this attempt: its end and its history go in one round trip.
-                try PostgresTaskRows.update(
-                    tx, from: current, to: next, lease: .release, along: attemptStatements(taskSequence: task.sequence, entry))
-                try recorded(tx, from: current, to: next, now: now)
-                return next
+                try recorded(tx, from: current, to: written, now: now)
+                return written
             }, done: done)
     }
 
     public func recordStoppedAttempt(sequence: Int64, _ history: AttemptRecord) {
         submit(
-            { [self] tx in
+            { tx in
                 var stopped = history
                 stopped.outcome = .stopped
-                try appendAttempt(tx, taskSequence: sequence, stopped)
+                try PostgresTaskRows.appendAttempt(tx, taskSequence: sequence, stopped)
             }, done: { _ in })
-    }
-
-    /// Appends an attempt to a task's history and drops what falls beyond the history's limit.
-    func appendAttempt(_ tx: PostgresTransaction, taskSequence: Int64, _ record: AttemptRecord) throws {
-        _ = try tx.pipeline(attemptStatements(taskSequence: taskSequence, record))
-    }
-
-    /// An attempt appended to a task's history (numbered after the last one, if the task is still
-    /// there), and what falls beyond `AttemptRecord.historyLimit` dropped.
-    func attemptStatements(taskSequence: Int64, _ record: AttemptRecord) -> [(sql: String, parameters: [PostgresValue])] {
-        [
-            (
-                """
-                INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome,
-                    http_status, error, network_type)
-                SELECT $1, COALESCE((SELECT max(number) FROM attempts WHERE task_seq = $1), 0) + 1, $2, $3, $4, $5, $6, $7,
-                    $8, $9
-                WHERE EXISTS (SELECT 1 FROM tasks WHERE seq = $1)
-                """,
-                [
-                    .int(taskSequence), .double(record.startedAt), .double(record.endedAt), .int(record.bytesTransferred),
-                    .int(record.bytesReceived), .text(record.outcome.rawValue),
-                    .int(record.httpStatus ?? record.error?.httpStatus),
-                    .text(record.error.map { TaskRecord.errorJSON($0).serialized() }), .text(record.networkType?.rawValue),
-                ]
-            ),
-            (
-                """
-                DELETE FROM attempts WHERE task_seq = $1
-                    AND number <= (SELECT max(number) FROM attempts WHERE task_seq = $1) - $2
-                """,
-                [.int(taskSequence), .int(AttemptRecord.historyLimit)]
-            ),
-        ]
     }
 
     /// This node's tasks shown running that its engine does not run go back to the queue, their

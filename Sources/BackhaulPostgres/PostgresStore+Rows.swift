@@ -7,12 +7,13 @@ import PostgreSQL
 /// fleet's pin and lease. The only code that writes `tasks`, so that every change is noted for the
 /// observers (`StoreChanges.note`), as `TaskFeed` does for SQLite.
 enum PostgresTaskRows {
-    static let select = "SELECT \(TaskRows.columns), pinned_node FROM tasks"
+    static let select = "SELECT \(TaskRows.columns), pinned_node, revision FROM tasks"
 
-    /// The SQLite store's columns, then the pin (column 31).
+    /// The SQLite store's columns, then the pin (column 31) and the revision (32).
     static func decode(_ row: PostgresRow) throws -> TaskRecord {
         var task = try TaskRows.decode(row)
         task.node = row.optionalString(31)
+        task.revision = row.int(32)
         return task
     }
 
@@ -81,17 +82,19 @@ enum PostgresTaskRows {
         }
     }
 
-    /// Writes the columns in which `after` differs from `before` (the row as read, locked), only
-    /// while the row still meets `condition` (SQL, with `$1` the task's sequence and `$2` this
-    /// node) when one is given; `lease` sets or clears this node's lease with the change. `along`
-    /// are statements sent with it in one round trip, which do not depend on its answer. Returns
-    /// whether it wrote.
+    /// Writes the columns in which `after` differs from `before`, and counts the row's revision
+    /// up, only while the row still meets `condition` (SQL, with `$1` the task's sequence and `$2`
+    /// this node) when one is given. `before` is the row as read and locked in this transaction,
+    /// or, with `unchanged`, the caller's copy: then the row is written only if it is still at that
+    /// copy's revision, no one having changed it since (docs/fleet.md). `lease` sets or clears this
+    /// node's lease with the change; `attempt` goes into the task's history in the same round trip,
+    /// only if the row is written. Returns the task as written (its revision counted), nil when the
+    /// row did not meet the condition.
     @discardableResult
     static func update(
         _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil,
-        lease: LeaseChange = .keep, leaseSeconds: Double = 30,
-        along: [(sql: String, parameters: [PostgresValue])] = []
-    ) throws -> Bool {
+        unchanged: Bool = false, lease: LeaseChange = .keep, leaseSeconds: Double = 30, attempt: AttemptRecord? = nil
+    ) throws -> TaskRecord? {
         var sets: [String] = []
         var values: [PostgresValue] = [.int(after.sequence)]
         // The node goes in as `$2` only where the statement uses it: PostgreSQL cannot type a
@@ -132,17 +135,30 @@ enum PostgresTaskRows {
             sets.append("lease_node = NULL, lease_expires_at = NULL")
         }
         guard !sets.isEmpty else {
-            if !along.isEmpty { _ = try tx.pipeline(along) }
-            return true
+            if let attempt { try appendAttempt(tx, taskSequence: after.sequence, attempt) }
+            return after
         }
-        let sql =
-            "UPDATE tasks SET \(sets.joined(separator: ", ")) WHERE seq = $1" + (condition.map { " AND \($0)" } ?? "")
-            + " RETURNING pinned_node"
-        let written = along.isEmpty ? try tx.execute(sql, values) : try tx.pipeline([(sql, values)] + along)[0]
-        guard written.count > 0 else { return false }
+        var conditions = condition.map { [$0] } ?? []
+        if unchanged {
+            values.append(.int(before.revision))
+            conditions.append("revision = $\(values.count)")
+        }
+        var sql =
+            "UPDATE tasks SET \(sets.joined(separator: ", ")), revision = revision + 1 WHERE seq = $1"
+            + conditions.map { " AND \($0)" }.joined() + " RETURNING pinned_node"
+        if let attempt {
+            // The attempt goes in with the row, or not at all: from the update's answer.
+            let statements = attemptStatements(attempt, from: "u", firstParameter: values.count + 1)
+            values += statements.parameters
+            sql = "WITH u AS (\(sql)), a AS (\(statements.insert)), d AS (\(statements.trim)) SELECT * FROM u"
+        }
+        let written = try tx.execute(sql, values)
+        guard written.count > 0 else { return nil }
+        var result = after
+        result.revision = before.revision + 1
         if !before.state.isFinal, after.state.isFinal { tx.countOpen(after.sessionID, -1) }
         if StoreChanges.concerns(from: before, to: after) {
-            tx.changes.note(from: before, to: after)
+            tx.changes.note(from: before, to: result)
             if after.state == .queued, let pin = written.string(0, 0) { tx.pins[after.sequence] = pin }
         }
         if before.state == .queued, after.state == .queued { tx.changes.touched.append(after.sequence) }
@@ -155,7 +171,41 @@ enum PostgresTaskRows {
         case .release: tx.leasesEnded.append(after.id)
         }
         if before.state == .running, after.state != .running, lease == .keep { tx.leasesEnded.append(after.id) }
-        return true
+        return result
+    }
+
+    /// An attempt put into the history of the task `$1`, numbered after its last one, if `source`
+    /// (SQL after `FROM`) holds a row: `insert`, and `trim`, which drops what falls beyond
+    /// `AttemptRecord.historyLimit` with it. Both go into one statement, where each reads the history
+    /// as it was before it. Their parameters follow from `firstParameter` on.
+    static func attemptStatements(_ record: AttemptRecord, from source: String, firstParameter first: Int)
+        -> (insert: String, trim: String, parameters: [PostgresValue])
+    {
+        let parameters: [PostgresValue] = [
+            .double(record.startedAt), .double(record.endedAt), .int(record.bytesTransferred), .int(record.bytesReceived),
+            .text(record.outcome.rawValue), .int(record.httpStatus ?? record.error?.httpStatus),
+            .text(record.error.map { TaskRecord.errorJSON($0).serialized() }), .text(record.networkType?.rawValue),
+            .int(AttemptRecord.historyLimit),
+        ]
+        let values = parameters.indices.dropLast().map { "$\(first + $0)" }.joined(separator: ", ")
+        let next = "(SELECT COALESCE(max(number), 0) + 1 FROM attempts WHERE task_seq = $1)"
+        return (
+            """
+            INSERT INTO attempts (task_seq, number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status,
+                error, network_type) SELECT $1, \(next), \(values) FROM \(source)
+            """,
+            """
+            DELETE FROM attempts WHERE task_seq = $1 AND number <= \(next) - $\(first + parameters.count - 1)
+                AND EXISTS (SELECT 1 FROM \(source))
+            """,
+            parameters
+        )
+    }
+
+    /// Appends an attempt to a task's history, if the task is still there.
+    static func appendAttempt(_ tx: PostgresTransaction, taskSequence: Int64, _ record: AttemptRecord) throws {
+        let attempt = attemptStatements(record, from: "tasks WHERE seq = $1", firstParameter: 2)
+        try tx.execute("WITH a AS (\(attempt.insert)) \(attempt.trim)", [.int(taskSequence)] + attempt.parameters)
     }
 
     /// What an update does with the task's lease.
@@ -174,7 +224,7 @@ enum PostgresTaskRows {
     ) throws {
         try tx.execute(
             """
-            UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint)
+            UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint), revision = revision + 1
             WHERE seq = $3 AND state = 'running' AND attempts = $4 AND lease_node = $5
             """, [.int(bytesTransferred), .text(checkpoint), .int(sequence), .int(attempt), .text(tx.node)])
     }

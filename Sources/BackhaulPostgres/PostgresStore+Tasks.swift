@@ -155,8 +155,9 @@ extension PostgresStore {
         }
     }
 
-    /// A client's change (PATCH). The node running the task reads its row again at the end: its
-    /// update is guarded by the attempt and writes only the columns the attempt changed.
+    /// A client's change (PATCH). It counts the row's revision, so the node running the task finds
+    /// the row changed at the attempt's end and reads it again; that update is guarded by the
+    /// attempt and writes only the columns the attempt changed.
     public func updateTask(id: String, _ change: @escaping @Sendable (inout TaskRecord) throws -> Void) throws(StoreError)
         -> TaskRecord
     {
@@ -165,8 +166,7 @@ extension PostgresStore {
             guard let current = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
             let (next, releases) = try Store.patched(current, change, now: now)
             if releases { try scheduleCleanup(tx, for: current, now: now) }
-            try save(tx, from: current, to: next, now: now)
-            return next
+            return try save(tx, from: current, to: next, now: now)
         }
     }
 

@@ -20,19 +20,21 @@ extension PostgresStore {
         _ tx: PostgresTransaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
         lease: PostgresTaskRows.LeaseChange = .keep
     ) throws -> TaskRecord {
-        let next = try Store.applying(input, to: task, now: now)
-        try save(tx, from: task, to: next, now: now, lease: lease)
-        return next
+        try save(tx, from: task, to: try Store.applying(input, to: task, now: now), now: now, lease: lease)
     }
 
-    /// Writes `after` over `before` (the row as read, locked) and records what the change calls for.
+    /// Writes `after` over `before` (the row as read, locked) and records what the change calls
+    /// for; the task as written, its revision counted.
+    @discardableResult
     func save(
         _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, now: Timestamp,
         lease: PostgresTaskRows.LeaseChange = .keep
-    ) throws {
-        guard after != before || lease != .keep else { return }
-        try PostgresTaskRows.update(tx, from: before, to: after, lease: lease, leaseSeconds: options.leaseSeconds)
-        try recorded(tx, from: before, to: after, now: now)
+    ) throws -> TaskRecord {
+        guard after != before || lease != .keep else { return after }
+        let written =
+            try PostgresTaskRows.update(tx, from: before, to: after, lease: lease, leaseSeconds: options.leaseSeconds) ?? after
+        try recorded(tx, from: before, to: written, now: now)
+        return written
     }
 
     /// What a new or changed task calls for besides its row (OpenAPI/backhaul.yaml).
@@ -142,7 +144,9 @@ extension PostgresStore {
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.
     func removeSession(_ tx: PostgresTransaction, id: String) throws {
-        try tx.execute("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = $1", [.text(id)])
+        try tx.execute(
+            "UPDATE tasks SET detached_from = session_id, session_id = '', revision = revision + 1 WHERE session_id = $1",
+            [.text(id)])
         try tx.execute("DELETE FROM sessions WHERE id = $1", [.text(id)])
         tx.changes.sessions.insert(id)
         tx.lockedSessions[id] = nil

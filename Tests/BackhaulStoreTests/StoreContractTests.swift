@@ -75,6 +75,33 @@ struct StoreContractTests {
         #expect(try store.sessionRecord(id: "t") == nil)
     }
 
+    @Test(
+        "a task's attempt history keeps its last attempts, numbered on, whether an attempt ends or is stopped",
+        arguments: Backend.allCases)
+    func attemptHistoryLimit(_ backend: Backend) throws {
+        let store = try open(backend)
+        defer { store.close() }
+        let task = try store.createTasks(sessionID: "s", [makeTask("a")])[0].0
+        let limit = AttemptRecord.historyLimit
+        for number in 1...limit + 3 {
+            let now = clock.now()
+            store.recordStoppedAttempt(
+                sequence: task.sequence,
+                AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: Int64(number), bytesReceived: 0, outcome: .stopped))
+        }
+        _ = try store.startAttempt(id: "a")
+        _ = try store.finishAttempt(id: "a", attempt: 1, bytesTransferred: 10, result: .completed(nil))
+        let history = try #require(try store.attempts(taskID: "a"))
+        #expect(history.count == limit)
+        // Newest first.
+        #expect(history.map(\.number) == Array((5...limit + 4).reversed()))
+        #expect(history.first?.outcome == .completed && history.last?.bytesTransferred == 5)
+        // A task that is gone gets no history.
+        store.recordStoppedAttempt(sequence: task.sequence + 100, history[0])
+        try store.settle()
+        #expect(try store.attempts(taskID: "a")?.count == limit)
+    }
+
     @Test("finished tasks go after their retention, the oldest age told first", arguments: Backend.allCases)
     func retention(_ backend: Backend) throws {
         let store = try open(backend)

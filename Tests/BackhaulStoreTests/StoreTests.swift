@@ -242,6 +242,34 @@ struct StoreTests {
         #expect(other.state == .running && other.request.headers.first?.1 == "Bearer x")
     }
 
+    @Test(
+        "an attempt's end written with the copy the engine started from keeps a change made during the attempt",
+        arguments: Backend.allCases)
+    func endOfAChangedCopy(_ backend: Backend) throws {
+        let store = try open(backend)
+        defer { store.close() }
+        _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
+        let started = try ["a", "b"].map { id in try #require(try store.startAttempt(id: id)) }
+        _ = try store.updateTask(id: "a") { $0.priority = 0.9 }
+        let events = try store.events(after: 0, limit: 100).count
+        let now = SystemClock().now()
+        func end(_ task: TaskRecord) throws -> TaskRecord {
+            let history = AttemptRecord(startedAt: now, endedAt: now, bytesTransferred: 7, bytesReceived: 0, outcome: .stopped)
+            return try #require(
+                try waitFor { done in
+                    store.finishAttempt(task, bytesTransferred: 7, end: .completed(nil), history: history, done: done)
+                })
+        }
+        let ended = try end(started[0])
+        #expect(ended.state == .completed && ended.priority == 0.9)
+        #expect(try store.task(id: "a")?.priority == 0.9)
+        let completed = try store.events(after: 0, limit: 100).dropFirst(events).filter { $0.type == "task.completed" }
+        #expect(try completed.map { try JSON.parse($0.dataText)["priority"]?.doubleValue } == [0.9])
+        // The untouched one ends from its copy, its history written once.
+        #expect(try end(started[1]).state == .completed)
+        #expect(try store.attempts(taskID: "b")?.count == 1)
+    }
+
     /// SQLite only: it holds the SQLite writer with a job of its own and fails another in the same
     /// batch, which that writer then runs again job by job. The PostgreSQL writer undoes a failing
     /// job by its savepoint and runs no batch again.
