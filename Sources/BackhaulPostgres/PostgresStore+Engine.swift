@@ -58,8 +58,10 @@ extension PostgresStore {
         let now = self.now
         submit(
             { [self] tx -> TaskRecord? in
+                // Only a row still queued here is locked: a node whose copy is stale must not hold
+                // the row of a task another node runs (its end would wait for this transaction).
                 let claimable =
-                    "state = 'queued' AND \(runsHere) AND seq = (SELECT seq FROM tasks WHERE seq = $1 FOR UPDATE SKIP LOCKED)"
+                    "seq = (SELECT seq FROM tasks WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED)"
                 if case .success(let started) = task.applying(.attemptStarted, now: now),
                     let written = try PostgresTaskRows.update(
                         tx, from: task, to: started, onlyIf: claimable, unchanged: true, lease: .take,
