@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side benchmark on loopback, in one run: prints each section's table, then every target
-of issue 16 beside its figure with met / not met, and writes it all as JSON.
+the issues set (16's, the earlier ones it keeps, and 40's for PostgreSQL) beside its figure with
+met / not met, and writes it all as JSON.
 
 Sections (`--only`, comma-separated; all by default):
   big       one 1 GiB file: backhauld raw and chunked (8 MiB) vs `curl -T`, to nginx on tmpfs,
@@ -981,7 +982,7 @@ def profile_tasks(args, work, data, nginx_port):
 
 
 def targets(args, results):
-    """Issue 16's targets (and the earlier ones it keeps), each with its figure and verdict."""
+    """The issues' targets (16's, the earlier ones it keeps, 40's), each with its figure and verdict."""
     rows = []
 
     def row(section, name, figure, target, met):
@@ -1323,7 +1324,7 @@ def print_profile(results):
 
 
 def print_targets(args, rows):
-    print("\nIssue 16 targets" + (" (--quick: sizes shrunk, the verdicts are not the targets')" if args.quick else ""))
+    print("\nTargets" + (" (--quick: sizes shrunk, the verdicts are not the targets')" if args.quick else ""))
     widths = [max(len(r["section"]) for r in rows), max(len(r["row"]) for r in rows), max(len(r["figure"]) for r in rows),
               max(len(r["target"]) for r in rows)]
     for r in rows:
