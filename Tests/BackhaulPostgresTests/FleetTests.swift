@@ -60,31 +60,33 @@ final class FleetTests {
         #expect(heard, "b still shows the session as it was")
     }
 
+    /// Nodes a and b on the test's database, with the session "s".
+    func twoNodes(sharedRoots: [String] = []) throws -> (PostgresStore, PostgresStore) {
+        func node(_ id: String) throws -> PostgresStore {
+            var options = PostgresStore.Options(url: server.url, node: id)
+            options.sharedRoots = sharedRoots
+            return try PostgresStore(options)
+        }
+        let a = try node("a")
+        let b = try node("b")
+        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
+        return (a, b)
+    }
+
     /// A node claims from the copy its engine kept, which may be stale: the task another node has
     /// started meanwhile. That claim must not lock the row: the running node's end would wait for
     /// the claiming node's whole transaction (and two such nodes deadlock).
     @Test("a claim from a stale copy of a task another node runs leaves its row unlocked; that node's end does not wait")
     func staleClaimLocksNothing() throws {
         // Both see the task's file (a shared root), so either may run it.
-        func node(_ id: String) throws -> PostgresStore {
-            var options = PostgresStore.Options(url: server.url, node: id)
-            options.sharedRoots = ["/d"]
-            return try PostgresStore(options)
-        }
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes(sharedRoots: ["/d"])
         defer {
             a.close()
             b.close()
         }
-        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
         let now = SystemClock().now()
-        let task = TaskRecord(
-            id: "t", sessionID: "s", file: FileInfo(path: "/d/t", size: 10, modifiedAtNanoseconds: 1),
-            request: RequestSpec(url: "http://h/t", method: "PUT"), upload: UploadSpec(), createdAt: now,
-            deadlineAt: now + 86_400)
-        let copy = try a.createTasks(sessionID: "s", [task])[0].0
-        let started = try #require(try result { done in b.startAttempt(copy, done: done) })
+        let copy = try a.createTasks(sessionID: "s", [makeTask("t", now: now)])[0].0
+        let started = try #require(try answer { done in b.startAttempt(copy, done: done) })
         // a's writer held, so that its stale claim and a job that keeps the transaction open go
         // into one batch.
         let gates = Locked((first: false, entered: false, second: false))
@@ -111,6 +113,40 @@ final class FleetTests {
         #expect(try b.task(id: "t")?.state == .completed)
     }
 
+    /// Two nodes' writes that lock the same two rows in opposite orders deadlock; PostgreSQL ends
+    /// one transaction (40P01), and its writer runs the whole of it again once the other committed.
+    @Test("a write that loses a deadlock to another node's is run again, whole, and both commit once")
+    func deadlockRunsAgain() throws {
+        let (a, b) = try twoNodes()
+        defer {
+            a.close()
+            b.close()
+        }
+        _ = try a.createTasks(sessionID: "s", ["x", "y"].map { makeTask($0, now: SystemClock().now()) })
+        let holding = Locked((nodes: Set<String>(), runs: 0))
+        /// Raises the priority of `first`, then, once `other` holds its first row, of `second`.
+        func job(_ node: String, _ first: String, _ second: String, after other: String)
+            -> @Sendable (PostgresTransaction) throws -> Void
+        {
+            { tx in
+                holding.withLockNotifyingAll { $0.runs += 1 }
+                try tx.execute("UPDATE tasks SET priority = priority + 0.125 WHERE id = $1", [.text(first)])
+                holding.withLockNotifyingAll { _ = $0.nodes.insert(node) }
+                _ = holding.wait(until: { $0.nodes.contains(other) }, timeout: 10) { _ in () }
+                try tx.execute("UPDATE tasks SET priority = priority + 0.125 WHERE id = $1", [.text(second)])
+            }
+        }
+        let results = Locked<[Result<Void, StoreError>]>([])
+        a.submit(job("a", "x", "y", after: "b"), done: { result in results.withLockNotifyingAll { $0.append(result) } })
+        b.submit(job("b", "y", "x", after: "a"), done: { result in results.withLockNotifyingAll { $0.append(result) } })
+        let both = results.wait(until: { $0.count == 2 }, timeout: 30) { $0 }
+        #expect(both.count == 2)
+        for result in both { #expect(throws: Never.self) { try result.get() } }
+        // One of them ran twice; each raised both rows once.
+        #expect(holding.withLock { $0.runs } == 3)
+        #expect(try a.task(id: "x")?.priority == 0.75 && a.task(id: "y")?.priority == 0.75)
+    }
+
     @Test("a wrong password or an unreachable server is a clear refusal to open; a newer schema is refused")
     func opening() throws {
         let badPassword = server.url.replacingOccurrences(of: ":\(server.password)@", with: ":wrong@")
@@ -129,12 +165,4 @@ final class FleetTests {
             return true
         }
     }
-}
-
-/// Waits for the answer of a write handed over with a callback.
-private func result<T: Sendable>(_ start: (@escaping @Sendable (Result<T, StoreError>) -> Void) -> Void) throws -> T {
-    let box = Locked<Result<T, StoreError>?>(nil)
-    start { answer in box.withLockNotifyingAll { $0 = answer } }
-    guard let answer = box.wait(until: { $0 != nil }, timeout: 10, { $0 }) else { throw StoreError.database("no answer in 10 s") }
-    return try answer.get()
 }

@@ -272,13 +272,6 @@ private final class StepClock: Clock {
     func advance(_ seconds: Double) { time.withLock { $0 += seconds } }
 }
 
-private func makeTask(_ id: String, now: Timestamp) -> TaskRecord {
-    TaskRecord(
-        id: id, sessionID: "s", file: FileInfo(path: "/d/\(id)", size: 10, modifiedAtNanoseconds: 1),
-        request: RequestSpec(url: "http://h/\(id)", method: "PUT"), upload: UploadSpec(), createdAt: now,
-        deadlineAt: now + 86_400)
-}
-
 /// Polls `condition` for up to five seconds (for writes handed over without waiting).
 private func eventually(_ condition: () throws -> Bool) throws -> Bool {
     let deadline = Date().addingTimeInterval(5)
@@ -287,14 +280,6 @@ private func eventually(_ condition: () throws -> Bool) throws -> Bool {
         Thread.sleep(forTimeInterval: 0.02)
     }
     return try condition()
-}
-
-/// Waits for the answer of a write handed over with a callback.
-private func answer<T: Sendable>(_ start: (@escaping @Sendable (Result<T, StoreError>) -> Void) -> Void) throws -> T {
-    let box = Locked<Result<T, StoreError>?>(nil)
-    start { result in box.withLockNotifyingAll { $0 = result } }
-    guard let result = box.wait(until: { $0 != nil }, timeout: 10, { $0 }) else { throw StoreError.database("no answer in 10 s") }
-    return try result.get()
 }
 
 extension PostgresStore {
