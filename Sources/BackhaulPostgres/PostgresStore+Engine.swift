@@ -147,7 +147,7 @@ extension PostgresStore {
         let text = checkpoint.json.serialized()
         submit(
             { tx in
-                try PostgresTaskRows.saveProgress(
+                PostgresTaskRows.saveProgress(
                     tx, sequence: sequence, attempt: attempt, bytesTransferred: checkpoint.offset, checkpoint: text)
             }, done: { _ in })
     }
@@ -160,7 +160,7 @@ extension PostgresStore {
                     task.attempts == attempt
                 else { return }
                 task.bytesTransferred = bytesTransferred
-                try PostgresTaskRows.saveProgress(tx, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
+                PostgresTaskRows.saveProgress(tx, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
                 appendEvent(
                     tx, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
                     data: task.jsonText(live: live), now: now)

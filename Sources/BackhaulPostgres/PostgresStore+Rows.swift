@@ -43,8 +43,9 @@ enum PostgresTaskRows {
         task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized()
     }
 
-    /// Inserts new tasks (numbered and pinned already), many rows a statement.
-    static func insert(_ tx: PostgresTransaction, _ tasks: [TaskRecord]) throws {
+    /// Inserts new tasks (numbered and pinned already), many rows a statement, sent with the
+    /// transaction's next statement: a later read in it sees them.
+    static func insert(_ tx: PostgresTransaction, _ tasks: [TaskRecord]) {
         let columns = 29
         for start in stride(from: 0, to: tasks.count, by: 500) {
             let part = tasks[start..<min(start + 500, tasks.count)]
@@ -73,7 +74,8 @@ enum PostgresTaskRows {
                     .text(task.node),
                 ]
             }
-            try tx.execute(sql, values)
+            // Nothing reads its answer: it goes with the transaction's next statement.
+            tx.send(sql, values)
             for task in part {
                 if !task.state.isFinal { tx.countOpen(task.sessionID, 1) }
                 tx.changes.note(from: nil, to: task)
@@ -218,11 +220,11 @@ enum PostgresTaskRows {
     }
 
     /// A running attempt's progress and what the server acknowledged, while the task is still in
-    /// that attempt on this node.
+    /// that attempt on this node (sent with the transaction's next statement).
     static func saveProgress(
         _ tx: PostgresTransaction, sequence: Int64, attempt: Int, bytesTransferred: Int64, checkpoint: String? = nil
-    ) throws {
-        try tx.execute(
+    ) {
+        tx.send(
             """
             UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint), revision = revision + 1
             WHERE seq = $3 AND state = 'running' AND attempts = $4 AND lease_node = $5

@@ -85,7 +85,7 @@ extension PostgresStore {
         func writeKept() throws {
             guard !kept.isEmpty else { return }
             let tasks = kept.map { results[$0].task }
-            try PostgresTaskRows.insert(tx, tasks)
+            PostgresTaskRows.insert(tx, tasks)
             for position in kept {
                 let (task, _, rendered) = results[position]
                 if let type = TaskTransition.event(from: nil, to: task) {
@@ -124,7 +124,7 @@ extension PostgresStore {
             results.append((task, true, rendered))
             if task.state.isFinal {
                 try writeKept()
-                try PostgresTaskRows.insert(tx, [task])
+                PostgresTaskRows.insert(tx, [task])
                 try recorded(tx, from: nil, to: task, now: now, data: rendered)
             } else {
                 kept.append(results.count - 1)

@@ -43,24 +43,40 @@ final class PostgresTransaction {
         var createdAt: Timestamp
     }
 
-    /// The statements that open the transaction, not sent yet: they go with its first statement,
-    /// in one round trip (`begin`).
-    private(set) var opening: [(sql: String, parameters: [PostgresValue])] = []
+    /// Statements not sent yet, to go in front of the next one in one round trip: the ones that
+    /// open the transaction (`begin`), and writes whose answer no one reads (`send`).
+    private(set) var unsent: [(sql: String, parameters: [PostgresValue])] = []
+    /// How many statements were taken from `unsent` so far (for a job's `Mark`).
+    private var sentCount = 0
 
     /// Opens the transaction with `statements` (`BEGIN`, a `SET LOCAL`), sent with the first
     /// statement run in it.
-    func begin(_ statements: [(sql: String, parameters: [PostgresValue])]) { opening = statements }
+    func begin(_ statements: [(sql: String, parameters: [PostgresValue])]) { unsent = statements }
 
-    /// The opening statements not sent yet, taken (to go in front of a pipeline).
-    func takeOpening() -> [(sql: String, parameters: [PostgresValue])] {
-        defer { opening = [] }
-        return opening
+    /// A write whose answer no one reads, sent with the transaction's next statement, at the
+    /// latest with its `COMMIT`; its error, if any, is that statement's.
+    func send(_ sql: String, _ parameters: [PostgresValue]) { unsent.append((sql, parameters)) }
+
+    /// The statements not sent yet, taken (to go in front of a pipeline).
+    func takeUnsent() -> [(sql: String, parameters: [PostgresValue])] {
+        defer {
+            sentCount += unsent.count
+            unsent = []
+        }
+        return unsent
+    }
+
+    /// Rolls the whole transaction back; what was not sent is dropped.
+    func rollBackAll() throws(PostgresError) {
+        sentCount += unsent.count
+        unsent = []
+        try connection.execute("ROLLBACK")
     }
 
     @discardableResult
     func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
-        guard opening.isEmpty else {
-            let answers = try connection.pipeline(takeOpening() + [(sql, parameters)])
+        guard unsent.isEmpty else {
+            let answers = try connection.pipeline(takeUnsent() + [(sql, parameters)])
             return answers[answers.count - 1]
         }
         return try connection.execute(sql, parameters)
@@ -68,8 +84,8 @@ final class PostgresTransaction {
 
     /// Statements that need no answer from each other, in one round trip; their rows, in order.
     func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
-        let opening = takeOpening()
-        return Array(try connection.pipeline(opening + statements).dropFirst(opening.count))
+        let unsent = takeUnsent()
+        return Array(try connection.pipeline(unsent + statements).dropFirst(unsent.count))
     }
 
     func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> [T] {
@@ -99,6 +115,8 @@ final class PostgresTransaction {
         fileprivate var files: Int
         fileprivate var taken: Int
         fileprivate var ended: Int
+        /// How many statements had been handed to `unsent` (taken or not).
+        fileprivate var handed: Int
     }
 
     var mark: Mark {
@@ -106,7 +124,7 @@ final class PostgresTransaction {
             changes: changes, pins: pins, openDeltas: openDeltas, lockedSessions: lockedSessions, events: events.count,
             files: filesToRemove.count,
             taken: leasesTaken.count,
-            ended: leasesEnded.count)
+            ended: leasesEnded.count, handed: sentCount + unsent.count)
     }
 
     func rollBack(to mark: Mark) {
@@ -118,18 +136,8 @@ final class PostgresTransaction {
         filesToRemove.removeSubrange(mark.files...)
         leasesTaken.removeSubrange(mark.taken...)
         leasesEnded.removeSubrange(mark.ended...)
-    }
-
-    /// Starts over for the next transaction.
-    func reset() {
-        changes = StoreChanges()
-        pins = [:]
-        openDeltas = [:]
-        lockedSessions = [:]
-        events = []
-        filesToRemove = []
-        leasesTaken = []
-        leasesEnded = []
+        // The job's writes not sent yet are dropped; the ones sent are undone by its savepoint.
+        unsent.removeSubrange(min(max(mark.handed - sentCount, 0), unsent.count)...)
     }
 }
 

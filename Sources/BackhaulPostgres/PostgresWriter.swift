@@ -148,19 +148,24 @@ final class PostgresWriter: @unchecked Sendable {
                     if savepoints {
                         try tx.execute("ROLLBACK TO SAVEPOINT job")
                         outcomes.append(.failed(StoreError(postgres: error)))
-                    } else if jobs.count == 1 {
-                        try tx.execute("ROLLBACK")
-                        return [.failed(StoreError(postgres: error))]
                     } else {
-                        try tx.execute("ROLLBACK")
-                        return nil
+                        try tx.rollBackAll()
+                        return jobs.count == 1 ? [.failed(StoreError(postgres: error))] : nil
                     }
                 }
             }
-            try commit(tx)
+            do {
+                try commit(tx)
+            } catch let error as PostgresError where !savepoints && !error.isRetryable && !error.isConnectionLost {
+                // A write sent with the commit (`PostgresTransaction.send`) was refused. Whose it was
+                // shows when the jobs run again in their savepoints, where each one's writes go
+                // with its release.
+                try tx.rollBackAll()
+                return jobs.count == 1 ? [.failed(StoreError(postgres: error))] : nil
+            }
             return outcomes
         } catch {
-            if connection.isConnected { _ = try? tx.execute("ROLLBACK") }
+            if connection.isConnected { try? tx.rollBackAll() }
             throw error
         }
     }
@@ -194,10 +199,11 @@ final class PostgresWriter: @unchecked Sendable {
             }
         }
         statements.append(("COMMIT", []))
-        // A transaction whose jobs ran no statement is opened here, with the rest.
-        let opening = tx.takeOpening()
-        let answers = try tx.connection.pipeline(opening + statements)
-        if eventStatements.contains(where: { answers[opening.count + $0].affected > 0 }) { tx.changes.deliveriesAdded = true }
+        // What the jobs left unsent goes first: a transaction whose jobs ran no statement is
+        // opened here, and writes no one waited for are made.
+        let unsent = tx.takeUnsent()
+        let answers = try tx.connection.pipeline(unsent + statements)
+        if eventStatements.contains(where: { answers[unsent.count + $0].affected > 0 }) { tx.changes.deliveriesAdded = true }
     }
 
     /// Appends `events` and their deliveries in one statement.

@@ -113,6 +113,29 @@ final class FleetTests {
         #expect(try b.task(id: "t")?.state == .completed)
     }
 
+    /// A new task's row is sent with the transaction's next statement, often its COMMIT, so a
+    /// refusal shows after the job that wrote it returned: the batch runs again, each job in its
+    /// savepoint, and only that job fails.
+    @Test("a write sent with the commit and refused there fails its own job only; the rest of the batch commits")
+    func refusedAtCommit() throws {
+        let (a, b) = try twoNodes()
+        defer {
+            a.close()
+            b.close()
+        }
+        let now = SystemClock().now()
+        _ = try a.createTasks(sessionID: "s", [makeTask("dup", now: now)])
+        let gate = Locked(false)
+        a.submit({ _ in gate.wait(until: { $0 }, timeout: 10) { _ in () } }, done: { _ in })
+        let again = a.createTasks(sessionID: "s", TaskBatch([makeTask("dup", now: now)]), maxOpen: 100)
+        let fresh = a.createTasks(sessionID: "s", TaskBatch([makeTask("new", now: now)]), maxOpen: 100)
+        gate.withLockNotifyingAll { $0 = true }
+        #expect(throws: StoreError.self) { try again.wait() }
+        #expect(try fresh.wait().map(\.0.id) == ["new"])
+        #expect(try a.tasks(sessionID: "s", state: nil, cursor: nil, limit: 10).tasks.map(\.id).sorted() == ["dup", "new"])
+        #expect(try a.session(id: "s")?.1 == [.queued: 2])
+    }
+
     /// Two nodes' writes that lock the same two rows in opposite orders deadlock; PostgreSQL ends
     /// one transaction (40P01), and its writer runs the whole of it again once the other committed.
     @Test("a write that loses a deadlock to another node's is run again, whole, and both commit once")
@@ -132,7 +155,7 @@ final class FleetTests {
                 holding.withLockNotifyingAll { $0.runs += 1 }
                 try tx.execute("UPDATE tasks SET priority = priority + 0.125 WHERE id = $1", [.text(first)])
                 holding.withLockNotifyingAll { _ = $0.nodes.insert(node) }
-                _ = holding.wait(until: { $0.nodes.contains(other) }, timeout: 10) { _ in () }
+                holding.wait(until: { $0.nodes.contains(other) }, timeout: 10) { _ in () }
                 try tx.execute("UPDATE tasks SET priority = priority + 0.125 WHERE id = $1", [.text(second)])
             }
         }
