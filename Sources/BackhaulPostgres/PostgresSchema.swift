@@ -157,9 +157,25 @@ public enum PostgresSchema {
             PRIMARY KEY (day, network_type)
         );
         """,
-        // A task's revision, counted up by every change to its row (not by a lease's renewal):
-        // a node writes its copy of a task back only while the row is still at its revision.
-        "ALTER TABLE tasks ADD COLUMN revision bigint NOT NULL DEFAULT 0",
+        // A task's revision: a node writes its copy of a task back only while the row is still
+        // at the copy's revision (docs/fleet.md). The database counts it, so that every write
+        // counts, also one by a node of an older version or by hand: any update that sets a
+        // column of the task's record (not a lease's renewal, which sets only the lease).
+        """
+        ALTER TABLE tasks ADD COLUMN revision bigint NOT NULL DEFAULT 0;
+        CREATE FUNCTION tasks_count_revision() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.revision := OLD.revision + 1;
+            RETURN NEW;
+        END
+        $$;
+        CREATE TRIGGER tasks_revision BEFORE UPDATE OF seq, id, session_id, kind, state, waiting_reason, file_path,
+            file_size, file_mtime_ns, request, upload, host_key, priority, description, idempotency_key,
+            delete_file_on_success, configuration, attempts, bytes_sent, created_at, started_at, finished_at,
+            next_attempt_at, earliest_begin_at, deadline_at, response, error, cancellation, checkpoint, download,
+            detached_from, last_error, pinned_node
+            ON tasks FOR EACH ROW EXECUTE FUNCTION tasks_count_revision();
+        """,
     ]
 
     /// The version this code writes.

@@ -64,7 +64,7 @@ extension PostgresStore {
                     "seq = (SELECT seq FROM tasks WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED)"
                 if case .success(let started) = task.applying(.attemptStarted, now: now),
                     let written = try PostgresTaskRows.update(
-                        tx, from: task, to: started, onlyIf: claimable, unchanged: true, lease: .take,
+                        tx, from: task, to: started, onlyIf: claimable, whileAtRevision: true, lease: .take,
                         leaseSeconds: options.leaseSeconds)
                 {
                     try recorded(tx, from: task, to: written, now: now)
@@ -101,7 +101,7 @@ extension PostgresStore {
                 let ended = TaskInput.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end)
                 if case .success(let next) = task.applying(ended, now: now),
                     let written = try PostgresTaskRows.update(
-                        tx, from: task, to: next, onlyIf: "state = 'running' AND lease_node = $2", unchanged: true,
+                        tx, from: task, to: next, onlyIf: "state = 'running' AND lease_node = $2", whileAtRevision: true,
                         lease: .release, attempt: entry)
                 {
                     try recorded(tx, from: task, to: written, now: now)
@@ -247,8 +247,7 @@ extension PostgresStore {
                 guard let task = try PostgresTaskRows.fetch(tx, sequence: sequence),
                     case .success(let next) = task.applying(.policy(decision), now: now)
                 else { return nil }
-                try save(tx, from: task, to: next, now: now)
-                return next
+                return try save(tx, from: task, to: next, now: now)
             }, done: done)
     }
 }

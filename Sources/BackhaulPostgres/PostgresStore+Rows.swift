@@ -84,18 +84,19 @@ enum PostgresTaskRows {
         }
     }
 
-    /// Writes the columns in which `after` differs from `before`, and counts the row's revision
-    /// up, only while the row still meets `condition` (SQL, with `$1` the task's sequence and `$2`
-    /// this node) when one is given. `before` is the row as read and locked in this transaction,
-    /// or, with `unchanged`, the caller's copy: then the row is written only if it is still at that
-    /// copy's revision, no one having changed it since (docs/fleet.md). `lease` sets or clears this
-    /// node's lease with the change; `attempt` goes into the task's history in the same round trip,
-    /// only if the row is written. Returns the task as written (its revision counted), nil when the
-    /// row did not meet the condition.
+    /// Writes the columns in which `after` differs from `before` (the database counts the row's
+    /// revision up), only while the row still meets `condition` (SQL, with `$1` the task's sequence
+    /// and `$2` this node) when one is given. `before` is the row as read and locked in this
+    /// transaction, or, `whileAtRevision`, the caller's copy: then the row is written only while it
+    /// is still at that copy's revision, no one having changed it since (docs/fleet.md). `lease`
+    /// sets or clears this node's lease with the change; `attempt` goes into the task's history in
+    /// the same round trip, only if the row is written. Returns the task as written (its revision
+    /// counted), nil when the row did not meet the condition.
     @discardableResult
     static func update(
         _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, onlyIf condition: String? = nil,
-        unchanged: Bool = false, lease: LeaseChange = .keep, leaseSeconds: Double = 30, attempt: AttemptRecord? = nil
+        whileAtRevision: Bool = false, lease: LeaseChange = .keep, leaseSeconds: Double = 30,
+        attempt: AttemptRecord? = nil
     ) throws -> TaskRecord? {
         var sets: [String] = []
         var values: [PostgresValue] = [.int(after.sequence)]
@@ -128,6 +129,8 @@ enum PostgresTaskRows {
         set("cancellation", before.cancellation != after.cancellation, .int(after.cancellation?.rawValue))
         set("last_error", before.lastError != after.lastError, .text(after.lastError?.json.serialized()))
         set("checkpoint", before.checkpoint != after.checkpoint, .text(after.checkpoint?.json.serialized()))
+        // The database counts the revision when the record changes, not for the lease alone.
+        let countsRevision = !sets.isEmpty
         switch lease {
         case .keep: break
         case .take:
@@ -137,17 +140,19 @@ enum PostgresTaskRows {
             sets.append("lease_node = NULL, lease_expires_at = NULL")
         }
         guard !sets.isEmpty else {
+            // Nothing to write, so nothing checks the row's revision: the caller reads the row.
+            if whileAtRevision { return nil }
             if let attempt { try appendAttempt(tx, taskSequence: after.sequence, attempt) }
             return after
         }
         var conditions = condition.map { [$0] } ?? []
-        if unchanged {
+        if whileAtRevision {
             values.append(.int(before.revision))
             conditions.append("revision = $\(values.count)")
         }
         var sql =
-            "UPDATE tasks SET \(sets.joined(separator: ", ")), revision = revision + 1 WHERE seq = $1"
-            + conditions.map { " AND \($0)" }.joined() + " RETURNING pinned_node"
+            "UPDATE tasks SET \(sets.joined(separator: ", ")) WHERE seq = $1" + conditions.map { " AND \($0)" }.joined()
+            + " RETURNING pinned_node"
         if let attempt {
             // The attempt goes in with the row, or not at all: from the update's answer.
             let statements = attemptStatements(attempt, from: "u", firstParameter: values.count + 1)
@@ -156,8 +161,9 @@ enum PostgresTaskRows {
         }
         let written = try tx.execute(sql, values)
         guard written.count > 0 else { return nil }
+        // A `before` read stale makes this lower than the row's revision, never equal.
         var result = after
-        result.revision = before.revision + 1
+        if countsRevision { result.revision = before.revision + 1 }
         if !before.state.isFinal, after.state.isFinal { tx.countOpen(after.sessionID, -1) }
         if StoreChanges.concerns(from: before, to: after) {
             tx.changes.note(from: before, to: result)
@@ -226,7 +232,7 @@ enum PostgresTaskRows {
     ) {
         tx.send(
             """
-            UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint), revision = revision + 1
+            UPDATE tasks SET bytes_sent = $1, checkpoint = COALESCE($2, checkpoint)
             WHERE seq = $3 AND state = 'running' AND attempts = $4 AND lease_node = $5
             """, [.int(bytesTransferred), .text(checkpoint), .int(sequence), .int(attempt), .text(tx.node)])
     }

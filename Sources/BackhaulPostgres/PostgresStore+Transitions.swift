@@ -144,9 +144,7 @@ extension PostgresStore {
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.
     func removeSession(_ tx: PostgresTransaction, id: String) throws {
-        try tx.execute(
-            "UPDATE tasks SET detached_from = session_id, session_id = '', revision = revision + 1 WHERE session_id = $1",
-            [.text(id)])
+        try tx.execute("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = $1", [.text(id)])
         try tx.execute("DELETE FROM sessions WHERE id = $1", [.text(id)])
         tx.changes.sessions.insert(id)
         tx.lockedSessions[id] = nil

@@ -46,7 +46,7 @@ final class PostgresTransaction {
     /// Statements not sent yet, to go in front of the next one in one round trip: the ones that
     /// open the transaction (`begin`), and writes whose answer no one reads (`send`).
     private(set) var unsent: [(sql: String, parameters: [PostgresValue])] = []
-    /// How many statements were taken from `unsent` so far (for a job's `Mark`).
+    /// How many statements were sent from `unsent` so far (for a job's `Mark`).
     private var sentCount = 0
 
     /// Opens the transaction with `statements` (`BEGIN`, a `SET LOCAL`), sent with the first
@@ -66,11 +66,11 @@ final class PostgresTransaction {
         return unsent
     }
 
-    /// Rolls the whole transaction back; what was not sent is dropped.
+    /// Rolls the whole transaction back, and ends it: what was not sent is dropped (nothing at
+    /// all sent, not even its `BEGIN`: there is nothing to roll back).
     func rollBackAll() throws(PostgresError) {
-        sentCount += unsent.count
         unsent = []
-        try connection.execute("ROLLBACK")
+        if sentCount > 0 { try connection.execute("ROLLBACK") }
     }
 
     @discardableResult
@@ -80,12 +80,6 @@ final class PostgresTransaction {
             return answers[answers.count - 1]
         }
         return try connection.execute(sql, parameters)
-    }
-
-    /// Statements that need no answer from each other, in one round trip; their rows, in order.
-    func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
-        let unsent = takeUnsent()
-        return Array(try connection.pipeline(unsent + statements).dropFirst(unsent.count))
     }
 
     func rows<T>(_ sql: String, _ parameters: [PostgresValue] = [], _ map: (PostgresRow) throws -> T) throws -> [T] {
@@ -115,7 +109,7 @@ final class PostgresTransaction {
         fileprivate var files: Int
         fileprivate var taken: Int
         fileprivate var ended: Int
-        /// How many statements had been handed to `unsent` (taken or not).
+        /// How many statements had been handed to `unsent` (sent or not).
         fileprivate var handed: Int
     }
 

@@ -157,11 +157,11 @@ final class PostgresWriter: @unchecked Sendable {
             do {
                 try commit(tx)
             } catch let error as PostgresError where !savepoints && !error.isRetryable && !error.isConnectionLost {
-                // A write sent with the commit (`PostgresTransaction.send`) was refused. Whose it was
-                // shows when the jobs run again in their savepoints, where each one's writes go
-                // with its release.
+                // Possibly a job's write sent with the commit (`PostgresTransaction.send`). Whose it
+                // was shows when the jobs run again in their savepoints, where each one's writes go
+                // with its release; a refusal of the commit's own statements fails them all then.
                 try tx.rollBackAll()
-                return jobs.count == 1 ? [.failed(StoreError(postgres: error))] : nil
+                return nil
             }
             return outcomes
         } catch {

@@ -73,6 +73,27 @@ final class FleetTests {
         return (a, b)
     }
 
+    /// The database counts a task's revision, so a node's copy is found stale whoever changed the
+    /// row: a node of an older version, or an operator by hand. A lease's renewal is no change.
+    @Test("a change made by hand counts the revision, and a claim from the copy before it reads the row again")
+    func revisionCountedByTheDatabase() throws {
+        let (a, b) = try twoNodes(sharedRoots: ["/d"])
+        defer {
+            a.close()
+            b.close()
+        }
+        let copy = try a.createTasks(sessionID: "s", [makeTask("t", now: SystemClock().now())])[0].0
+        let db = try PostgresConnection(server.url)
+        func revision() throws -> Int64? { try db.execute("SELECT revision FROM tasks WHERE id = 't'").int(0, 0) }
+        try db.execute("UPDATE tasks SET priority = 0.875 WHERE id = 't'")
+        #expect(try revision() == copy.revision + 1)
+        let started = try #require(try answer { done in b.startAttempt(copy, done: done) })
+        #expect(started.priority == 0.875 && started.revision == copy.revision + 2)
+        #expect(try revision() == started.revision)
+        try db.execute("UPDATE tasks SET lease_expires_at = clock_timestamp() + interval '1 minute' WHERE id = 't'")
+        #expect(try revision() == started.revision)
+    }
+
     /// A node claims from the copy its engine kept, which may be stale: the task another node has
     /// started meanwhile. That claim must not lock the row: the running node's end would wait for
     /// the claiming node's whole transaction (and two such nodes deadlock).
@@ -125,6 +146,13 @@ final class FleetTests {
         }
         let now = SystemClock().now()
         _ = try a.createTasks(sessionID: "s", [makeTask("dup", now: now)])
+        // Alone in its transaction: refused, and nothing of it reaches the observers.
+        let created = Locked<[String]>([])
+        a.observe { changes in created.withLock { $0 += changes.created.map(\.id) } }
+        #expect(throws: StoreError.self) { try a.createTasks(sessionID: "s", [makeTask("dup", now: now)]) }
+        try a.settle()
+        #expect(created.withLock { $0 }.isEmpty)
+        // With another write in its transaction: only it fails.
         let gate = Locked(false)
         a.submit({ _ in gate.wait(until: { $0 }, timeout: 10) { _ in () } }, done: { _ in })
         let again = a.createTasks(sessionID: "s", TaskBatch([makeTask("dup", now: now)]), maxOpen: 100)
@@ -132,6 +160,7 @@ final class FleetTests {
         gate.withLockNotifyingAll { $0 = true }
         #expect(throws: StoreError.self) { try again.wait() }
         #expect(try fresh.wait().map(\.0.id) == ["new"])
+        #expect(created.withLock { $0 } == ["new"])
         #expect(try a.tasks(sessionID: "s", state: nil, cursor: nil, limit: 10).tasks.map(\.id).sorted() == ["dup", "new"])
         #expect(try a.session(id: "s")?.1 == [.queued: 2])
     }
