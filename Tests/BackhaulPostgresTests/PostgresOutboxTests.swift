@@ -28,19 +28,26 @@ final class PostgresOutboxTests {
         return try PostgresStore(options, clock: clock)
     }
 
+    /// Nodes a and b on the test's database.
+    func twoNodes() throws -> (PostgresStore, PostgresStore) { (try node("a"), try node("b")) }
+
+    /// The session "s" on `store`, with the subscription "w" to `events`.
+    func subscribedSession(on store: PostgresStore, to events: [EventType] = [.taskCompleted]) throws {
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        try store.createWebhook(
+            WebhookRecord(
+                id: "w", sessionID: "s", url: "http://127.0.0.1:9/", events: events, secret: "whsec_a",
+                createdAt: clock.now()))
+    }
+
     @Test("a due delivery is claimed by one node; the other gets it once the claim ends, with the same webhook-id")
     func claims() throws {
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
         }
-        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
-        try a.createWebhook(
-            WebhookRecord(
-                id: "w", sessionID: "s", url: "http://127.0.0.1:9/", events: [.taskCompleted], secret: "whsec_a",
-                createdAt: clock.now()))
+        try subscribedSession(on: a)
         _ = try a.createTasks(sessionID: "s", [makeTask("t1", now: clock.now())])
         try a.complete("t1")
         let pending = try a.deliveries(webhookID: "w", state: .pending, cursor: nil, limit: 10).deliveries
@@ -85,17 +92,12 @@ final class PostgresOutboxTests {
 
     @Test("session.drained waits for every earlier delivery of its subscription, whichever node holds it")
     func drainedComesLast() throws {
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
         }
-        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
-        try a.createWebhook(
-            WebhookRecord(
-                id: "w", sessionID: "s", url: "http://127.0.0.1:9/", events: [.taskCompleted, .sessionDrained],
-                secret: "whsec_a", createdAt: clock.now()))
+        try subscribedSession(on: a, to: [.taskCompleted, .sessionDrained])
         _ = try a.createTasks(sessionID: "s", [makeTask("t1", now: clock.now())])
         try a.complete("t1")
         #expect(try a.deliveries(webhookID: "w", state: .pending, cursor: nil, limit: 10).deliveries.count == 2)
@@ -122,8 +124,7 @@ final class PostgresOutboxTests {
 
     @Test("events in commit order, after a sequence: all, of one session, of the sessions a client may see")
     func events() throws {
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
@@ -151,8 +152,7 @@ final class PostgresOutboxTests {
 
     @Test("a cleanup is run by one node at a time; a stopped node's claim runs out")
     func cleanups() throws {
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
@@ -178,8 +178,7 @@ final class PostgresOutboxTests {
 
     @Test("settings round-trip and are heard by the other node; budget use adds up across nodes")
     func settingsAndBudgets() throws {
-        let a = try node("a")
-        let b = try node("b")
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
@@ -221,11 +220,7 @@ final class PostgresOutboxTests {
     func retention() throws {
         let a = try node("a")
         defer { a.close() }
-        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
-        try a.createWebhook(
-            WebhookRecord(
-                id: "w", sessionID: "s", url: "http://127.0.0.1:9/", events: [.taskCompleted], secret: "whsec_a",
-                createdAt: clock.now()))
+        try subscribedSession(on: a)
         _ = try a.createTasks(sessionID: "s", [makeTask("old", now: clock.now()), makeTask("new", now: clock.now())])
         let start = clock.now()
         try a.complete("old")
