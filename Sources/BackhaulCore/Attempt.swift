@@ -73,6 +73,14 @@ public struct AttemptRecord: Sendable, Equatable {
             "error": error.map(TaskRecord.errorJSON) ?? .null, "network_type": networkType.map { .string($0.rawValue) } ?? .null,
         ]
     }
+
+    /// The entry as its attempt ended: `end`'s outcome, and its error when it has one.
+    public func ended(by end: AttemptEnd) -> AttemptRecord {
+        var entry = self
+        entry.outcome = end.outcome
+        if let error = end.error { entry.error = error }
+        return entry
+    }
 }
 
 extension AttemptFailure {

@@ -93,9 +93,7 @@ extension PostgresStore {
         done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
     ) {
         let now = self.now
-        var entry = history
-        entry.outcome = end.outcome
-        if let error = end.error { entry.error = error }
+        let entry = history.ended(by: end)
         submit(
             { [self, entry] tx -> TaskRecord? in
                 let ended = TaskInput.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end)

@@ -128,10 +128,7 @@ extension Store {
                     try TaskRows.update(
                         db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)", feed: feed)
                 else { return nil }
-                var entry = history
-                entry.outcome = end.outcome
-                if let error = end.error { entry.error = error }
-                try Store.appendAttempt(db, taskSequence: task.sequence, entry)
+                try Store.appendAttempt(db, taskSequence: task.sequence, history.ended(by: end))
                 try recorded(db, from: current, to: next, now: now)
                 return next
             }, done: done)
