@@ -38,15 +38,9 @@ extension PostgresStore {
     /// node (every request that creates tasks reads its session). A write that needs the session
     /// as it is (a task's admission) reads it again under its lock.
     public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
-        let (cached, generation) = sessionCache.withLock { ($0.records[id], $0.generation) }
-        if let cached { return cached }
-        let record = try read { tx in try fetchSession(tx, id: id, lock: false) }
-        if let record {
-            sessionCache.withLock { cache in
-                if cache.generation == generation { cache.records[id] = record }
-            }
+        try SessionCache.record(sessionCache, id: id) { () throws(StoreError) in
+            try read { tx in try fetchSession(tx, id: id, lock: false) }
         }
-        return record
     }
 
     public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {

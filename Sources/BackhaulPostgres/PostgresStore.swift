@@ -8,9 +8,11 @@ import Threads
 /// implementation of `StateStore`, beside SQLite's `Store`.
 ///
 /// - **Writes** go through one writer per node (`PostgresWriter`): a thread with its own connection
-///   that joins the jobs waiting into one transaction, a savepoint each, as the SQLite writer does.
-///   Rows a write reads to change are locked (`FOR UPDATE`), so two nodes changing one task take
-///   turns; a deadlock or serialization failure runs the transaction again.
+///   that joins the jobs waiting into one transaction, as the SQLite writer does (a savepoint each
+///   only when one threw and the transaction runs again). Rows a write reads to change are locked
+///   (`FOR UPDATE`), or written only while at the revision read (`TaskRecord.revision`), so two
+///   nodes changing one task take turns; a deadlock or serialization failure runs the transaction
+///   again.
 /// - **Events** are appended at the end of each transaction under a transaction-scoped advisory
 ///   lock, so their sequence is their commit order on every node and a reader resuming after
 ///   `Last-Event-ID` never skips one committed late.
@@ -74,7 +76,7 @@ public final class PostgresStore: @unchecked Sendable {
     private let stopping = Locked(false)
     let figures = Locked(MaintenanceFigures())
     /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
-    let sessionCache = Locked<(records: [String: SessionRecord], generation: Int)>(([:], 0))
+    let sessionCache = Locked(SessionCache())
     /// Task sequences taken from the database and not used yet (`taskSequences`).
     let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
@@ -106,7 +108,7 @@ public final class PostgresStore: @unchecked Sendable {
         }
         writer = PostgresWriter(connection: connection, url: options.url, node: options.node)
         writer.afterCommit = { [observers, sessionCache] changes in
-            Self.forgetSessions(changes, sessionCache)
+            sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         writer.settled = { [leased, figures] tx in
@@ -131,7 +133,7 @@ public final class PostgresStore: @unchecked Sendable {
     public func startFleet() {
         let feed = PostgresChangeFeed(url: options.url, node: node, runsShared: !options.sharedRoots.isEmpty) {
             [observers, sessionCache] changes in
-            Self.forgetSessions(changes, sessionCache)
+            sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
         self.feed = feed
@@ -139,17 +141,6 @@ public final class PostgresStore: @unchecked Sendable {
         let thread = WorkerThread(name: "bh-heartbeat")
         heartbeat = thread
         thread.start { [self] in beatUntilStopped() }
-    }
-
-    /// Sessions a commit changed are read again; after changes that may have been missed (the
-    /// feed reconnected), all are.
-    static func forgetSessions(_ changes: StoreChanges, _ cache: Locked<(records: [String: SessionRecord], generation: Int)>) {
-        guard !changes.sessions.isEmpty || changes.queueReload else { return }
-        cache.withLock { cache in
-            if changes.queueReload { cache.records = [:] }
-            for id in changes.sessions { cache.records[id] = nil }
-            cache.generation += 1
-        }
     }
 
     /// What the node says of itself at each beat.

@@ -238,7 +238,7 @@ enum ChangeMessage {
     static let entriesPerMessage = 40
 
     static func encode(_ changes: StoreChanges, pins: [Int64: String], node: String) -> [String] {
-        var head: JSONObject = ["n": .string(node)]
+        var head: JSONObject = [:]
         if !changes.unqueued.isEmpty { head["u"] = .array(changes.unqueued.map { .int($0) }) }
         if !changes.leftRunning.isEmpty { head["r"] = .array(changes.leftRunning.map { .string($0) }) }
         if let timer = changes.earliestTimer { head["t"] = .double(timer) }
@@ -258,13 +258,13 @@ enum ChangeMessage {
         }
         // Oversized lists (a batch touching thousands of tasks at once) are not spelled out: the
         // other nodes read their queue again.
-        if head.count > 1, JSON.object(head).serialized().utf8.count > 7000 {
-            head = ["n": .string(node), "reload": .bool(true), "e": .bool(true), "d": .bool(true), "c": .bool(true)]
+        if !head.isEmpty, JSON.object(head).serialized().utf8.count > 7000 {
+            head = ["reload": .bool(true), "e": .bool(true), "d": .bool(true), "c": .bool(true)]
         }
         var messages: [String] = []
         var start = 0
         repeat {
-            var message = messages.isEmpty ? head : ["n": .string(node)]
+            var message = messages.isEmpty ? head : [:]
             let end = min(start + entriesPerMessage, entries.count)
             if start < end { message["q"] = .array(Array(entries[start..<end])) }
             // The sender first, on a line of its own: a node skips its own messages unparsed.
@@ -280,15 +280,15 @@ enum ChangeMessage {
     static func decode(_ payload: String, node: String, runsShared: Bool) -> StoreChanges? {
         guard let newline = payload.utf8.firstIndex(of: UInt8(ascii: "\n")),
             payload[..<newline] != node,
-            let message = try? JSON.parse(String(payload[payload.index(after: newline)...]), maxDepth: 8),
-            let sender = message["n"]?.stringValue, sender != node
+            let message = try? JSON.parse(String(payload[payload.index(after: newline)...]), maxDepth: 8)
         else { return nil }
         var changes = StoreChanges()
         for entry in message["q"]?.arrayValue ?? [] {
             guard let fields = entry.arrayValue, fields.count == 6, let sequence = fields[0].intValue,
                 let priority = fields[1].doubleValue, let session = fields[2].stringValue, let host = fields[3].stringValue
             else { continue }
-            if let pin = fields[5].stringValue { if pin != node { continue } } else if !runsShared { continue }
+            let pin = fields[5].stringValue
+            guard pin == node || (pin == nil && runsShared) else { continue }
             changes.queued.append(
                 Scheduler.Entry(
                     sequence: sequence, priority: priority, key: Scheduler.Key(session: session, host: host),

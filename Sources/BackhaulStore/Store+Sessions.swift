@@ -115,11 +115,9 @@ extension Store {
     /// A session without its task counts (creating tasks needs no counts), from the cache of
     /// committed records when it is there (`SessionCache`).
     public func sessionRecord(id: String) throws(StoreError) -> SessionRecord? {
-        let (cached, generation) = sessionCache.withLock { ($0.records[id], $0.generation) }
-        if let cached { return cached }
-        let record = try read { db in try Store.fetchSession(db, id: id) }
-        if let record { sessionCache.withLock { $0.keep(record, readAt: generation) } }
-        return record
+        try SessionCache.record(sessionCache, id: id) { () throws(StoreError) in
+            try read { db in try Store.fetchSession(db, id: id) }
+        }
     }
 
     public func session(id: String) throws(StoreError) -> (SessionRecord, [TaskState: Int])? {
@@ -290,21 +288,39 @@ extension Store {
 
 /// Committed session records, kept for reads: a POST of a task reads its session for the
 /// configuration it validates against, and that read was a read transaction of its own on
-/// every request. A commit that changes sessions forgets them (the store observes its own
-/// commits, before it answers the write), and a record read from a snapshot older than such a
-/// commit is not kept: the generation moved while it was read.
-struct SessionCache {
-    var records: [String: SessionRecord] = [:]
+/// every request. A commit that changes sessions forgets them (each store observes its commits
+/// before it answers the write, and a PostgreSQL node hears the other nodes'), and a record read
+/// from a snapshot older than such a commit is not kept: the generation moved while it was read.
+package struct SessionCache: Sendable {
+    package var records: [String: SessionRecord] = [:]
     /// Moves on every commit that changed a session.
-    var generation = 0
+    package var generation = 0
 
-    mutating func forget(_ sessions: Set<String>) {
-        for id in sessions { records[id] = nil }
+    package init() {}
+
+    /// Forgets the sessions `changes` touched, or every one after changes that may have been
+    /// missed (`queueReload`: a node's feed reconnected).
+    package mutating func forget(_ changes: StoreChanges) {
+        guard !changes.sessions.isEmpty || changes.queueReload else { return }
+        if changes.queueReload { records = [:] }
+        for id in changes.sessions { records[id] = nil }
         generation += 1
     }
 
     mutating func keep(_ record: SessionRecord, readAt generation: Int) {
         guard generation == self.generation else { return }
         records[record.id] = record
+    }
+
+    /// The session's record: kept, or read by `read` and kept unless a commit changed sessions
+    /// meanwhile.
+    package static func record(
+        _ cache: Locked<SessionCache>, id: String, read: () throws(StoreError) -> SessionRecord?
+    ) throws(StoreError) -> SessionRecord? {
+        let (cached, generation) = cache.withLock { ($0.records[id], $0.generation) }
+        if let cached { return cached }
+        let record = try read()
+        if let record { cache.withLock { $0.keep(record, readAt: generation) } }
+        return record
     }
 }

@@ -129,7 +129,7 @@ public final class Store: Sendable {
                 db, walPolicy, maintenance, checkpointer, frames: frames.value, synced: synced, report: checkpointFailed)
         }
         writer.observe { [sessionCache] changes in
-            if !changes.sessions.isEmpty { sessionCache.withLock { $0.forget(changes.sessions) } }
+            sessionCache.withLock { $0.forget(changes) }
         }
         checkpointer.start()
         writer.start()

@@ -115,13 +115,11 @@ public final class PostgresConnection {
         for (sql, parameters) in statements {
             // A statement prepared on this session already goes by its name.
             let name = prepared[sql]
-            let sent = Self.sent(parameters) { values, lengths, formats -> OpaquePointer? in
-                let queued =
-                    name.map { PQsendQueryPrepared(raw, $0, Int32(parameters.count), values, lengths, formats, 0) }
+            let queued = Self.sent(parameters) { values, lengths, formats in
+                name.map { PQsendQueryPrepared(raw, $0, Int32(parameters.count), values, lengths, formats, 0) }
                     ?? PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
-                return queued == 1 ? OpaquePointer(bitPattern: 1) : nil
             }
-            guard sent != nil else {
+            guard queued == 1 else {
                 throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
             }
         }
@@ -254,10 +252,10 @@ public final class PostgresConnection {
     /// Calls `body` with the parameters as libpq takes them: values (nil for NULL), lengths and
     /// formats (1, binary, for bytes; 0, text, for the rest). The values are laid end to end in
     /// one buffer, pinned once, and each pointer is an offset into it.
-    private static func sent(
+    private static func sent<Answer>(
         _ parameters: [PostgresValue],
-        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> OpaquePointer?
-    ) -> OpaquePointer? {
+        _ body: (UnsafePointer<UnsafePointer<CChar>?>?, UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> Answer
+    ) -> Answer {
         var storage: [UInt8] = []
         var offsets: [Int?] = []
         var lengths: [Int32] = []

@@ -32,7 +32,9 @@ struct SessionCacheTests {
         var cache = SessionCache()
         let old = SessionRecord(id: "s", configuration: TransferConfiguration(), enabled: true, lifecycle: .active, createdAt: 0)
         let readAt = cache.generation
-        cache.forget(["s"])
+        var changes = StoreChanges()
+        changes.sessions = ["s"]
+        cache.forget(changes)
         cache.keep(old, readAt: readAt)
         #expect(cache.records["s"] == nil)
         cache.keep(old, readAt: cache.generation)
