@@ -41,14 +41,12 @@ final class FleetTests {
 
     @Test("a session changed on one node is read anew on the other, whose record of it was kept")
     func sessionChangedElsewhere() throws {
-        let a = try PostgresStore(PostgresStore.Options(url: server.url, node: "a"))
-        let b = try PostgresStore(PostgresStore.Options(url: server.url, node: "b"))
+        let (a, b) = try twoNodes()
         defer {
             a.close()
             b.close()
         }
         b.startFleet()
-        _ = try a.putSession(id: "s", configuration: TransferConfiguration())
         #expect(
             try b.sessionRecord(id: "s")?.configuration.maxConnectionsPerHost == TransferConfiguration().maxConnectionsPerHost)
         // b keeps its record; a changes the session: b hears it and reads it again.
@@ -198,6 +196,66 @@ final class FleetTests {
         // runs in all); each raised both rows once.
         #expect(holding.withLock { $0.runs } >= 3)
         #expect(try a.task(id: "x")?.priority == 0.75 && a.task(id: "y")?.priority == 0.75)
+    }
+
+    /// With the database gone, a write gives up once the writer's time to reconnect has passed,
+    /// and a read at once: both as `unavailable` (the API's 503 `service_unavailable`), never as a
+    /// failure of the database. Both work again once it is back.
+    @Test("with the database gone, writes and reads are unavailable, not failed; back, they work again")
+    func databaseGone() throws {
+        let (a, b) = try twoNodes()
+        defer {
+            a.close()
+            b.close()
+        }
+        a.writer.reconnectFor = 1
+        try server.stop(immediate: true)
+        let write: () throws -> Void = { _ = try a.putSession(id: "t", configuration: TransferConfiguration()) }
+        let read: () throws -> Void = { _ = try a.task(id: "x") }
+        for attempt in [write, read] {
+            #expect {
+                try attempt()
+            } throws: { error in
+                guard case StoreError.unavailable = error else { return false }
+                return true
+            }
+        }
+        try server.start()
+        #expect(try a.putSession(id: "t", configuration: TransferConfiguration()).1)
+        #expect(try a.task(id: "x") == nil)
+    }
+
+    /// What a commit announces over NOTIFY, as each node takes it: its sender skips it unparsed;
+    /// a queued task reaches the node it is pinned to, or, unpinned, the nodes that see the shared
+    /// roots; a list too long for one payload makes the others read their queue again.
+    @Test("a change message reaches the nodes it concerns: not its sender, a pinned task only its node")
+    func changeMessages() throws {
+        var changes = StoreChanges()
+        let key = Scheduler.Key(session: "s", host: "http://h:80")
+        changes.queued = [1, 2, 3].map { Scheduler.Entry(sequence: $0, priority: 0.5, key: key, limit: nil) }
+        changes.sessions = ["s"]
+        changes.eventsAppended = true
+        let pins: [Int64: String] = [1: "a", 2: "b"]
+        let messages = ChangeMessage.encode(changes, pins: pins, node: "a")
+        #expect(messages.count == 1 && messages[0].hasPrefix("a\n"))
+        #expect(ChangeMessage.decode(messages[0], node: "a", runsShared: true) == nil)
+        let shared = try #require(ChangeMessage.decode(messages[0], node: "b", runsShared: true))
+        #expect(shared.queued.map(\.sequence) == [2, 3])
+        #expect(shared.sessions == ["s"] && shared.eventsAppended && !shared.queueReload)
+        let own = try #require(ChangeMessage.decode(messages[0], node: "b", runsShared: false))
+        #expect(own.queued.map(\.sequence) == [2])
+        let other = try #require(ChangeMessage.decode(messages[0], node: "c", runsShared: false))
+        #expect(other.queued.isEmpty)
+        // Many queued tasks go in several messages; too many changed ones, as a reload.
+        changes.queued = (1...100).map { Scheduler.Entry(sequence: $0, priority: 0.5, key: key, limit: nil) }
+        let several = ChangeMessage.encode(changes, pins: [:], node: "a")
+        #expect(several.count == 3)
+        #expect(several.compactMap { ChangeMessage.decode($0, node: "b", runsShared: true) }.flatMap(\.queued).count == 100)
+        changes.unqueued = Array(1...2000)
+        let reload = try #require(
+            ChangeMessage.decode(ChangeMessage.encode(changes, pins: [:], node: "a")[0], node: "b", runsShared: true))
+        #expect(reload.queueReload && reload.unqueued.isEmpty && reload.eventsAppended)
+        #expect(several.allSatisfy { $0.utf8.count < 8000 })
     }
 
     @Test("a wrong password or an unreachable server is a clear refusal to open; a newer schema is refused")

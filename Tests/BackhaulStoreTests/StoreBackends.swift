@@ -26,6 +26,13 @@ enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {
             return try PostgresStore(options, clock: clock)
         }
     }
+
+    /// A new store, as `open`, with the session "s" the tests put their tasks in.
+    func openWithSession(clock: any Clock = SystemClock()) throws -> any StateStore {
+        let store = try open(clock: clock)
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        return store
+    }
 }
 
 /// The one PostgreSQL server of the test process, started by the first test that needs it. Its

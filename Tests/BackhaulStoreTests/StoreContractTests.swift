@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulTesting
 import Foundation
 import Glibc
 import JSONCodec
@@ -13,15 +14,9 @@ import Testing
 struct StoreContractTests {
     let clock = ManualClock()
 
-    func open(_ backend: Backend) throws -> any StateStore {
-        let store = try backend.open(clock: clock)
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-        return store
-    }
-
     @Test("counts by state and by waiting reason follow every transition, and a bulk cancel", arguments: Backend.allCases)
     func counts(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", ["a", "b", "c", "d", "e"].map { makeTask($0) })
         _ = try store.startAttempt(id: "a")
@@ -54,7 +49,7 @@ struct StoreContractTests {
         "a final task is deleted, an unfinished one is not; a session deleted goes at once, or with its last task",
         arguments: Backend.allCases)
     func deletion(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         #expect(throws: StoreError.self) { try store.deleteTask(id: "a") }
@@ -79,7 +74,7 @@ struct StoreContractTests {
         "a task's attempt history keeps its last attempts, numbered on, whether an attempt ends or is stopped",
         arguments: Backend.allCases)
     func attemptHistoryLimit(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let task = try store.createTasks(sessionID: "s", [makeTask("a")])[0].0
         let limit = AttemptRecord.historyLimit
@@ -104,7 +99,7 @@ struct StoreContractTests {
 
     @Test("finished tasks go after their retention, the oldest age told first", arguments: Backend.allCases)
     func retention(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("old"), makeTask("young"), makeTask("open")])
         _ = try store.apply(.cancel, to: "old")
@@ -124,7 +119,7 @@ struct StoreContractTests {
         "settings are set, replaced and removed; budget use adds up per network, a new day forgets the old",
         arguments: Backend.allCases)
     func settingsAndBudgets(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         #expect(try store.setting("k") == nil)
         try store.setSetting("k", ["a": 1])
@@ -146,12 +141,12 @@ struct StoreContractTests {
     /// The file of a completed `delete_file_on_success` task goes once the end committed.
     @Test("a completed delete-on-success task's file is removed; a failed one's stays", arguments: Backend.allCases)
     func fileRemovedOnSuccess(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
+        let directory = TemporaryDirectory("backhaul-contract")
         var paths: [String] = []
         for id in ["ok", "bad"] {
-            let path = "/tmp/backhaul-contract-\(getpid())-\(UUID().uuidString)"
-            #expect(FileManager.default.createFile(atPath: path, contents: Data("x".utf8)))
+            let path = directory.makeFile(id, size: 1)
             paths.append(path)
             var task = makeTask(id)
             task.file = FileInfo(path: path, size: 1, modifiedAtNanoseconds: 1)
@@ -159,7 +154,6 @@ struct StoreContractTests {
             _ = try store.createTasks(sessionID: "s", [task])
             _ = try store.startAttempt(id: id)
         }
-        defer { for path in paths { unlink(path) } }
         #expect(try store.finishAttempt(id: "ok", attempt: 1, bytesTransferred: 1, result: .completed(nil))?.state == .completed)
         let failure = AttemptEnd.failed(TaskError(.timedOut, message: "t"), nil)
         #expect(try store.finishAttempt(id: "bad", attempt: 1, bytesTransferred: 1, result: failure)?.state == .failed)

@@ -1,8 +1,9 @@
 import BackhaulCore
-import BackhaulPostgres
+import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulPostgres
 @testable import BackhaulStore
 
 /// The engine's store calls hand their answer to a callback on the writer's thread; tests wait
@@ -40,6 +41,20 @@ extension StateStore {
 
     func fireTimers(now: Timestamp) throws -> (expired: Int, next: Timestamp?) {
         try waitFor { done in fireTimers(now: now, done: done) }
+    }
+
+    /// Hands the store's writer a job of the test's own, run in the writer's transaction with
+    /// `run` executing a statement: to hold the writer, to fail the jobs' batch, to write beside
+    /// another job.
+    func submitJob(
+        _ body: @escaping (_ run: (String) throws -> Void) throws -> Void,
+        done: @escaping (Result<Void, StoreError>) -> Void = { _ in }
+    ) {
+        switch self {
+        case let store as Store: store.submit({ db in try body { try db.run($0) } }, done: done)
+        case let store as PostgresStore: store.submit({ tx in try body { try tx.execute($0) } }, done: done)
+        default: Issue.record("no writer to hand a job in \(type(of: self))")
+        }
     }
 
     /// Waits until every write handed over so far has committed.

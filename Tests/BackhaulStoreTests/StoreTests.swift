@@ -32,16 +32,9 @@ func makeTask(
 struct StoreTests {
     let clock = ManualClock()
 
-    /// A new store of `backend` on the test's clock, with the session "s".
-    func open(_ backend: Backend) throws -> any StateStore {
-        let store = try backend.open(clock: clock)
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-        return store
-    }
-
     @Test("sessions: create, same again, different conflicts", arguments: Backend.allCases)
     func sessions(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         #expect(try store.putSession(id: "s", configuration: TransferConfiguration()).1 == false)
         var other = TransferConfiguration()
@@ -53,7 +46,7 @@ struct StoreTests {
 
     @Test("tasks round-trip every field, secrets included (they are needed to run)", arguments: Backend.allCases)
     func roundTrip(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         var task = makeTask("a", key: "k1")
         task.description = "clip"
@@ -94,7 +87,7 @@ struct StoreTests {
     @Test(
         "every protocol's upload options round-trip (the pinned IETF version included)", arguments: Backend.allCases, uploadSpecs)
     func uploadRoundTrip(_ backend: Backend, spec: UploadSpec) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         var task = makeTask("u")
         task.upload = spec
@@ -106,7 +99,7 @@ struct StoreTests {
 
     @Test("an idempotency key returns the first task, within a batch and across calls", arguments: Backend.allCases)
     func idempotency(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let first = try store.createTasks(sessionID: "s", [makeTask("a", key: "k"), makeTask("b", key: "k")])
         #expect(first.map(\.0.id) == ["a", "a"])
@@ -118,7 +111,7 @@ struct StoreTests {
 
     @Test("a batch is all-or-nothing", arguments: Backend.allCases)
     func atomicBatch(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("dup")])
         #expect(throws: StoreError.self) { try store.createTasks(sessionID: "s", [makeTask("x1"), makeTask("dup")]) }
@@ -127,7 +120,7 @@ struct StoreTests {
 
     @Test("pagination returns every task exactly once, in creation order", arguments: Backend.allCases)
     func pagination(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", (0..<25).map { makeTask("t\($0)") })
         var seen: [String] = []
@@ -145,7 +138,7 @@ struct StoreTests {
         "a page of one state holds that state's tasks only, in creation order, unfinished and final alike",
         arguments: Backend.allCases)
     func pagesByState(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", (0..<6).map { makeTask("t\($0)") })
         for id in ["t1", "t3", "t4"] { _ = try store.startAttempt(id: id) }
@@ -163,7 +156,7 @@ struct StoreTests {
         "the queue as the scheduler loads it: every queued task with its key and own limit, in pages", arguments: Backend.allCases
     )
     func queuedEntries(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         var other = makeTask("other-host", priority: 0.9)
         other.request.url = "http://elsewhere:8080/x"
@@ -181,7 +174,7 @@ struct StoreTests {
 
     @Test("an attempt's end is written only while the task is still in that attempt", arguments: Backend.allCases)
     func attemptGuard(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a")])
         let running = try #require(try store.startAttempt(id: "a"))
@@ -196,7 +189,7 @@ struct StoreTests {
         "a subscription added, disabled, enabled or deleted changes which events get deliveries at once",
         arguments: Backend.allCases)
     func deliveriesFollowSubscriptions(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         func cancelled(_ id: String) throws {
             _ = try store.createTasks(sessionID: "s", [makeTask(id)])
@@ -227,7 +220,7 @@ struct StoreTests {
         "a claim made with the copy the engine kept at creation starts the task as it is now (headers changed meanwhile)",
         arguments: Backend.allCases)
     func claimOfAChangedCopy(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let touched = Locked<[Int64]>([])
         store.observe { changes in touched.withLock { $0 += changes.touched } }
@@ -246,7 +239,7 @@ struct StoreTests {
         "an attempt's end written with the copy the engine started from keeps a change made during the attempt",
         arguments: Backend.allCases)
     func endOfAChangedCopy(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         let started = try ["a", "b"].map { id in try #require(try store.startAttempt(id: id)) }
@@ -270,23 +263,23 @@ struct StoreTests {
         #expect(try store.attempts(taskID: "b")?.count == 1)
     }
 
-    /// SQLite only: it holds the SQLite writer with a job of its own and fails another in the same
-    /// batch, which that writer then runs again job by job. The PostgreSQL writer undoes a failing
-    /// job by its savepoint and runs no batch again.
-    @Test("a claim whose batch is run again after another write in it failed still starts the task as it is now")
-    func claimInARetriedBatch() throws {
-        let store = try Store(path: ":memory:", clock: clock)
+    /// It holds the writer with a job of its own and fails another in the same batch, which the
+    /// writer then runs again job by job.
+    @Test(
+        "a claim whose batch is run again after another write in it failed still starts the task as it is now",
+        arguments: Backend.allCases)
+    func claimInARetriedBatch(_ backend: Backend) throws {
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let copy = try store.createTasks(sessionID: "s", [makeTask("a")])[0].0
         _ = try store.updateTask(id: "a") { $0.request.headers = [("Authorization", "Bearer renewed")] }
         // The writer held by a first job, so that the claim and a failing write share the next batch:
         // it is rolled back and run again job by job, the claim with it.
         let gate = Locked(false)
-        store.submit({ _ in gate.wait(until: { $0 }, timeout: 10) { _ in } }, done: { _ in })
+        store.submitJob { _ in gate.wait(until: { $0 }, timeout: 10) { _ in } }
         let claimed = Locked<Result<TaskRecord?, StoreError>?>(nil)
         store.startAttempt(copy) { result in claimed.withLockNotifyingAll { $0 = result } }
-        store.submit({ _ in throw StoreError.conflict("this write fails") }, done: { _ in })
+        store.submitJob { _ in throw StoreError.conflict("this write fails") }
         gate.withLockNotifyingAll { $0 = true }
         let result = try #require(claimed.wait(until: { $0 != nil }, timeout: 10) { $0 })
         let started = try #require(try result.get())
@@ -297,7 +290,7 @@ struct StoreTests {
         "group commit: concurrent writes share transactions; each caller returns once its write is on disk",
         arguments: Backend.allCases)
     func groupCommit(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let commits = Locked(0)
         store.observe { _ in commits.withLock { $0 += 1 } }
@@ -311,7 +304,7 @@ struct StoreTests {
 
     @Test("a write that throws undoes only itself; the others in its batch commit", arguments: Backend.allCases)
     func failingWriteInBatch(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("dup")])
         DispatchQueue.concurrentPerform(iterations: 8) { index in
@@ -324,7 +317,7 @@ struct StoreTests {
 
     @Test("the change feed reports what entered and left the queue, and what left running", arguments: Backend.allCases)
     func changeFeed(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let seen = Locked(StoreChanges())
         store.observe { changes in seen.withLock { $0.merge(changes) } }
@@ -346,7 +339,7 @@ struct StoreTests {
     /// session whose subscriptions do not want them queue nothing to deliver.
     @Test("the change feed tells deliveries queued apart from events appended", arguments: Backend.allCases)
     func deliveriesInTheChangeFeed(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         let seen = Locked<[StoreChanges]>([])
         store.observe { changes in seen.withLock { $0.append(changes) } }
@@ -415,7 +408,7 @@ struct StoreTests {
 
     @Test("tasks shown running without a transfer go back to the queue, their attempt not counted", arguments: Backend.allCases)
     func orphans(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         _ = try store.startAttempt(id: "a")
@@ -428,7 +421,7 @@ struct StoreTests {
 
     @Test("interrupted tasks go back to the queue after a crash", arguments: Backend.allCases)
     func recovery(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         _ = try store.startAttempt(id: "a")
@@ -442,7 +435,7 @@ struct StoreTests {
 
     @Test("timers: retries and scheduled starts come due; deadlines fail -1001", arguments: Backend.allCases)
     func timers(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         var scheduled = makeTask("later")
         scheduled.earliestBeginAt = clock.now() + 10
@@ -467,7 +460,7 @@ struct StoreTests {
 
     @Test("events are written with the state changes, and session.drained once at the end", arguments: Backend.allCases)
     func events(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [makeTask("a"), makeTask("b")])
         _ = try store.startAttempt(id: "a")
@@ -498,12 +491,6 @@ struct StoreTests {
 struct StoreCleanupTests {
     let clock = ManualClock()
 
-    func open(_ backend: Backend) throws -> any StateStore {
-        let store = try backend.open(clock: clock)
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-        return store
-    }
-
     func s3Task(_ id: String) -> TaskRecord {
         var task = makeTask(id)
         task.file.size = 12 << 20
@@ -518,7 +505,7 @@ struct StoreCleanupTests {
         "cancelling an S3 task that ran queues its release in the same transaction, signed; one that never ran queues none",
         arguments: Backend.allCases)
     func s3CancelQueuesRelease(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("never")])
         _ = try store.startAttempt(id: "ran")
@@ -534,7 +521,7 @@ struct StoreCleanupTests {
 
     @Test("a cleanup row that cannot be read comes back as a failure, not skipped", arguments: Backend.allCases)
     func unreadableCleanup(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [s3Task("ran")])
         _ = try store.startAttempt(id: "ran")
@@ -547,7 +534,7 @@ struct StoreCleanupTests {
 
     @Test("a listed upload another unfinished task holds is not aborted", arguments: Backend.allCases)
     func listedUploadHeldByAnotherTask(_ backend: Backend) throws {
-        let store = try open(backend)
+        let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
         _ = try store.createTasks(sessionID: "s", [s3Task("ran"), s3Task("other")])
         _ = try store.startAttempt(id: "other")

@@ -9,13 +9,6 @@ import Threads
 /// A batch whose parts the API adds while the writer inserts the first ones (`TaskBatch`).
 @Suite("Task batches in parts")
 struct TaskBatchTests {
-    /// A new store of `backend` with the session "s".
-    static func open(_ backend: Backend) throws -> any StateStore {
-        let store = try backend.open()
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
-        return store
-    }
-
     static func part(_ range: Range<Int>, key: (Int) -> String? = { _ in nil }) -> [TaskRecord] {
         range.map { makeTask("t\($0)", key: key($0)) }
     }
@@ -31,7 +24,7 @@ struct TaskBatchTests {
         "parts added while the writer inserts go in, in order, as one durable write; each part is told as it goes in",
         arguments: Backend.allCases)
     func partsWhileInserting(_ backend: Backend) throws {
-        let store = try Self.open(backend)
+        let store = try backend.openWithSession()
         defer { store.close() }
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
@@ -57,33 +50,33 @@ struct TaskBatchTests {
 
     /// Holds the writer until `release` (once it runs: a write handed over before that would
     /// join its transaction), so that the writes handed over meanwhile share the next one.
-    static func holdWriter(_ store: Store) -> @Sendable () -> Void {
+    static func holdWriter(_ store: any StateStore) -> @Sendable () -> Void {
         let busy = Locked((running: false, held: true))
-        store.submit(
-            { _ in
-                busy.withLockNotifyingAll { $0.running = true }
-                while busy.withLock({ $0.held }) { usleep(1_000) }
-            }, done: { (_: Result<Void, StoreError>) in })
+        store.submitJob { _ in
+            busy.withLockNotifyingAll { $0.running = true }
+            while busy.withLock({ $0.held }) { usleep(1_000) }
+        }
         busy.wait(until: { $0.running }, timeout: 10) { _ in }
         return { busy.withLock { $0.held = false } }
     }
 
-    /// SQLite only, as `runAgain`: it holds the SQLite writer with a job of its own so that the
-    /// writes handed over meanwhile share its next transaction.
-    @Test("a batch abandoned after parts went in writes nothing, and the writes sharing its transaction stand, run once")
-    func abandoned() throws {
-        let store = try Store(path: ":memory:")
+    /// It holds the writer with a job of its own so that the writes handed over meanwhile share
+    /// its next transaction.
+    @Test(
+        "a batch abandoned after parts went in writes nothing, and the writes sharing its transaction stand, run once",
+        arguments: Backend.allCases)
+    func abandoned(_ backend: Backend) throws {
+        let store = try backend.openWithSession()
         defer { store.close() }
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch)
         let otherRuns = Locked(0)
         let other = Locked<Result<Void, StoreError>?>(nil)
-        store.submit(
-            { db in
+        store.submitJob(
+            { run in
                 otherRuns.withLock { $0 += 1 }
-                try db.run("INSERT INTO settings (key, value) VALUES ('other', '{}')")
+                try run("INSERT INTO settings (key, value) VALUES ('other', '{}')")
             }, done: { result in other.withLockNotifyingAll { $0 = result } })
         batch.add(Self.part(0..<10))
         release()
@@ -101,7 +94,7 @@ struct TaskBatchTests {
 
     @Test("a part that does not come in time ends the batch with nothing written", arguments: Backend.allCases)
     func partTimeout(_ backend: Backend) throws {
-        let store = try Self.open(backend)
+        let store = try backend.openWithSession()
         defer { store.close() }
         let batch = TaskBatch(count: 20, partTimeout: 0.2)
         let pending = store.createTasks(sessionID: "s", batch)
@@ -113,7 +106,7 @@ struct TaskBatchTests {
 
     @Test("the open-task limit is checked against the whole batch before any part", arguments: Backend.allCases)
     func limitFirst(_ backend: Backend) throws {
-        let store = try Self.open(backend)
+        let store = try backend.openWithSession()
         defer { store.close() }
         let batch = TaskBatch(count: 30)
         let pending = store.createTasks(sessionID: "s", batch, maxOpen: 20)
@@ -121,22 +114,20 @@ struct TaskBatchTests {
         #expect(batch.inserted(part: 0) == nil)
     }
 
-    /// The SQLite writer runs a transaction again, with a savepoint per job, when one of its jobs
-    /// threw: the batch's insert runs twice, and what it tells must be the second run's. SQLite
-    /// only: the PostgreSQL writer undoes a failing job by its savepoint and runs nothing twice.
-    @Test("run again after another write of its transaction failed: inserted once, told by the run that committed")
-    func runAgain() throws {
-        let store = try Store(path: ":memory:")
+    /// Both writers run a transaction again, with a savepoint per job, when one of its jobs threw:
+    /// the batch's insert runs twice, and what it tells must be the second run's.
+    @Test(
+        "run again after another write of its transaction failed: inserted once, told by the run that committed",
+        arguments: Backend.allCases)
+    func runAgain(_ backend: Backend) throws {
+        let store = try backend.openWithSession()
         defer { store.close() }
-        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let release = Self.holdWriter(store)
         let batch = TaskBatch(count: 20)
         let pending = store.createTasks(sessionID: "s", batch)
         let failed = Locked<StoreError?>(nil)
-        store.submit(
-            { (_: SQLite.Connection) throws -> Void in
-                throw StoreError.conflict("a failing write")
-            },
+        store.submitJob(
+            { _ in throw StoreError.conflict("a failing write") },
             done: { result in if case .failure(let error) = result { failed.withLockNotifyingAll { $0 = error } } })
         batch.add(Self.part(0..<10))
         batch.add(Self.part(10..<20))
