@@ -113,6 +113,11 @@ extension API {
             "backhaul_state_salvaged_total", "counter",
             "Damaged state databases salvaged at start (moved into corrupt-TIME/, readable rows copied into a fresh one).")
         text.sample("backhaul_state_salvaged_total", [:], store.salvage?.isNew == true ? 1 : 0)
+        text.family(
+            "backhaul_state_damaged", "gauge",
+            "1 once SQLite found the state database damaged since the start (a read, a write or the background check); the next start salvages it."
+        )
+        text.sample("backhaul_state_damaged", [:], store.damage == nil ? 0 : 1)
         requestMetrics?.write(to: &text)
         return HTTPResponse(
             status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],

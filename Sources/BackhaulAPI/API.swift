@@ -234,22 +234,26 @@ public final class API: Sendable {
         var tasks = JSONObject()
         for state in TaskState.allCases { tasks[state.rawValue] = .int(Int64(counts[state] ?? 0)) }
         object["task_counts"] = .object(tasks)
-        object["state"] = API.stateJSON(store.salvage)
+        object["state"] = API.stateJSON(store.salvage, damage: store.damage)
         return API.json(200, .object(object))
     }
 }
 
 extension API {
-    /// `/v1/info`'s `state`: the newest salvage of a damaged state database (all null when there
-    /// was none); `rows_lost` is null too when what was lost could not be counted.
-    static func stateJSON(_ salvage: SalvageReport?) -> JSON {
-        guard let salvage else {
-            return ["salvaged_at": nil, "salvaged_from": nil, "salvage_reason": nil, "rows_copied": nil, "rows_lost": nil]
-        }
-        return [
-            "salvaged_at": .string(RFC3339.format(salvage.at)), "salvaged_from": .string(salvage.directory),
-            "salvage_reason": .string(salvage.reason), "rows_copied": .int(Int64(salvage.rowsCopied)),
-            "rows_lost": salvage.rowsLost.map { .int(Int64($0)) } ?? .null,
+    /// `/v1/info`'s `state`: the newest salvage of a damaged state database (its members null when
+    /// there was none; `rows_lost` is null too when what was lost could not be counted), and damage
+    /// found since the start (its members null when none was).
+    static func stateJSON(_ salvage: SalvageReport?, damage: StateDamage?) -> JSON {
+        var object: JSONObject = [
+            "salvaged_at": salvage.map { .string(RFC3339.format($0.at)) } ?? .null,
+            "salvaged_from": salvage.map { .string($0.directory) } ?? .null,
+            "salvage_reason": salvage.map { .string($0.reason) } ?? .null,
+            "rows_copied": salvage.map { .int(Int64($0.rowsCopied)) } ?? .null,
+            "rows_lost": salvage?.rowsLost.map { .int(Int64($0)) } ?? .null,
         ]
+        object["damage_found_at"] = damage.map { .string(RFC3339.format($0.at)) } ?? .null
+        object["damage"] = damage.map { .string($0.reason) } ?? .null
+        object["damage_found_by"] = damage.map { .string($0.foundBy) } ?? .null
+        return .object(object)
     }
 }

@@ -230,6 +230,7 @@ public final class PostgresStore: @unchecked Sendable {
 
     public var failure: SyncFailure? { nil }
     public var salvage: SalvageReport? { nil }
+    public var damage: StateDamage? { nil }
     /// What this node's writer committed and its housekeeping removed (the WAL's and checkpoints'
     /// figures are SQLite's alone).
     public var maintenanceFigures: MaintenanceFigures { figures.withLock { $0 } }

@@ -42,7 +42,8 @@ public final class BackhaulDaemon: Sendable {
         public var description: String
     }
 
-    public init(configuration: DaemonConfiguration, logger: Logger) throws {
+    /// `damageFound`: damage SQLite found in the state while it opened and started, if any.
+    public init(configuration: DaemonConfiguration, logger: Logger, damageFound: Locked<StateDamage?> = Locked(nil)) throws {
         self.configuration = configuration
         self.logger = logger
         guard configuration.isLoopback || configuration.tokens != nil else {
@@ -68,7 +69,7 @@ public final class BackhaulDaemon: Sendable {
             }
             store = try Self.openSQLite(
                 path: directory + "/backhaul.db", configuration: configuration, logger: logger, failedClosed: failedClosed,
-                failStop: failStop)
+                damageFound: damageFound, failStop: failStop)
         }
         settings = try ServiceSettings(
             store: store, basePolicy: configuration.policy, classifier: configuration.classifier, node: fleet?.node)
@@ -164,6 +165,7 @@ public final class BackhaulDaemon: Sendable {
                 "version": "\(BackhaulVersion.string)",
             ])
         // The state is open, the engine runs and the API listens.
+        (store as? Store)?.started()
         notifier.ready()
     }
 
@@ -204,6 +206,9 @@ public enum ExitStatus {
     /// A sync of the state failed (EX_TEMPFAIL): the daemon stopped so that a new process reads the
     /// state from the disk (docs/operations.md, "When the disk fails").
     public static let stateSyncFailed: Int32 = 75
+    /// The state database is damaged and its salvage could not finish (EX_TEMPFAIL): the damaged
+    /// files are where they were, and the next start tries again.
+    public static let salvageUnfinished: Int32 = 75
 }
 
 /// The process's environment variables.
@@ -256,8 +261,19 @@ public func runBackhauld(arguments: [String]) -> Int32 {
     pthread_sigmask(SIG_BLOCK, &signals, nil)
 
     let daemon: BackhaulDaemon
+    let damageFound = Locked<StateDamage?>(nil)
     do {
-        daemon = try BackhaulDaemon(configuration: configuration, logger: logger)
+        do {
+            daemon = try BackhaulDaemon(configuration: configuration, logger: logger, damageFound: damageFound)
+        } catch {
+            BackhaulDaemon.startAgainForDamage(damageFound.withLock { $0 }, configuration: configuration, logger: logger)
+            throw error
+        }
+    } catch let error as SalvageFailure {
+        logger.critical(
+            "cannot start: the state database is damaged and its salvage could not finish; the damaged files are left as they were, and the next start tries again",
+            metadata: ["error": "\(error.cause)", "state.damage": "\(error.damage)"])
+        return ExitStatus.salvageUnfinished
     } catch let error as PostgresStore.OpenFailure {
         switch error {
         case .cannotConnect:

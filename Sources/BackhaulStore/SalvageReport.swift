@@ -71,3 +71,14 @@ public struct SalvageReport: Sendable, Equatable {
         rowsLost = tables.reduce(0 as Int?) { sum, table in sum.flatMap { sum in table.lost.map { sum + $0 } } }
     }
 }
+
+/// A salvage that could not finish (a full disk, an error): what it built is removed, the damaged
+/// files are where they were, and the next start tries again (the daemon exits 75).
+public struct SalvageFailure: Error, Sendable, CustomStringConvertible {
+    /// What was found damaged.
+    public var damage: String
+    /// Why the salvage stopped.
+    public var cause: String
+
+    public var description: String { "\(cause) (the damage: \(damage))" }
+}

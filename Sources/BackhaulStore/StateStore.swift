@@ -22,6 +22,8 @@ public protocol StateStore: AnyObject, Sendable {
     var failure: SyncFailure? { get }
     /// The salvage of a damaged state this start made or found, if any (SQLite only).
     var salvage: SalvageReport? { get }
+    /// Damage found in the state while it is open, if any (SQLite only: `StateDamage`).
+    var damage: StateDamage? { get }
     /// The housekeeping's figures (commits, checkpoints, pruning).
     var maintenanceFigures: MaintenanceFigures { get }
     /// A consistent copy of the state in `path` (`POST /v1/admin/backup`).

@@ -36,6 +36,8 @@ public enum StoreIncident: Sendable {
     /// A checkpoint failed; it is tried again later (and one whose sync failed also fails the
     /// store closed).
     case checkpointFailed(CheckpointFailure)
+    /// SQLite found the database damaged while it was open (once, the first time: `StateDamage`).
+    case damaged(StateDamage)
 }
 
 /// The durable state: one SQLite database in WAL mode. One connection writes, on a thread of its
@@ -75,22 +77,38 @@ public final class Store: Sendable {
     /// The salvage this open made of a damaged database (`StoreSalvage`), else the newest one an
     /// earlier start recorded in the state directory (`isNew` tells which); nil when none.
     public let salvage: SalvageReport?
+    /// Damage found since the open (`StateDamage`).
+    let damageWatch: DamageWatch
+    /// The page check the open skipped after a clean stop, running in the background; nil when
+    /// the open read every page.
+    private let integrityScan: IntegrityScan?
+    /// Whether `close` may leave the clean-stop mark: from the open on, or from `started()` when
+    /// the open was `awaitingStart`.
+    private let startCompleted: Locked<Bool>
 
     /// Opens (creating, or migrating after a backup copy) the database at `path`. ":memory:"
     /// gives a scratch database, removed when the store is closed (tests). A database SQLite
-    /// finds damaged is salvaged or refused, as `onCorruptState` says (`StoreSalvage`). `report`
-    /// hears of what went wrong outside a write (on the thread that found it).
+    /// finds damaged is salvaged or refused, as `onCorruptState` says (`StoreSalvage`); one that
+    /// cannot be salvaged now throws `SalvageFailure`. `knownDamage`: damage an earlier attempt of
+    /// this start found, salvaged even if the check of every page finds none. `awaitingStart`:
+    /// `close` leaves no clean-stop mark until `started()`, so a start that fails leaves none.
+    /// `report` hears of what went wrong outside a write (on the thread that found it).
     public init(
         path: String, clock: any Clock = SystemClock(), readers: Int = 4, walPolicy: WALPolicy = WALPolicy(),
-        onCorruptState: CorruptStatePolicy = .refuse, report: @escaping @Sendable (StoreIncident) -> Void = { _ in }
+        onCorruptState: CorruptStatePolicy = .refuse, knownDamage: String? = nil, awaitingStart: Bool = false,
+        report: @escaping @Sendable (StoreIncident) -> Void = { _ in }
     ) throws {
         scratch = path == ":memory:"
         self.path = scratch ? "/tmp/backhaul-scratch-\(getpid())-\(RandomID.make(prefix: "", at: clock.now())).db" : path
         self.clock = clock
         self.walPolicy = walPolicy
+        startCompleted = Locked(!awaitingStart)
         let cleanlyStopped = scratch ? false : try CleanStop.take(beside: self.path)
         salvage = try StoreSalvage.examine(
-            path: self.path, policy: onCorruptState, now: clock.now(), thorough: !cleanlyStopped)
+            path: self.path, policy: onCorruptState, now: clock.now(), thorough: !cleanlyStopped, knownDamage: knownDamage)
+        let damageWatch = DamageWatch { report(.damaged($0)) }
+        self.damageWatch = damageWatch
+        integrityScan = cleanlyStopped ? IntegrityScan(path: self.path, watch: damageWatch, clock: clock) : nil
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")
@@ -114,6 +132,7 @@ public final class Store: Sendable {
             report(.failedClosed(failure))
         }
         self.writer = writer
+        writer.onError = { [clock] error in damageWatch.note(error, foundBy: "a write", at: clock.now()) }
         let frames = FrameCount()
         db.onWALCommit { frames.value = $0 }
         // A checkpoint whose sync failed fails the store as the settler's own sync does.
@@ -133,7 +152,15 @@ public final class Store: Sendable {
         }
         checkpointer.start()
         writer.start()
+        integrityScan?.start()
     }
+
+    /// The start this store was opened for (`awaitingStart`) completed: `close` may leave the
+    /// clean-stop mark from now on.
+    public func started() { startCompleted.withLock { $0 = true } }
+
+    /// The damage SQLite found in the database since it was opened, or nil.
+    public var damage: StateDamage? { damageWatch.damage }
 
     /// Stops the writer after the writes handed to it; a scratch database is removed. Closing
     /// again does nothing.
@@ -146,9 +173,12 @@ public final class Store: Sendable {
         else { return }
         writer.stop()
         checkpointer.stop()
+        let checked = integrityScan?.stop() ?? true
         // The whole WAL back into the database file, which is then the state on its own; the next
-        // open may then skip reading every page for damage.
-        if (try? writer.emptyLog()) == true, !scratch { CleanStop.mark(beside: path) }
+        // open may then skip reading every page for damage: unless this start failed, found damage,
+        // or had not yet checked in the background the pages its open skipped.
+        let clean = checked && damage == nil && startCompleted.withLock { $0 }
+        if (try? writer.emptyLog()) == true, !scratch, clean { CleanStop.mark(beside: path) }
         if scratch { for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) } }
     }
 
@@ -202,6 +232,7 @@ public final class Store: Sendable {
         } catch let error as StoreError {
             throw error
         } catch {
+            damageWatch.note(error, foundBy: "a read", at: now)
             throw .database(String(describing: error))
         }
     }

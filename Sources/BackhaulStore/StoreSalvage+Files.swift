@@ -22,6 +22,39 @@ extension StoreSalvage {
         return copy
     }
 
+    /// Removes a database built or copied by a salvage, with its journals.
+    static func removeDatabase(at path: String) {
+        for ending in ["", "-journal", "-wal", "-shm"] { unlink(path + ending) }
+    }
+
+    /// Removes a `corrupt-*` directory this salvage made and filled with links only.
+    static func removeFolder(_ folder: String) {
+        for name in entries(of: folder) { unlink(folder + "/" + name) }
+        rmdir(folder)
+    }
+
+    /// The names in `directory` (without `.` and `..`); none when it cannot be read.
+    static func entries(of directory: String) -> [String] {
+        guard let stream = opendir(directory) else { return [] }
+        defer { closedir(stream) }
+        var names: [String] = []
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    /// Syncs the file at `path` to the disk.
+    static func syncFile(_ path: String) throws {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StoreError.database("cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else {
+            throw StoreError.database("cannot sync \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
     static func readBytes(_ path: String, count: Int) -> [UInt8]? {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { return nil }

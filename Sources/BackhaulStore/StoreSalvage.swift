@@ -30,10 +30,13 @@ public enum CorruptStatePolicy: String, Sendable, CaseIterable {
 /// Operations has the figures for a state of 100,000 tasks). The faults a disk makes (pages of
 /// garbage, a short file) break the b-tree pages that `quick_check` reads.
 ///
-/// **Salvage.** The database, its WAL and shared-memory file are moved into
-/// `corrupt-<UTC time>/` in the state directory (never deleted by the daemon), and a fresh database
-/// is made at the damaged one's schema version (the store's migrations then bring it up to date as
-/// they would have). Each table is copied in key order from the damaged file, opened read-only; when
+/// **Salvage.** A fresh database is built beside the damaged one (`backhaul.db.salvage`), at the
+/// damaged one's schema version (the store's migrations then bring it up to date as they would
+/// have), and synced. Only then are the damaged database, its WAL and shared-memory file kept in
+/// `corrupt-<UTC time>/` in the state directory (hard links, never deleted by the daemon) and the
+/// fresh one renamed over the damaged one. A salvage that cannot finish (no room for the copy, an
+/// error) removes what it built and leaves the damaged files where they were (`SalvageFailure`):
+/// the state is never emptier than the damaged one. Each table is copied in key order from the damaged file, opened read-only; when
 /// a scan fails midway, the next readable key is found by seeking past the damage (doubling the
 /// step, then halving back to the first key a seek can read from), and the skipped range is
 /// counted through an intact index of the table where there is one. Rows the fresh database refuses
@@ -51,12 +54,13 @@ enum StoreSalvage {
     /// `policy`. Errors other than damage (a file that cannot be opened, a disk error) are thrown
     /// as they are. The report: this salvage's, else the newest an earlier start left.
     /// `thorough`: every page is read (`quick_check`), which takes seconds on a large state; after a
-    /// clean stop only the cheap checks run (`CleanStop`).
-    static func examine(path: String, policy: CorruptStatePolicy, now: Timestamp, thorough: Bool = true) throws
-        -> SalvageReport?
-    {
+    /// clean stop only the cheap checks run (`CleanStop`). `knownDamage`: damage found by an
+    /// earlier attempt of this start, taken as found when the checks find none.
+    static func examine(
+        path: String, policy: CorruptStatePolicy, now: Timestamp, thorough: Bool = true, knownDamage: String? = nil
+    ) throws -> SalvageReport? {
         guard access(path, F_OK) == 0 else { return nil }
-        guard let damage = try damage(path: path, thorough: thorough) else { return lastReport(beside: path) }
+        guard let damage = try damage(path: path, thorough: thorough) ?? knownDamage else { return lastReport(beside: path) }
         guard policy == .salvage else { throw StoreError.corrupt(damage) }
         return try salvage(path: path, reason: damage, now: now)
     }
@@ -64,14 +68,7 @@ enum StoreSalvage {
     /// The newest salvage report among the `corrupt-*` directories beside `path`.
     static func lastReport(beside path: String) -> SalvageReport? {
         let directory = parentDirectory(of: path)
-        guard let stream = opendir(directory) else { return nil }
-        defer { closedir(stream) }
-        var newest: String?
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-            if name.hasPrefix("corrupt-"), name > (newest ?? "") { newest = name }
-        }
-        guard let newest else { return nil }
+        guard let newest = entries(of: directory).filter({ $0.hasPrefix("corrupt-") }).max() else { return nil }
         let folder = directory + "/" + newest
         guard let text = readText(folder + "/" + reportName) else { return nil }
         return SalvageReport(json: text, directory: folder)
@@ -139,24 +136,68 @@ enum StoreSalvage {
 
     // MARK: Salvage
 
-    /// Moves the damaged files aside, copies what can be read into a fresh database at `path`,
-    /// and writes the report beside the damaged files.
+    /// The name the salvaged database is built under, beside the damaged one.
+    static func buildingPath(for path: String) -> String { path + ".salvage" }
+
+    /// Copies what can be read of the damaged database at `path` into a fresh one built beside it
+    /// and synced; keeps the damaged files in `corrupt-<UTC time>/` (hard links, with the report);
+    /// then swaps the fresh one in with a rename. Until that rename the damaged files are where
+    /// they were: a salvage that cannot finish (a full disk, an error) removes what it built and
+    /// throws `SalvageFailure`, and the next start tries again.
     static func salvage(path: String, reason: String, now: Timestamp) throws -> SalvageReport {
-        let folder = try moveAside(path: path, now: now)
-        let damagedPath = folder + "/" + baseName(of: path)
+        let building = buildingPath(for: path)
+        let figures: [SalvageReport.TableFigures]
+        do {
+            removeDatabase(at: building)
+            figures = try build(building, from: path, reason: reason)
+            try syncFile(building)
+        } catch {
+            removeDatabase(at: building)
+            throw SalvageFailure(damage: reason, cause: "the salvaged copy could not be built: \(error)")
+        }
+        var folder: String?
+        let report: SalvageReport
+        do {
+            let kept = try keepDamaged(path: path, now: now)
+            folder = kept
+            report = SalvageReport(at: now, directory: kept, reason: reason, tables: figures)
+            try writeDurably(report.json.serialized() + "\n", to: kept + "/" + reportName)
+        } catch {
+            if let folder { removeFolder(folder) }
+            removeDatabase(at: building)
+            throw SalvageFailure(damage: reason, cause: "the damaged files could not be kept: \(error)")
+        }
+        // The damaged log goes before the swap: SQLite would replay it into any database it finds
+        // beside it. The damaged files stay whole in `folder`.
+        for ending in ["-wal", "-shm"] { unlink(path + ending) }
+        guard rename(building, path) == 0 else {
+            let cause = String(cString: strerror(errno))
+            removeDatabase(at: building)
+            throw SalvageFailure(damage: reason, cause: "the salvaged copy could not be renamed into place: \(cause)")
+        }
+        if let failure = syncDirectory(of: path) {
+            throw SalvageFailure(damage: reason, cause: "the state directory could not be synced after the swap: \(failure)")
+        }
+        return report
+    }
+
+    /// Builds the salvaged database at `building` from the damaged one at `path`, in one
+    /// transaction with a rollback journal (a WAL would hold a second copy of every page until
+    /// its checkpoint), synced at its commit. Returns the figures per table.
+    static func build(_ building: String, from path: String, reason: String) throws -> [SalvageReport.TableFigures] {
         // A file cut short is read through a copy grown back to the length its header gives
         // (SQLite refuses the whole of an auto-vacuum file shorter than that); the pages past the
         // cut read as zeros, which the copy skips as damaged. The damaged files stay as they were.
-        let readPath = try paddedCopy(of: damagedPath) ?? damagedPath
-        defer { if readPath != damagedPath { for ending in ["", "-wal", "-shm"] { unlink(readPath + ending) } } }
+        let readPath = try paddedCopy(of: path) ?? path
+        defer { if readPath != path { removeDatabase(at: readPath) } }
         // What can be read of the damaged file's schema; nil when not even that can be.
         let damaged = try? Connection(path: readPath, readOnly: true)
         let damagedVersion = damaged.flatMap { try? Migrator(migrations: Schema.migrations).version($0) }
         let latest = Migrator(migrations: Schema.migrations).latest
         let version = damagedVersion.flatMap { (1...latest).contains($0) ? $0 : nil } ?? latest
 
-        let fresh = try Connection(path: path)
-        try fresh.execute("PRAGMA journal_mode = WAL")
+        let fresh = try Connection(path: building)
+        try fresh.execute("PRAGMA journal_mode = DELETE")
         try fresh.execute("PRAGMA synchronous = FULL")
         try Migrator(migrations: Schema.migrations.filter { $0.version <= version }).migrate(fresh)
         var figures: [SalvageReport.TableFigures] = []
@@ -182,15 +223,13 @@ enum StoreSalvage {
             // What the ignored log held is not known: say so rather than count none.
             figures = figures.map { SalvageReport.TableFigures(name: $0.name, copied: $0.copied, lost: nil) }
         }
-        _ = try fresh.checkpoint(.truncate)
-        let report = SalvageReport(at: now, directory: folder, reason: reason, tables: figures)
-        try writeDurably(report.json.serialized() + "\n", to: folder + "/" + reportName)
-        return report
+        return figures
     }
 
-    /// Creates `corrupt-<UTC time>/` beside `path` and moves the database and its `-wal` and
-    /// `-shm` files into it, syncing both directories so the move survives a power cut.
-    static func moveAside(path: String, now: Timestamp) throws -> String {
+    /// Creates `corrupt-<UTC time>/` beside `path` and links the database and its `-wal` and
+    /// `-shm` files into it (the names in the state directory stay until the swap), syncing the
+    /// new directory so the links survive a power cut. A directory left half made is removed.
+    static func keepDamaged(path: String, now: Timestamp) throws -> String {
         let directory = parentDirectory(of: path)
         let stamp = RFC3339.format(now).filter { $0 != "-" && $0 != ":" }.prefix(15) + "Z"
         var folder = directory + "/corrupt-" + stamp
@@ -202,15 +241,20 @@ enum StoreSalvage {
             suffix += 1
             folder = directory + "/corrupt-" + stamp + "-\(suffix)"
         }
-        for ending in ["", "-wal", "-shm"] {
-            let source = path + ending
-            guard access(source, F_OK) == 0 else { continue }
-            guard rename(source, folder + "/" + baseName(of: path) + ending) == 0 else {
-                throw StoreError.database("cannot move \(source) into \(folder): \(String(cString: strerror(errno)))")
+        do {
+            for ending in ["", "-wal", "-shm"] {
+                let source = path + ending
+                guard access(source, F_OK) == 0 else { continue }
+                guard link(source, folder + "/" + baseName(of: path) + ending) == 0 else {
+                    throw StoreError.database("cannot link \(source) into \(folder): \(String(cString: strerror(errno)))")
+                }
             }
-        }
-        for synced in [folder, directory] {
-            if let failure = syncDirectory(at: synced) { throw StoreError.syncFailed(failure) }
+            for synced in [folder, directory] {
+                if let failure = syncDirectory(at: synced) { throw StoreError.syncFailed(failure) }
+            }
+        } catch {
+            removeFolder(folder)
+            throw error
         }
         return folder
     }

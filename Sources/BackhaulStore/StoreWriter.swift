@@ -45,6 +45,9 @@ final class StoreWriter: @unchecked Sendable {
     /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
     /// keeps the WAL bounded.
     var afterCommit: ((Connection, _ synced: Bool) -> Void)?
+    /// Told of what a job or a commit threw (on the writer's thread), before it is mapped to
+    /// `StoreError`: the store watches it for damage.
+    var onError: ((any Error) -> Void)?
 
     /// A committed (or failed) batch's remaining work, in commit order.
     private struct Settlement {
@@ -286,6 +289,7 @@ final class StoreWriter: @unchecked Sendable {
                         try connection.run("ROLLBACK TO job")
                         try connection.run("RELEASE job")
                         recorder.rollBack(to: mark)
+                        onError?(error)
                         results[index] = StoreError(error)
                     }
                 }
@@ -295,6 +299,7 @@ final class StoreWriter: @unchecked Sendable {
         } catch {
             if connection.inTransaction { _ = try? connection.run("ROLLBACK") }
             recorder.discard()
+            onError?(error)
             return handOver(Settlement(failed: batch, results: results, error: StoreError(error)))
         }
         let (changes, endedDownloads, completedFiles) = recorder.take()

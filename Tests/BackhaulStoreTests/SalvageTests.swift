@@ -3,6 +3,7 @@ import BackhaulTesting
 import Glibc
 import SQLite
 import Testing
+import Threads
 
 @testable import BackhaulStore
 
@@ -13,33 +14,9 @@ struct SalvageTests {
     func copiesAroundADamagedPage() throws {
         let directory = TemporaryDirectory("backhaul-salvage")
         let path = directory.file("backhaul.db")
-        try Store(path: path).close()
         let count = 2_000
-        do {
-            let db = try Connection(path: path)
-            try db.transaction {
-                try db.run("INSERT INTO sessions (id, configuration, created_at) VALUES ('s1', '{}', 1)")
-                for seq in 1...count {
-                    try db.run(
-                        "INSERT INTO events (seq, id, type, session_id, created_at, data) VALUES (?, ?, 'task.created', 's1', ?, ?)",
-                        [seq, "evt_\(seq)", Double(seq), String(repeating: "d", count: 200)])
-                }
-            }
-            _ = try db.checkpoint(.truncate)
-        }
-        // The leaf pages of `events` in key order, with the keys each holds.
-        let db = try Connection(path: path, readOnly: true)
-        let leaves = try db.query("SELECT pageno, ncell FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY path") {
-            (Int($0.int(0)), Int($0.int(1)))
-        }
-        let pageSize = try #require(try db.queryFirst("PRAGMA page_size") { Int($0.int(0)) })
-        let hit = leaves.count / 2
-        let firstLost = leaves[..<hit].reduce(0) { $0 + $1.1 } + 1
-        let lost = firstLost..<(firstLost + leaves[hit].1)
-        let descriptor = open(path, O_WRONLY)
-        let garbage = (0..<pageSize).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
-        #expect(pwrite(descriptor, garbage, pageSize, off_t((leaves[hit].0 - 1) * pageSize)) == pageSize)
-        close(descriptor)
+        try Self.writeEvents(path, count: count)
+        let lost = try Self.damageEventsPage(path)
 
         let damage = try #require(try StoreSalvage.damage(path: path))
         let report = try StoreSalvage.salvage(path: path, reason: damage, now: 1_800_000_000)
@@ -62,6 +39,64 @@ struct SalvageTests {
         store.close()
     }
 
+    @Test("a salvage that cannot build its copy throws and leaves the damaged files where they were")
+    func unfinishedSalvage() throws {
+        let directory = TemporaryDirectory("backhaul-salvage")
+        let path = directory.file("backhaul.db")
+        try Self.writeEvents(path, count: 500)
+        _ = try Self.damageEventsPage(path)
+        let before = try #require(CleanStop.fingerprint(of: path))
+        // The name the copy is built under is taken by a directory: the build fails.
+        #expect(mkdir(StoreSalvage.buildingPath(for: path), 0o700) == 0)
+        #expect(throws: SalvageFailure.self) { try StoreSalvage.examine(path: path, policy: .salvage, now: 1_800_000_000) }
+        #expect(CleanStop.fingerprint(of: path) == before)
+        #expect(StoreSalvage.entries(of: directory.path).filter { $0.hasPrefix("corrupt-") }.isEmpty)
+        // With the name free, the next attempt salvages.
+        #expect(rmdir(StoreSalvage.buildingPath(for: path)) == 0)
+        let report = try #require(try StoreSalvage.examine(path: path, policy: .salvage, now: 1_800_000_000))
+        #expect(report.rowsCopied > 0 && report.isNew)
+        let folder = StoreSalvage.baseName(of: report.directory)
+        #expect(StoreSalvage.entries(of: directory.path).sorted() == ["backhaul.db", folder].sorted(), "nothing built is left")
+    }
+
+    @Test(
+        "after a clean stop the open skips the page check and runs it in the background: a damaged page of events is found, and no clean-stop mark is left"
+    )
+    func backgroundCheck() throws {
+        let directory = TemporaryDirectory("backhaul-salvage")
+        let path = directory.file("backhaul.db")
+        try Self.writeEvents(path, count: 2_000)
+        try Store(path: path).close()
+        #expect(access(CleanStop.path(beside: path), F_OK) == 0)
+        _ = try Self.damageEventsPage(path, keepTime: true)
+        let found = Locked<[StateDamage]>([])
+        let store = try Store(path: path, onCorruptState: .salvage) { incident in
+            if case .damaged(let damage) = incident { found.withLock { $0.append(damage) } }
+        }
+        #expect(store.salvage == nil, "the open skipped the page check")
+        #expect(eventually(timeout: 20) { store.damage != nil }, "the background check found nothing")
+        #expect(store.damage?.foundBy == "the background check")
+        #expect(store.damage?.reason.contains("events") == true, "\(String(describing: store.damage))")
+        #expect(found.withLock { $0 } == [store.damage].compactMap { $0 })
+        store.close()
+        #expect(access(CleanStop.path(beside: path), F_OK) != 0, "a store that found damage left a clean-stop mark")
+        let next = try Store(path: path, onCorruptState: .salvage)
+        #expect(next.salvage?.isNew == true)
+        next.close()
+    }
+
+    @Test("a store opened for a start leaves no clean-stop mark until the start completed")
+    func failedStartLeavesNoMark() throws {
+        let directory = TemporaryDirectory("backhaul-salvage")
+        let path = directory.file("backhaul.db")
+        try Store(path: path, awaitingStart: true).close()
+        #expect(access(CleanStop.path(beside: path), F_OK) != 0)
+        let store = try Store(path: path, awaitingStart: true)
+        store.started()
+        store.close()
+        #expect(access(CleanStop.path(beside: path), F_OK) == 0)
+    }
+
     @Test("a sound state is left alone; refuse names the damage")
     func soundAndRefused() throws {
         let directory = TemporaryDirectory("backhaul-salvage")
@@ -73,5 +108,45 @@ struct SalvageTests {
         close(descriptor)
         #expect(throws: StoreError.self) { try StoreSalvage.examine(path: path, policy: .refuse, now: 0) }
         #expect(access(path, F_OK) == 0)
+    }
+
+    /// A state with `count` events of session s1, its WAL copied back.
+    static func writeEvents(_ path: String, count: Int) throws {
+        try Store(path: path).close()
+        unlink(CleanStop.path(beside: path))
+        let db = try Connection(path: path)
+        try db.transaction {
+            try db.run("INSERT INTO sessions (id, configuration, created_at) VALUES ('s1', '{}', 1)")
+            for seq in 1...count {
+                try db.run(
+                    "INSERT INTO events (seq, id, type, session_id, created_at, data) VALUES (?, ?, 'task.created', 's1', ?, ?)",
+                    [seq, "evt_\(seq)", Double(seq), String(repeating: "d", count: 200)])
+            }
+        }
+        _ = try db.checkpoint(.truncate)
+    }
+
+    /// Writes garbage over the middle leaf page of `events`; returns the seqs it held. `keepTime`:
+    /// the file keeps its modification time (and so its clean-stop mark still describes it).
+    static func damageEventsPage(_ path: String, keepTime: Bool = false) throws -> Range<Int> {
+        var before = stat()
+        stat(path, &before)
+        // The leaf pages of `events` in key order, with the keys each holds.
+        let db = try Connection(path: path, readOnly: true)
+        let leaves = try db.query("SELECT pageno, ncell FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY path") {
+            (Int($0.int(0)), Int($0.int(1)))
+        }
+        let pageSize = try #require(try db.queryFirst("PRAGMA page_size") { Int($0.int(0)) })
+        let hit = leaves.count / 2
+        let firstLost = leaves[..<hit].reduce(0) { $0 + $1.1 } + 1
+        let descriptor = open(path, O_WRONLY)
+        let garbage = (0..<pageSize).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ 7) }
+        #expect(pwrite(descriptor, garbage, pageSize, off_t((leaves[hit].0 - 1) * pageSize)) == pageSize)
+        if keepTime {
+            let times = [before.st_atim, before.st_mtim]
+            #expect(futimens(descriptor, times) == 0)
+        }
+        close(descriptor)
+        return firstLost..<(firstLost + leaves[hit].1)
     }
 }

@@ -44,7 +44,7 @@ async function start() {
   $('forget').hidden = !hasToken();
   $('version').textContent = `backhauld ${info.version || ''}`;
   setProgressInterval(info.progress_interval);
-  showSalvage(info.state);
+  showState(info.state);
   document.documentElement.dataset.state = 'loading';
   // The snapshot is read once the stream is open, so no change falls between the two.
   await new Promise((resolve) => { follow(resolve); setTimeout(resolve, 5000); });
@@ -54,17 +54,29 @@ async function start() {
   refreshWebhooks().catch(report);
 }
 
-/// A salvage of a damaged state database (GET /v1/info `state`): shown until the daemon reports
-/// none (the operator removes the corrupt-* directory it names).
-function showSalvage(state) {
+/// The state database's health (GET /v1/info `state`): a salvage, shown until the daemon reports
+/// none (the operator removes the corrupt-* directory it names); damage found since the start,
+/// which the next start salvages. Read again every 30 s, since damage is found while it runs.
+function showState(state) {
   const line = $('salvage');
-  line.hidden = !(state && state.salvaged_at);
-  if (line.hidden) return;
-  const lost = state.rows_lost === null ? 'an unknown number of rows' : `${state.rows_lost} rows`;
-  line.textContent = `The state database was found damaged (${state.salvage_reason}) and salvaged at ` +
-    `${state.salvaged_at}: ${state.rows_copied} rows kept, ${lost} lost. The damaged files are kept in ` +
-    `${state.salvaged_from}.`;
+  const lines = [];
+  if (state && state.salvaged_at) {
+    const lost = state.rows_lost === null ? 'an unknown number of rows' : `${state.rows_lost} rows`;
+    lines.push(`The state database was found damaged (${state.salvage_reason}) and salvaged at ` +
+      `${state.salvaged_at}: ${state.rows_copied} rows kept, ${lost} lost. The damaged files are kept in ` +
+      `${state.salvaged_from}.`);
+  }
+  if (state && state.damage_found_at) {
+    lines.push(`The state database is damaged: ${state.damage_found_by} found it at ${state.damage_found_at} ` +
+      `(${state.damage}). Restart backhauld: the next start salvages it.`);
+  }
+  line.hidden = lines.length === 0;
+  line.textContent = lines.join(' ');
 }
+
+setInterval(() => {
+  if (started) api('GET', '/v1/info').then((info) => showState(info.state), () => {});
+}, 30000);
 
 whenRefused(askForToken);
 bindActions();
