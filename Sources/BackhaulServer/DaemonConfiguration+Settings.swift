@@ -196,7 +196,7 @@ extension DaemonConfiguration {
             environment: EnvironmentSpelling("BACKHAUL_ON_CORRUPT_STATE"), file: FileSpelling("on_corrupt_state"),
             default: .salvage,
             help:
-                "a state database SQLite finds damaged: salvage (move it into corrupt-TIME/, copy what can be read, start) or refuse (exit 65)",
+                "a state database SQLite finds damaged: salvage (copy what can be read into a fresh one, keep the damaged files in corrupt-TIME/, start; exit 75 without room for the copy) or refuse (exit 65)",
             value: .oneOfCases, property: \.onCorruptState)
 
         static let ui: Setting<Bool> = Setting(

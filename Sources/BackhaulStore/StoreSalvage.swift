@@ -5,8 +5,9 @@ import SQLite
 
 /// What the store does with a state database that SQLite reports damaged when it opens.
 public enum CorruptStatePolicy: String, Sendable, CaseIterable {
-    /// Moves the damaged files aside into `corrupt-<UTC time>/`, copies every row that can still
-    /// be read into a fresh database, and opens that (`StoreSalvage`).
+    /// Copies every row that can still be read into a fresh database beside the damaged one, keeps
+    /// the damaged files in `corrupt-<UTC time>/`, swaps the fresh one in, and opens that
+    /// (`StoreSalvage`); throws `SalvageFailure`, changing nothing, when it cannot finish.
     case salvage
     /// Refuses to open it (`StoreError.corrupt`; the daemon exits 65).
     case refuse

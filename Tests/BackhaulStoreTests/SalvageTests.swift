@@ -60,15 +60,15 @@ struct SalvageTests {
     }
 
     @Test(
-        "after a clean stop the open skips the page check and runs it in the background: a damaged page of events is found, and no clean-stop mark is left"
-    )
-    func backgroundCheck() throws {
+        "after a clean stop the open skips the page check and runs it in the background: a damaged page of a table or an index is found, and no clean-stop mark is left",
+        arguments: ["events", "events_by_session"])
+    func backgroundCheck(damaged: String) throws {
         let directory = TemporaryDirectory("backhaul-salvage")
         let path = directory.file("backhaul.db")
         try Self.writeEvents(path, count: 2_000)
         try Store(path: path).close()
         #expect(access(CleanStop.path(beside: path), F_OK) == 0)
-        _ = try Self.damageEventsPage(path, keepTime: true)
+        _ = try Self.damageEventsPage(path, of: damaged, keepTime: true)
         let found = Locked<[StateDamage]>([])
         let store = try Store(path: path, onCorruptState: .salvage) { incident in
             if case .damaged(let damage) = incident { found.withLock { $0.append(damage) } }
@@ -126,16 +126,18 @@ struct SalvageTests {
         _ = try db.checkpoint(.truncate)
     }
 
-    /// Writes garbage over the middle leaf page of `events`; returns the seqs it held. `keepTime`:
-    /// the file keeps its modification time (and so its clean-stop mark still describes it).
-    static func damageEventsPage(_ path: String, keepTime: Bool = false) throws -> Range<Int> {
+    /// Writes garbage over the middle leaf page of `events` (or of the index `of` names); returns
+    /// the seqs it held (of `events`). `keepTime`: the file keeps its modification time (and so its
+    /// clean-stop mark still describes it).
+    static func damageEventsPage(_ path: String, of name: String = "events", keepTime: Bool = false) throws -> Range<Int> {
         var before = stat()
         stat(path, &before)
         // The leaf pages of `events` in key order, with the keys each holds.
         let db = try Connection(path: path, readOnly: true)
-        let leaves = try db.query("SELECT pageno, ncell FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' ORDER BY path") {
+        let leaves = try db.query("SELECT pageno, ncell FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path", [name]) {
             (Int($0.int(0)), Int($0.int(1)))
         }
+        try #require(leaves.count > 1, "\(name) has one leaf page")
         let pageSize = try #require(try db.queryFirst("PRAGMA page_size") { Int($0.int(0)) })
         let hit = leaves.count / 2
         let firstLost = leaves[..<hit].reduce(0) { $0 + $1.1 } + 1
