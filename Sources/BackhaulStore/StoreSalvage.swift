@@ -37,7 +37,8 @@ public enum CorruptStatePolicy: String, Sendable, CaseIterable {
 /// `corrupt-<UTC time>/` in the state directory (hard links, never deleted by the daemon) and the
 /// fresh one renamed over the damaged one. A salvage that cannot finish (no room for the copy, an
 /// error) removes what it built and leaves the damaged files where they were (`SalvageFailure`):
-/// the state is never emptier than the damaged one. Each table is copied in key order from the damaged file, opened read-only; when
+/// the state is never emptier than the damaged one. One cut off by a power cut just before its
+/// rename is undone by the next start (`undoInterruptedSwap`). Each table is copied in key order from the damaged file, opened read-only; when
 /// a scan fails midway, the next readable key is found by seeking past the damage (doubling the
 /// step, then halving back to the first key a seek can read from), and the skipped range is
 /// counted through an intact index of the table where there is one. Rows the fresh database refuses
@@ -61,6 +62,7 @@ enum StoreSalvage {
         path: String, policy: CorruptStatePolicy, now: Timestamp, thorough: Bool = true, knownDamage: String? = nil
     ) throws -> SalvageReport? {
         guard access(path, F_OK) == 0 else { return nil }
+        undoInterruptedSwap(path: path)
         guard let damage = try damage(path: path, thorough: thorough) ?? knownDamage else { return lastReport(beside: path) }
         guard policy == .salvage else { throw StoreError.corrupt(damage) }
         return try salvage(path: path, reason: damage, now: now)
@@ -258,6 +260,27 @@ enum StoreSalvage {
             throw error
         }
         return folder
+    }
+
+    /// A salvage cut off (a power cut, a kill) after it removed the damaged log and before its
+    /// rename left the damaged database in place without its log; the newest `corrupt-*/` holds
+    /// that same file (the same inode) and the log whole. The log is linked back and that
+    /// directory removed, so this start salvages from the damaged files as they were.
+    static func undoInterruptedSwap(path: String) {
+        let directory = parentDirectory(of: path)
+        guard let newest = entries(of: directory).filter({ $0.hasPrefix("corrupt-") }).max() else { return }
+        let folder = directory + "/" + newest
+        let kept = folder + "/" + baseName(of: path)
+        var live = stat()
+        var copy = stat()
+        guard stat(path, &live) == 0, stat(kept, &copy) == 0, live.st_dev == copy.st_dev, live.st_ino == copy.st_ino else {
+            return
+        }
+        if access(path + "-wal", F_OK) != 0, access(kept + "-wal", F_OK) == 0 {
+            guard link(kept + "-wal", path + "-wal") == 0 else { return }
+        }
+        removeFolder(folder)
+        _ = syncDirectory(at: directory)
     }
 
     /// A table to copy: its columns in the fresh database, and the key it is read in order of.

@@ -97,6 +97,35 @@ struct SalvageTests {
         #expect(access(CleanStop.path(beside: path), F_OK) == 0)
     }
 
+    @Test(
+        "a salvage cut off between removing the damaged log and its rename: the next one links the log back and keeps what it held"
+    )
+    func interruptedSwap() throws {
+        let directory = TemporaryDirectory("backhaul-salvage")
+        let written = directory.file("written.db")
+        try Self.writeEvents(written, count: 1_000)
+        // A database whose WAL holds a commit (session s2) the file does not: copied while the
+        // connection that wrote it is open, before its close copies the log back.
+        let path = directory.file("backhaul.db")
+        do {
+            let db = try Connection(path: written)
+            try db.execute("PRAGMA wal_autocheckpoint = 0")
+            try db.run("INSERT INTO sessions (id, configuration, created_at) VALUES ('s2', '{}', 2)")
+            try StoreSalvage.copyFile(written, to: path)
+            try StoreSalvage.copyFile(written + "-wal", to: path + "-wal")
+        }
+        _ = try Self.damageEventsPage(path)
+        // The salvage's steps up to the rename, as a power cut would leave them.
+        _ = try StoreSalvage.keepDamaged(path: path, now: 1_800_000_000)
+        for ending in ["-wal", "-shm"] { unlink(path + ending) }
+
+        let report = try #require(try StoreSalvage.examine(path: path, policy: .salvage, now: 1_800_000_100))
+        #expect(report.tables.first { $0.name == "sessions" }?.copied == 2, "the commit in the log is kept")
+        let folders = StoreSalvage.entries(of: directory.path).filter { $0.hasPrefix("corrupt-") }
+        #expect(folders == [StoreSalvage.baseName(of: report.directory)], "the cut-off salvage's directory is gone")
+        #expect(access(report.directory + "/backhaul.db-wal", F_OK) == 0)
+    }
+
     @Test("a sound state is left alone; refuse names the damage")
     func soundAndRefused() throws {
         let directory = TemporaryDirectory("backhaul-salvage")
