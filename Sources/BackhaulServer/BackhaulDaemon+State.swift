@@ -21,6 +21,10 @@ extension BackhaulDaemon {
             knownDamage: getenv(damageVariable).map { String(cString: $0) }, awaitingStart: true
         ) { incident in
             switch incident {
+            case .checked(let tables, let seconds):
+                logger.info(
+                    "the background check of every page found no damage",
+                    metadata: ["state.tables": "\(tables)", "check.duration_ms": "\(Int(seconds * 1000))"])
             case .damaged(let damage):
                 damageFound.withLock { $0 = damage }
                 logger.critical(

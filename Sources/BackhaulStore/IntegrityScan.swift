@@ -60,11 +60,14 @@ final class IntegrityScan: Sendable {
     /// Stopping, and whether every table was checked.
     private let state = Locked((stopping: false, finished: false))
     private let thread = WorkerThread(name: "bh-integrity")
+    /// Told, when every table was checked and found sound, how many and in how many seconds.
+    private let finished: @Sendable (Int, Double) -> Void
 
-    init(path: String, watch: DamageWatch, clock: any Clock) {
+    init(path: String, watch: DamageWatch, clock: any Clock, finished: @escaping @Sendable (Int, Double) -> Void) {
         self.path = path
         self.watch = watch
         self.clock = clock
+        self.finished = finished
     }
 
     func start() { thread.start { [self] in run() } }
@@ -79,6 +82,7 @@ final class IntegrityScan: Sendable {
     private func run() {
         // On Linux the nice value is the calling thread's own (setpriority(2), NOTES).
         setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+        let began = monotonicSeconds()
         do {
             let db = try Connection(path: path, readOnly: true)
             let tables = try db.query(
@@ -97,6 +101,7 @@ final class IntegrityScan: Sendable {
                 if state.wait(until: { $0.stopping }, timeout: rest, { $0.stopping }) { return }
             }
             state.withLock { $0.finished = true }
+            finished(tables.count, monotonicSeconds() - began)
         } catch {
             // Damage is reported; anything else (the file gone, busy) ends this check unfinished.
             watch.note(error, foundBy: "the background check", at: clock.now())

@@ -38,6 +38,9 @@ public enum StoreIncident: Sendable {
     case checkpointFailed(CheckpointFailure)
     /// SQLite found the database damaged while it was open (once, the first time: `StateDamage`).
     case damaged(StateDamage)
+    /// The background check of every page (`IntegrityScan`) went through every table and found
+    /// nothing: how many tables, and the seconds it checked and rested.
+    case checked(tables: Int, seconds: Double)
 }
 
 /// The durable state: one SQLite database in WAL mode. One connection writes, on a thread of its
@@ -108,7 +111,9 @@ public final class Store: Sendable {
             path: self.path, policy: onCorruptState, now: clock.now(), thorough: !cleanlyStopped, knownDamage: knownDamage)
         let damageWatch = DamageWatch { report(.damaged($0)) }
         self.damageWatch = damageWatch
-        integrityScan = cleanlyStopped ? IntegrityScan(path: self.path, watch: damageWatch, clock: clock) : nil
+        integrityScan =
+            cleanlyStopped
+            ? IntegrityScan(path: self.path, watch: damageWatch, clock: clock) { report(.checked(tables: $0, seconds: $1)) } : nil
         let db = try Connection(path: self.path)
         try db.execute("PRAGMA journal_mode = WAL")
         try db.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY")

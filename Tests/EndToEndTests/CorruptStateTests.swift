@@ -50,6 +50,9 @@ extension EndToEndTests {
         #expect(try daemon.call("GET", "/v1/info").1["state"]?["salvaged_at"] == state["salvaged_at"])
         #expect(try salvageCount(daemon) == 0)
         #expect(try corruptDirectories(fixture).count == 1)
+        // That start skipped the check of every page (a clean stop) and runs it in the background.
+        #expect(eventually(timeout: 30) { daemon.log(lastLines: 200).contains("found no damage") }, "\(daemon.log())")
+        #expect(try daemon.call("GET", "/v1/info").1["state"]?["damage_found_at"] == .null)
     }
 
     @Test("garbage over a page of a tasks index: salvaged, every row copied, none lost")
