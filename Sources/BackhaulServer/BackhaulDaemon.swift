@@ -266,7 +266,10 @@ public func runBackhauld(arguments: [String]) -> Int32 {
         do {
             daemon = try BackhaulDaemon(configuration: configuration, logger: logger, damageFound: damageFound)
         } catch {
-            BackhaulDaemon.startAgainForDamage(damageFound.withLock { $0 }, configuration: configuration, logger: logger)
+            let damage = damageFound.withLock { $0 }
+            BackhaulDaemon.startAgainForDamage(damage, configuration: configuration, logger: logger)
+            // Refused as damage found at open is (exit 65), not as a start that failed.
+            if let damage, configuration.onCorruptState == .refuse { throw StoreError.corrupt(damage.reason) }
             throw error
         }
     } catch let error as SalvageFailure {

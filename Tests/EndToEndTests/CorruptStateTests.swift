@@ -154,6 +154,20 @@ extension EndToEndTests {
         #expect(fixture.daemon.terminate() == 0)
     }
 
+    @Test("the same with --on-corrupt-state refuse: that start exits 65, leaves no clean-stop mark, and so does the next")
+    func damageAfterCleanStopRefused() throws {
+        let fixture = try Fixture(daemonArguments: ["--on-corrupt-state", "refuse"])
+        _ = try writeState(fixture)
+        #expect(fixture.daemon.terminate() == 0)
+        _ = try damage(fixture, "table", keepTime: true)
+        for start in 1...2 {
+            #expect(throws: DaemonProcess.DaemonError.self) { try fixture.daemon.start() }
+            #expect(fixture.daemon.waitForExit() == 65, "start \(start): \(fixture.daemon.log(lastLines: 5))")
+            #expect(!FileManager.default.fileExists(atPath: fixture.daemon.stateDirectory + "/clean-stop"))
+            #expect(try corruptDirectories(fixture).isEmpty)
+        }
+    }
+
     @Test(
         "a page of events damaged after a clean stop: the daemon runs, the background check finds it, /v1/info, the metric and the log report it, and the next start salvages"
     )
