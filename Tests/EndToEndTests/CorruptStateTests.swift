@@ -189,6 +189,8 @@ extension EndToEndTests {
         let metrics = String(decoding: try HTTPClient().send("GET", fixture.daemon.url + "/metrics").body, as: UTF8.self)
         #expect(metrics.contains("\nbackhaul_state_damaged 1"), "the metric")
         #expect(fixture.daemon.log(lastLines: 100_000).contains("the state database is damaged"))
+        let page = try BrowserRun("notice", fixture.daemon.url + "/", ["--contains", "The state database is damaged"])
+        #expect(page.status == 0, "dashboard: \(page.output)")
         // A store that found damage leaves no clean-stop mark: the next start reads every page.
         #expect(fixture.daemon.terminate() == 0)
         #expect(!FileManager.default.fileExists(atPath: fixture.daemon.stateDirectory + "/clean-stop"))

@@ -240,6 +240,21 @@ def nodes(arguments):
         driver.quit()
 
 
+def notice(arguments):
+    """The line above the panels about the state database (#salvage) shows and holds --contains."""
+    driver = browser()
+    try:
+        driver.get(arguments.url)
+        wait("the page to render", lambda: page_state(driver) == "ready")
+        line = driver.find_element(By.ID, "salvage")
+        wait("the state line", lambda: line.is_displayed() and arguments.contains in line.text)
+        errors = console_errors(driver)
+        check(not errors, f"console errors: {errors}")
+        return {"notice": line.text}
+    finally:
+        driver.quit()
+
+
 def event_stream_requests(driver):
     """The headers of each request the page made for /v1/events, in order."""
     found = []
@@ -354,7 +369,7 @@ def thousand(arguments):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["interact", "token", "reconnect", "thousand", "nodes"])
+    parser.add_argument("scenario", choices=["interact", "token", "reconnect", "thousand", "nodes", "notice"])
     parser.add_argument("url")
     parser.add_argument("--running")
     parser.add_argument("--auth")
@@ -370,6 +385,7 @@ def main():
     parser.add_argument("--signal-dir")
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--nodes", default="")
+    parser.add_argument("--contains", default="")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--min-events", type=int, default=0, help="measure past --seconds until this many events came")
     parser.add_argument("--max-seconds", type=float, default=45, help="...but no longer than this")
@@ -385,7 +401,8 @@ def main():
     signal.signal(signal.SIGALRM, stop)
     signal.alarm(arguments.deadline)
     try:
-        scenarios = {"interact": interact, "token": token, "reconnect": reconnect, "thousand": thousand, "nodes": nodes}
+        scenarios = {"interact": interact, "token": token, "reconnect": reconnect, "thousand": thousand, "nodes": nodes,
+                     "notice": notice}
         result = scenarios[arguments.scenario](arguments)
     except Failure as failure:
         print(f"FAILED: {failure}")
