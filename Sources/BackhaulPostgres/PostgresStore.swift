@@ -81,6 +81,8 @@ public final class PostgresStore: @unchecked Sendable {
     let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
     let nodeStatus = Locked<@Sendable () -> (running: Int, network: String?)>({ (0, nil) })
+    /// Tasks failed by a takeover because their row cannot be read (`reportUnreadable`).
+    let unreadable = Locked<@Sendable ([String]) -> Void>({ _ in })
 
     /// Connects, migrates the schema (under the advisory lock), and registers this node. Throws
     /// `OpenFailure`.
