@@ -104,6 +104,10 @@ public final class PostgresStore: @unchecked Sendable {
             throw .cannotConnect("\(error)")
         }
         do {
+            // The writer's row for its commits' tokens is there before its first transaction: one
+            // lost during its COMMIT then waits for it, rather than find no row.
+            try connection.execute(
+                "INSERT INTO writer_commits (node, token) VALUES ($1, 0) ON CONFLICT (node) DO NOTHING", [.text(options.node)])
             readers = try ConnectionPool(url: options.url, count: max(1, options.readers))
         } catch {
             throw .cannotConnect(error.message)

@@ -42,13 +42,6 @@ final class PostgresTransaction {
         var createdAt: Timestamp
     }
 
-    /// The transaction's id (`txid_current()`, asked with its `BEGIN`), once an answer brought it:
-    /// after a connection lost during its `COMMIT`, the writer asks the server on a new one whether
-    /// it committed (`PostgresWriter`).
-    private(set) var xid: Int64?
-    /// The statement that asks for it.
-    static let xidQuery = "SELECT txid_current()"
-
     /// Statements not sent yet, to go in front of the next one in one round trip: the ones that
     /// open the transaction (`begin`), and writes whose answer no one reads (`send`).
     private(set) var unsent: [(sql: String, parameters: [PostgresValue])] = []
@@ -63,15 +56,12 @@ final class PostgresTransaction {
     /// latest with its `COMMIT`; its error, if any, is that statement's.
     func send(_ sql: String, _ parameters: [PostgresValue]) { unsent.append((sql, parameters)) }
 
-    /// Sends the statements not sent yet, then `statements`, in one round trip; their answers. The
-    /// transaction's id is taken from the answer that carries it.
-    func flush(_ statements: [(sql: String, parameters: [PostgresValue])] = []) throws(PostgresError) -> [PostgresRows] {
+    /// Sends the statements not sent yet, then `statements`, in one round trip; their answers.
+    func flush(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
         let sending = unsent + statements
         sentCount += unsent.count
         unsent = []
-        let answers = try connection.pipeline(sending)
-        if xid == nil, let index = sending.firstIndex(where: { $0.sql == Self.xidQuery }) { xid = answers[index].int(0, 0) }
-        return answers
+        return try connection.pipeline(sending)
     }
 
     /// Rolls the whole transaction back, and ends it: what was not sent is dropped (nothing at

@@ -14,10 +14,13 @@ import Threads
 /// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
 /// transaction again; a lost connection is made anew, with backoff, for up to
 /// `reconnectFor` seconds before the jobs fail. A transaction is run again only when it is known
-/// not to have committed: its id is known before its `COMMIT` is sent, and when the connection is
-/// lost during the `COMMIT`, the server is asked on a new one (`txid_status`); a transaction that
-/// committed is settled as committed, and one whose fate stays unknown fails its jobs with
-/// `unavailable` (a client's retry with its idempotency keys then finds what committed).
+/// not to have committed: each writes a random token of its own in this node's row of
+/// `writer_commits`, and when the connection is lost during its `COMMIT`, the row is read back on
+/// a new connection (once the old transaction ended there). A transaction that committed is
+/// settled as committed, and one whose fate stays unknown fails its jobs with `unavailable` (a
+/// client's retry with its idempotency keys then finds what committed). The server's
+/// transaction ids cannot tell: after a crash of the server, the ids of transactions whose
+/// commit was not on disk are given again, to transactions that may commit.
 final class PostgresWriter: @unchecked Sendable {
     // @unchecked: `connection` and `afterCommit` are touched on the writer's thread only, after `start`.
 
@@ -92,7 +95,7 @@ final class PostgresWriter: @unchecked Sendable {
 
     /// The connection was lost after the transaction's `COMMIT` may have reached the server.
     private struct CommitInDoubt: Error {
-        var xid: Int64
+        var token: Int64
         var outcomes: [Outcome]
         var cause: PostgresError
     }
@@ -119,7 +122,7 @@ final class PostgresWriter: @unchecked Sendable {
                 // whole transaction runs again.
                 reconnect(attempt: &retries)
             } catch let doubt as CommitInDoubt {
-                switch committed(doubt.xid, until: reconnectDeadline, attempt: &retries) {
+                switch committed(doubt.token, until: reconnectDeadline, attempt: &retries) {
                 case true?:
                     doubts.withLock { $0.committed += 1 }
                     // Whether deliveries were added was in the answer that was lost.
@@ -150,24 +153,24 @@ final class PostgresWriter: @unchecked Sendable {
         if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
     }
 
-    /// Whether the transaction `xid`, whose connection was lost during its `COMMIT`, committed, as
-    /// the server says on a new connection; asked again while it is still in progress there (its
-    /// backend has not yet read the end of the old connection) or out of reach, until `deadline`:
-    /// nil then.
-    private func committed(_ xid: Int64, until deadline: Double, attempt: inout Int) -> Bool? {
+    /// Whether the transaction that wrote `token`, whose connection was lost during its `COMMIT`,
+    /// committed, as this node's row of `writer_commits` says on a new connection. The row is read
+    /// under a share lock, which waits for the old transaction to end (its backend may not have
+    /// read the end of the old connection yet), at most 2 s a try; tried again while the lock or
+    /// the server is out of reach, until `deadline`: nil then.
+    private func committed(_ token: Int64, until deadline: Double, attempt: inout Int) -> Bool? {
         while monotonicSeconds() < deadline {
             if connection.isConnected {
                 do {
-                    let status = try connection.execute("SELECT txid_status($1)", [.int(xid)]).string(0, 0)
-                    switch status {
-                    case "committed": return true
-                    case "aborted": return false
-                    case "in progress":
-                        usleep(20_000)
-                        continue
-                    default: return nil
-                    }
-                } catch {}
+                    let answers = try connection.pipeline([
+                        ("BEGIN", []), ("SET LOCAL lock_timeout TO '2s'", []),
+                        ("SELECT token FROM writer_commits WHERE node = $1 FOR SHARE", [.text(node)]), ("COMMIT", []),
+                    ])
+                    return answers[2].count > 0 && answers[2].int(0, 0) == token
+                } catch {
+                    if connection.isConnected { _ = try? connection.execute("ROLLBACK") }
+                    if connection.isConnected { continue }
+                }
             }
             reconnect(attempt: &attempt)
         }
@@ -196,9 +199,7 @@ final class PostgresWriter: @unchecked Sendable {
     /// writes do, unless it has files to remove (`FileRemovals`).
     private func transaction(_ jobs: [Job], _ tx: PostgresTransaction, savepoints: Bool) throws -> [Outcome]? {
         let durable = jobs.contains(where: \.durable)
-        tx.begin(
-            (durable ? [("BEGIN", [])] : [("BEGIN", []), ("SET LOCAL synchronous_commit TO off", [])])
-                + [(PostgresTransaction.xidQuery, [])])
+        tx.begin(durable ? [("BEGIN", [])] : [("BEGIN", []), ("SET LOCAL synchronous_commit TO off", [])])
         do {
             var outcomes: [Outcome] = []
             outcomes.reserveCapacity(jobs.count)
@@ -222,12 +223,11 @@ final class PostgresWriter: @unchecked Sendable {
                     }
                 }
             }
+            let token = Int64.random(in: Int64.min...Int64.max)
             do {
-                try commit(tx, synchronous: !durable && tx.files.needsDurableCommit(durable: durable))
+                try commit(tx, token: token, synchronous: !durable && tx.files.needsDurableCommit(durable: durable))
             } catch let error as PostgresError where error.isConnectionLost {
-                // Without its id, its COMMIT was not sent: it did not commit.
-                guard let xid = tx.xid else { throw error }
-                throw CommitInDoubt(xid: xid, outcomes: outcomes, cause: error)
+                throw CommitInDoubt(token: token, outcomes: outcomes, cause: error)
             } catch let error as PostgresError where !savepoints && !error.isRetryable {
                 // Possibly a job's write sent with the commit (`PostgresTransaction.send`). Whose it
                 // was shows when the jobs run again in their savepoints, where each one's writes go
@@ -246,11 +246,10 @@ final class PostgresWriter: @unchecked Sendable {
     /// another's answer): the sessions' counts of unfinished tasks moved by what it changed; its
     /// events, under the lock that makes their sequence their commit order, each with a delivery
     /// to every enabled subscription of its session that wants it; and its changes announced to
-    /// the other nodes (delivered when it commits). Its id is known first: a transaction whose
-    /// statements all went unsent so far sends them in a round trip of their own. `synchronous`:
-    /// a transaction begun without waiting for the disk waits after all.
-    private func commit(_ tx: PostgresTransaction, synchronous: Bool) throws {
-        if tx.xid == nil { _ = try tx.flush() }
+    /// the other nodes (delivered when it commits); and its `token` in this node's row of
+    /// `writer_commits`. `synchronous`: a transaction begun without waiting for the disk waits
+    /// after all.
+    private func commit(_ tx: PostgresTransaction, token: Int64, synchronous: Bool) throws {
         var statements: [(sql: String, parameters: [PostgresValue])] = []
         for (session, delta) in tx.openDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
             statements.append(("UPDATE sessions SET open_tasks = open_tasks + $2 WHERE id = $1", [.text(session), .int(delta)]))
@@ -273,6 +272,11 @@ final class PostgresWriter: @unchecked Sendable {
                 statements.append(("SELECT pg_notify($1, $2)", [.text(Self.channel), .text(payload)]))
             }
         }
+        statements.append(
+            (
+                "INSERT INTO writer_commits (node, token) VALUES ($1, $2) ON CONFLICT (node) DO UPDATE SET token = excluded.token",
+                [.text(node), .int(token)]
+            ))
         if synchronous { statements.append(("SET LOCAL synchronous_commit TO on", [])) }
         statements.append(("COMMIT", []))
         // What the jobs left unsent goes first: writes no one waited for are made.

@@ -60,6 +60,7 @@ final class FleetFaultTests {
         }
         let after = try #require(seen, "node-a still answers transfers_enabled true 10 s after the commit")
         #expect(after <= 2, "node-a answered the new policy \(after) s after its commit")
+        print("fleet faults: node-a answered the policy \(String(format: "%.2f", after)) s after its commit")
         let file = scratch.makeFile("private-a/new.bin", size: 1_000)
         let refused = try a.call(
             "POST", "/v1/sessions/s/tasks", ["file": .string(file), "request": ["url": "http://127.0.0.1:9/x"]])
