@@ -217,11 +217,11 @@ final class EngineLoop: CurlLoopClient {
         if changes.cleanupsAdded { cleanupsDue = true }
         if changes.queueReload { loadingAfter = 0 }
         if changes.policyReview { policyReviewNeeded = true }
-        if !changes.sessions.isEmpty {
+        if !changes.sessions.isEmpty || changes.queueReload {
             sessionsLoaded = false
             policyReviewNeeded = true
         }
-        if !changes.settings.isEmpty {
+        if !changes.settings.isEmpty || changes.queueReload {
             policyReviewNeeded = true
             bandwidthDirty = true
         }

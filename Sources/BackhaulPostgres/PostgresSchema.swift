@@ -176,6 +176,14 @@ public enum PostgresSchema {
             detached_from, last_error, pinned_node
             ON tasks FOR EACH ROW EXECUTE FUNCTION tasks_count_revision();
         """,
+        // The token of each node's last write transaction, written in it: after a connection lost
+        // during its COMMIT, the writer reads it back to learn whether it committed (`PostgresWriter`).
+        """
+        CREATE TABLE writer_commits (
+            node text PRIMARY KEY,
+            token bigint NOT NULL
+        );
+        """,
     ]
 
     /// The version this code writes.

@@ -20,11 +20,13 @@ extension PostgresStore {
     public func recoverInterrupted() throws(StoreError) -> (requeued: Int, failed: [String]) {
         let now = self.now
         return try write { [self] tx in
-            let running = try tx.rows(
-                "\(PostgresTaskRows.select) WHERE state = 'running' AND lease_node = $1 ORDER BY seq FOR UPDATE",
-                [.text(node)], PostgresTaskRows.decode)
+            let (running, failed) = try PostgresTaskRows.decodeEach(
+                tx,
+                tx.execute(
+                    "\(PostgresTaskRows.select) WHERE state = 'running' AND lease_node = $1 ORDER BY seq FOR UPDATE",
+                    [.text(node)]), now: now)
             for task in running { try transition(tx, task, .requeued(counted: true), now: now, lease: .release) }
-            return (running.count, [])
+            return (running.count, failed)
         }
     }
 

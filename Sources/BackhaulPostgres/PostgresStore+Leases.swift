@@ -110,16 +110,20 @@ extension PostgresStore {
     /// Takes over what nodes that stopped renewing left: a running task whose lease ran out goes
     /// back to the queue (its attempt counted, as after a restart), or, pinned to its node, waits
     /// with `node_unavailable`; queued tasks pinned to a node silent for a lease wait the same way.
-    /// Rows another node is taking over at that moment are left to it. Returns how many.
+    /// Rows another node is taking over at that moment are left to it. A row that cannot be read
+    /// fails alone (`PostgresTaskRows.failUnreadable`), and is reported (`reportUnreadable`).
+    /// Returns how many.
     @discardableResult
     func takeOver() throws(StoreError) -> Int {
         let now = self.now
-        return try write { [self] tx in
-            let expired = try tx.rows(
-                """
-                \(PostgresTaskRows.select) WHERE state = 'running' AND lease_expires_at <= clock_timestamp()
-                ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED
-                """, [], PostgresTaskRows.decode)
+        let (count, failed) = try write { [self] tx in
+            let (expired, failedRunning) = try PostgresTaskRows.decodeEach(
+                tx,
+                tx.execute(
+                    """
+                    \(PostgresTaskRows.select) WHERE state = 'running' AND lease_expires_at <= clock_timestamp()
+                    ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED
+                    """), now: now)
             for task in expired {
                 guard case .success(var next) = task.applying(.requeued(counted: true), now: now) else { continue }
                 if task.node != nil {
@@ -128,20 +132,31 @@ extension PostgresStore {
                 }
                 try save(tx, from: task, to: next, now: now, lease: .release)
             }
-            let stranded = try tx.rows(
-                """
-                \(PostgresTaskRows.select) WHERE state = 'queued' AND pinned_node IN (SELECT id FROM nodes
-                    WHERE last_heartbeat_at <= clock_timestamp() - make_interval(secs => $1))
-                ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED
-                """, [.double(options.leaseSeconds)], PostgresTaskRows.decode)
+            let (stranded, failedQueued) = try PostgresTaskRows.decodeEach(
+                tx,
+                tx.execute(
+                    """
+                    \(PostgresTaskRows.select) WHERE state = 'queued' AND pinned_node IN (SELECT id FROM nodes
+                        WHERE last_heartbeat_at <= clock_timestamp() - make_interval(secs => $1))
+                    ORDER BY seq LIMIT 500 FOR UPDATE SKIP LOCKED
+                    """, [.double(options.leaseSeconds)]), now: now)
             for task in stranded {
                 var next = task
                 next.state = .waiting
                 next.waitingReason = .nodeUnavailable
                 try save(tx, from: task, to: next, now: now)
             }
-            return expired.count + stranded.count
+            let failed = failedRunning + failedQueued
+            return (expired.count + stranded.count + failed.count, failed)
         }
+        if !failed.isEmpty { unreadable.withLock { $0 }(failed) }
+        return count
+    }
+
+    /// Where the ids of tasks failed because their row cannot be read go (the daemon logs each
+    /// at error, naming it); the start's own are `recoverInterrupted`'s answer.
+    public func reportUnreadable(_ report: @escaping @Sendable ([String]) -> Void) {
+        unreadable.withLock { $0 = report }
     }
 
     /// The nodes of the fleet, by id.

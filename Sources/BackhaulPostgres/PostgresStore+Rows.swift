@@ -27,6 +27,53 @@ enum PostgresTaskRows {
         try tx.first("\(select) WHERE seq = $1\(lock ? " FOR UPDATE" : "")", [.int(sequence)], decode)
     }
 
+    /// Rows of `select` decoded one by one: a row that cannot be decoded fails alone
+    /// (`failUnreadable`) instead of failing the write that met it. The decoded tasks, and the ids
+    /// of those that failed.
+    static func decodeEach(_ tx: PostgresTransaction, _ rows: PostgresRows, now: Timestamp) throws -> (
+        tasks: [TaskRecord], failed: [String]
+    ) {
+        var tasks: [TaskRecord] = []
+        var failed: [String] = []
+        for index in 0..<rows.count {
+            let row = PostgresRow(rows: rows, index: index)
+            do {
+                tasks.append(try decode(row))
+            } catch {
+                if let id = try failUnreadable(tx, sequence: row.int(0), "\(error)", now: now) { failed.append(id) }
+            }
+        }
+        return (tasks, failed)
+    }
+
+    /// A task whose row cannot be decoded, met by a write that must move it on (a recovery, a
+    /// takeover), fails with `TaskError.unreadableRow`, as SQLite's does: by its plain columns
+    /// alone (a row that cannot be read cannot be rendered into an event), its lease released, its
+    /// session's count of unfinished tasks moved. Its id; nil when it had ended already.
+    static func failUnreadable(_ tx: PostgresTransaction, sequence: Int64, _ message: String, now: Timestamp) throws
+        -> String?
+    {
+        let error = TaskRecord.errorJSON(.unreadableRow(message)).serialized()
+        let rows = try tx.execute(
+            """
+            WITH old AS (SELECT seq, id, session_id, state FROM tasks WHERE seq = $1 FOR UPDATE)
+            UPDATE tasks t SET state = 'failed', waiting_reason = NULL, finished_at = $2, error = $3, checkpoint = NULL,
+                lease_node = NULL, lease_expires_at = NULL
+            FROM old WHERE t.seq = old.seq AND old.state NOT IN ('completed', 'failed', 'cancelled')
+            RETURNING old.id, old.session_id, old.state
+            """, [.int(sequence), .double(now), .text(error)])
+        guard rows.count > 0, let id = rows.string(0, 0) else { return nil }
+        tx.countOpen(rows.string(0, 1) ?? "", -1)
+        switch rows.string(0, 2) {
+        case TaskState.running.rawValue:
+            tx.changes.leftRunning.append(id)
+            tx.leasesEnded.append(id)
+        case TaskState.queued.rawValue: tx.changes.unqueued.append(sequence)
+        default: break
+        }
+        return id
+    }
+
     /// The node a task's file ties it to: nil when it is under a shared root (any node runs it).
     static func pin(for task: TaskRecord, node: String, sharedRoots: [String]) -> String? {
         let path = task.file.path
@@ -170,9 +217,7 @@ enum PostgresTaskRows {
             if after.state == .queued, let pin = written.string(0, 0) { tx.pins[after.sequence] = pin }
         }
         if before.state == .queued, after.state == .queued { tx.changes.touched.append(after.sequence) }
-        if after.kind == .download, after.state.isFinal, after.state != .completed, !before.state.isFinal {
-            tx.filesToRemove.append(DownloadSpec.partPath(of: after.file.path))
-        }
+        tx.files.note(from: before, to: after)
         switch lease {
         case .keep: break
         case .take: tx.leasesTaken.append(after.id)

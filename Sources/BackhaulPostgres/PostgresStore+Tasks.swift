@@ -120,7 +120,8 @@ extension PostgresStore {
             task.node = PostgresTaskRows.pin(for: task, node: node, sharedRoots: options.sharedRoots)
             if !task.state.isFinal { admission.held += task.file.size }
             if let key = task.idempotencyKey { admission.keys[key] = task }
-            let rendered = !session.enabled && refusal == nil ? part.waitingJSON?[offset] : nil
+            // The API's rendering knows no pin: a pinned task is rendered here, with its `node`.
+            let rendered = !session.enabled && refusal == nil && task.node == nil ? part.waitingJSON?[offset] : nil
             results.append((task, true, rendered))
             if task.state.isFinal {
                 try writeKept()

@@ -47,9 +47,6 @@ extension PostgresStore {
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(tx, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
-            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil {
-                tx.filesToRemove.append(task.file.path)
-            }
             try sessionTaskReachedFinalState(tx, sessionID: task.sessionID, now: now)
         }
     }

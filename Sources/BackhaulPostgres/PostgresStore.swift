@@ -81,6 +81,8 @@ public final class PostgresStore: @unchecked Sendable {
     let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
     let nodeStatus = Locked<@Sendable () -> (running: Int, network: String?)>({ (0, nil) })
+    /// Tasks failed by a takeover because their row cannot be read (`reportUnreadable`).
+    let unreadable = Locked<@Sendable ([String]) -> Void>({ _ in })
 
     /// Connects, migrates the schema (under the advisory lock), and registers this node. Throws
     /// `OpenFailure`.
@@ -102,6 +104,10 @@ public final class PostgresStore: @unchecked Sendable {
             throw .cannotConnect("\(error)")
         }
         do {
+            // The writer's row for its commits' tokens is there before its first transaction: one
+            // lost during its COMMIT then waits for it, rather than find no row.
+            try connection.execute(
+                "INSERT INTO writer_commits (node, token) VALUES ($1, 0) ON CONFLICT (node) DO NOTHING", [.text(options.node)])
             readers = try ConnectionPool(url: options.url, count: max(1, options.readers))
         } catch {
             throw .cannotConnect(error.message)

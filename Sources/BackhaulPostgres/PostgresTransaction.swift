@@ -16,9 +16,8 @@ final class PostgresTransaction {
     var pins: [Int64: String] = [:]
     /// Events to append at the end of the transaction, under the events' lock (`PostgresWriter`).
     var events: [PendingEvent] = []
-    /// Files to remove once the transaction committed: `.part` files of downloads that ended
-    /// without completing, and files of tasks completed with `delete_file_on_success`.
-    var filesToRemove: [String] = []
+    /// Files to remove once the transaction's commit is durable (`FileRemovals`).
+    var files = FileRemovals()
     /// How the transaction changed each session's unfinished tasks: added to `sessions.open_tasks`
     /// at its end (`PostgresWriter`), so that counting them reads one row.
     var openDeltas: [String: Int] = [:]
@@ -57,13 +56,12 @@ final class PostgresTransaction {
     /// latest with its `COMMIT`; its error, if any, is that statement's.
     func send(_ sql: String, _ parameters: [PostgresValue]) { unsent.append((sql, parameters)) }
 
-    /// The statements not sent yet, taken (to go in front of a pipeline).
-    func takeUnsent() -> [(sql: String, parameters: [PostgresValue])] {
-        defer {
-            sentCount += unsent.count
-            unsent = []
-        }
-        return unsent
+    /// Sends the statements not sent yet, then `statements`, in one round trip; their answers.
+    func flush(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
+        let sending = unsent + statements
+        sentCount += unsent.count
+        unsent = []
+        return try connection.pipeline(sending)
     }
 
     /// Rolls the whole transaction back, and ends it: what was not sent is dropped (nothing at
@@ -76,7 +74,7 @@ final class PostgresTransaction {
     @discardableResult
     func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
         guard unsent.isEmpty else {
-            let answers = try connection.pipeline(takeUnsent() + [(sql, parameters)])
+            let answers = try flush([(sql, parameters)])
             return answers[answers.count - 1]
         }
         return try connection.execute(sql, parameters)
@@ -116,7 +114,7 @@ final class PostgresTransaction {
     var mark: Mark {
         Mark(
             changes: changes, pins: pins, openDeltas: openDeltas, lockedSessions: lockedSessions, events: events.count,
-            files: filesToRemove.count,
+            files: files.count,
             taken: leasesTaken.count,
             ended: leasesEnded.count, handed: sentCount + unsent.count)
     }
@@ -127,7 +125,7 @@ final class PostgresTransaction {
         openDeltas = mark.openDeltas
         lockedSessions = mark.lockedSessions
         events.removeSubrange(mark.events...)
-        filesToRemove.removeSubrange(mark.files...)
+        files.rollBack(to: mark.files)
         leasesTaken.removeSubrange(mark.taken...)
         leasesEnded.removeSubrange(mark.ended...)
         // The job's writes not sent yet are dropped; the ones sent are undone by its savepoint.

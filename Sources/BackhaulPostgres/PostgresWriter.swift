@@ -13,7 +13,14 @@ import Threads
 ///
 /// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
 /// transaction again; a lost connection is made anew, with backoff, for up to
-/// `reconnectFor` seconds before the jobs fail.
+/// `reconnectFor` seconds before the jobs fail. A transaction is run again only when it is known
+/// not to have committed: each writes a random token of its own in this node's row of
+/// `writer_commits`, and when the connection is lost during its `COMMIT`, the row is read back on
+/// a new connection (once the old transaction ended there). A transaction that committed is
+/// settled as committed, and one whose fate stays unknown fails its jobs with `unavailable` (a
+/// client's retry with its idempotency keys then finds what committed). The server's
+/// transaction ids cannot tell: after a crash of the server, the ids of transactions whose
+/// commit was not on disk are given again, to transactions that may commit.
 final class PostgresWriter: @unchecked Sendable {
     // @unchecked: `connection` and `afterCommit` are touched on the writer's thread only, after `start`.
 
@@ -43,6 +50,9 @@ final class PostgresWriter: @unchecked Sendable {
     var afterCommit: (StoreChanges) -> Void = { _ in }
     /// After each commit: the store's own bookkeeping of the transaction (leases).
     var settled: (PostgresTransaction) -> Void = { _ in }
+    /// Transactions whose connection was lost during their `COMMIT`, by what the server said of
+    /// them afterwards (tests read it).
+    let doubts = Locked<(committed: Int, notCommitted: Int, unknown: Int)>((0, 0, 0))
 
     init(connection: PostgresConnection, url: String, node: String) {
         self.connection = connection
@@ -83,6 +93,13 @@ final class PostgresWriter: @unchecked Sendable {
         case failed(StoreError)
     }
 
+    /// The connection was lost after the transaction's `COMMIT` may have reached the server.
+    private struct CommitInDoubt: Error {
+        var token: Int64
+        var outcomes: [Outcome]
+        var cause: PostgresError
+    }
+
     private func run(_ jobs: [Job]) {
         var retries = 0
         // Jobs run one after another in the transaction; when one throws, the transaction is
@@ -96,24 +113,31 @@ final class PostgresWriter: @unchecked Sendable {
                     savepoints = true
                     continue
                 }
-                for path in tx.filesToRemove { unlink(path) }
-                settled(tx)
-                if !tx.changes.isEmpty { afterCommit(tx.changes) }
-                for (job, outcome) in zip(jobs, outcomes) {
-                    switch outcome {
-                    case .done(let finish): finish()
-                    case .failed(let error): job.failed(error)
-                    }
-                }
-                return
+                return settle(tx, jobs, outcomes)
             } catch let error as PostgresError where error.isRetryable && retries < 20 {
                 retries += 1
                 usleep(UInt32.random(in: 1_000...(5_000 * UInt32(retries))))
             } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < reconnectDeadline {
-                // Made anew, with backoff; the whole transaction runs again.
-                usleep(UInt32(min(2.0, 0.1 * Double(1 << min(retries, 5))) * 1e6))
-                retries += 1
-                if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
+                // Lost before its COMMIT was sent: it did not commit. Made anew, with backoff; the
+                // whole transaction runs again.
+                reconnect(attempt: &retries)
+            } catch let doubt as CommitInDoubt {
+                switch committed(doubt.token, until: reconnectDeadline, attempt: &retries) {
+                case true?:
+                    doubts.withLock { $0.committed += 1 }
+                    // Whether deliveries were added was in the answer that was lost.
+                    if !tx.events.isEmpty { tx.changes.deliveriesAdded = true }
+                    return settle(tx, jobs, doubt.outcomes)
+                case false?:
+                    doubts.withLock { $0.notCommitted += 1 }
+                case nil:
+                    doubts.withLock { $0.unknown += 1 }
+                    let failure = StoreError.unavailable(
+                        "the connection to the database was lost during a commit, and whether it committed is not known: "
+                            + doubt.cause.message)
+                    for job in jobs { job.failed(failure) }
+                    return
+                }
             } catch {
                 let failure = StoreError(postgres: error)
                 for job in jobs { job.failed(failure) }
@@ -122,15 +146,60 @@ final class PostgresWriter: @unchecked Sendable {
         }
     }
 
+    /// A connection made anew, after a pause that grows with `attempt` (kept when it fails).
+    private func reconnect(attempt: inout Int) {
+        usleep(UInt32(min(2.0, 0.1 * Double(1 << min(attempt, 5))) * 1e6))
+        attempt += 1
+        if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
+    }
+
+    /// Whether the transaction that wrote `token`, whose connection was lost during its `COMMIT`,
+    /// committed, as this node's row of `writer_commits` says on a new connection. The row is read
+    /// under a share lock, which waits for the old transaction to end (its backend may not have
+    /// read the end of the old connection yet), at most 2 s a try; tried again while the lock or
+    /// the server is out of reach, until `deadline`: nil then.
+    private func committed(_ token: Int64, until deadline: Double, attempt: inout Int) -> Bool? {
+        while monotonicSeconds() < deadline {
+            if connection.isConnected {
+                do {
+                    let answers = try connection.pipeline([
+                        ("BEGIN", []), ("SET LOCAL lock_timeout TO '2s'", []),
+                        ("SELECT token FROM writer_commits WHERE node = $1 FOR SHARE", [.text(node)]), ("COMMIT", []),
+                    ])
+                    return answers[2].count > 0 && answers[2].int(0, 0) == token
+                } catch {
+                    if connection.isConnected { _ = try? connection.execute("ROLLBACK") }
+                    if connection.isConnected { continue }
+                }
+            }
+            reconnect(attempt: &attempt)
+        }
+        return nil
+    }
+
+    /// A committed transaction's remaining work, in commit order: its files removed (its commit
+    /// was durable, `FileRemovals`), its leases noted, the observers told, each job's completion run.
+    private func settle(_ tx: PostgresTransaction, _ jobs: [Job], _ outcomes: [Outcome]) {
+        tx.files.remove()
+        settled(tx)
+        if !tx.changes.isEmpty { afterCommit(tx.changes) }
+        for (job, outcome) in zip(jobs, outcomes) {
+            switch outcome {
+            case .done(let finish): finish()
+            case .failed(let error): job.failed(error)
+            }
+        }
+    }
+
     /// One transaction of `jobs`: each job's outcome once it committed; nil when a job threw
     /// without `savepoints` (the transaction was rolled back, to be run again with them). Throws
-    /// only what fails the whole of it. A transaction of the engine's writes alone commits
-    /// without waiting for the server's disk (`synchronous_commit` off: a crash of the server may
-    /// lose its last moments, never leave it inconsistent), as SQLite's relaxed writes do.
+    /// only what fails the whole of it, and `CommitInDoubt`. A transaction of the engine's writes
+    /// alone commits without waiting for the server's disk (`synchronous_commit` off: a crash of
+    /// the server may lose its last moments, never leave it inconsistent), as SQLite's relaxed
+    /// writes do, unless it has files to remove (`FileRemovals`).
     private func transaction(_ jobs: [Job], _ tx: PostgresTransaction, savepoints: Bool) throws -> [Outcome]? {
-        tx.begin(
-            jobs.contains(where: \.durable)
-                ? [("BEGIN", [])] : [("BEGIN", []), ("SET LOCAL synchronous_commit TO off", [])])
+        let durable = jobs.contains(where: \.durable)
+        tx.begin(durable ? [("BEGIN", [])] : [("BEGIN", []), ("SET LOCAL synchronous_commit TO off", [])])
         do {
             var outcomes: [Outcome] = []
             outcomes.reserveCapacity(jobs.count)
@@ -154,9 +223,12 @@ final class PostgresWriter: @unchecked Sendable {
                     }
                 }
             }
+            let token = Int64.random(in: Int64.min...Int64.max)
             do {
-                try commit(tx)
-            } catch let error as PostgresError where !savepoints && !error.isRetryable && !error.isConnectionLost {
+                try commit(tx, token: token, synchronous: !durable && tx.files.needsDurableCommit(durable: durable))
+            } catch let error as PostgresError where error.isConnectionLost {
+                throw CommitInDoubt(token: token, outcomes: outcomes, cause: error)
+            } catch let error as PostgresError where !savepoints && !error.isRetryable {
                 // Possibly a job's write sent with the commit (`PostgresTransaction.send`). Whose it
                 // was shows when the jobs run again in their savepoints, where each one's writes go
                 // with its release; a refusal of the commit's own statements fails them all then.
@@ -174,8 +246,10 @@ final class PostgresWriter: @unchecked Sendable {
     /// another's answer): the sessions' counts of unfinished tasks moved by what it changed; its
     /// events, under the lock that makes their sequence their commit order, each with a delivery
     /// to every enabled subscription of its session that wants it; and its changes announced to
-    /// the other nodes (delivered when it commits).
-    private func commit(_ tx: PostgresTransaction) throws {
+    /// the other nodes (delivered when it commits); and its `token` in this node's row of
+    /// `writer_commits`. `synchronous`: a transaction begun without waiting for the disk waits
+    /// after all.
+    private func commit(_ tx: PostgresTransaction, token: Int64, synchronous: Bool) throws {
         var statements: [(sql: String, parameters: [PostgresValue])] = []
         for (session, delta) in tx.openDeltas.sorted(by: { $0.key < $1.key }) where delta != 0 {
             statements.append(("UPDATE sessions SET open_tasks = open_tasks + $2 WHERE id = $1", [.text(session), .int(delta)]))
@@ -198,12 +272,17 @@ final class PostgresWriter: @unchecked Sendable {
                 statements.append(("SELECT pg_notify($1, $2)", [.text(Self.channel), .text(payload)]))
             }
         }
+        statements.append(
+            (
+                "INSERT INTO writer_commits (node, token) VALUES ($1, $2) ON CONFLICT (node) DO UPDATE SET token = excluded.token",
+                [.text(node), .int(token)]
+            ))
+        if synchronous { statements.append(("SET LOCAL synchronous_commit TO on", [])) }
         statements.append(("COMMIT", []))
-        // What the jobs left unsent goes first: a transaction whose jobs ran no statement is
-        // opened here, and writes no one waited for are made.
-        let unsent = tx.takeUnsent()
-        let answers = try tx.connection.pipeline(unsent + statements)
-        if eventStatements.contains(where: { answers[unsent.count + $0].affected > 0 }) { tx.changes.deliveriesAdded = true }
+        // What the jobs left unsent goes first: writes no one waited for are made.
+        let answers = try tx.flush(statements)
+        let unsent = answers.count - statements.count
+        if eventStatements.contains(where: { answers[unsent + $0].affected > 0 }) { tx.changes.deliveriesAdded = true }
     }
 
     /// Appends `events` and their deliveries in one statement.
@@ -257,10 +336,8 @@ enum ChangeMessage {
             ])
         }
         // Oversized lists (a batch touching thousands of tasks at once) are not spelled out: the
-        // other nodes read their queue again.
-        if !head.isEmpty, JSON.object(head).serialized().utf8.count > 7000 {
-            head = ["reload": .bool(true), "e": .bool(true), "d": .bool(true), "c": .bool(true)]
-        }
+        // other nodes read everything again, as after a lost `LISTEN`.
+        if !head.isEmpty, JSON.object(head).serialized().utf8.count > 7000 { head = ["reload": .bool(true)] }
         var messages: [String] = []
         var start = 0
         repeat {
@@ -305,7 +382,7 @@ enum ChangeMessage {
         changes.settings = Set(message["g"]?.arrayValue?.compactMap(\.stringValue) ?? [])
         changes.pruned = Int(message["x"]?.intValue ?? 0)
         changes.touched = message["h"]?.arrayValue?.compactMap(\.intValue) ?? []
-        changes.queueReload = message["reload"] == .bool(true)
+        if message["reload"] == .bool(true) { changes.readEverything() }
         return changes
     }
 }
@@ -352,7 +429,9 @@ final class PostgresChangeFeed: @unchecked Sendable {
                     connection = fresh
                     // What changed before it listened (since the store opened, or while the
                     // connection was down) is read again.
-                    deliver(Self.catchUp)
+                    var catchUp = StoreChanges()
+                    catchUp.readEverything()
+                    deliver(catchUp)
                     listening.withLockNotifyingAll { $0 = true }
                     failures = 0
                 }
@@ -369,15 +448,17 @@ final class PostgresChangeFeed: @unchecked Sendable {
             }
         }
     }
+}
 
-    /// What a node that may have missed changes reads again.
-    static var catchUp: StoreChanges {
-        var changes = StoreChanges()
-        changes.queueReload = true
-        changes.eventsAppended = true
-        changes.deliveriesAdded = true
-        changes.cleanupsAdded = true
-        changes.policyReview = true
-        return changes
+extension StoreChanges {
+    /// What a node that may have missed changes reads again: everything (`queueReload`: the queue,
+    /// sessions, settings), and the event stream, the outbox, the cleanups and the policy's review are
+    /// woken.
+    mutating func readEverything() {
+        queueReload = true
+        eventsAppended = true
+        deliveriesAdded = true
+        cleanupsAdded = true
+        policyReview = true
     }
 }

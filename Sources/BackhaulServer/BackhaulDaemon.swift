@@ -108,6 +108,14 @@ public final class BackhaulDaemon: Sendable {
         if let fleet {
             let engine = self.engine
             fleet.reportStatus { (engine.metrics.running, engine.detectedNetwork(refresh: false).json.serialized()) }
+            let logger = self.logger
+            fleet.reportUnreadable { ids in
+                for id in ids {
+                    logger.error(
+                        "a task's stored state cannot be read: it failed with internal_error (-3100)",
+                        metadata: ["task.id": "\(id)"])
+                }
+            }
             fleet.startFleet()
         }
         dispatcher.start()

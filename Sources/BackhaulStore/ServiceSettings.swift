@@ -41,8 +41,8 @@ public final class ServiceSettings: Sendable {
         current = Locked((basePolicy, nil))
         try reload()
         store.observe { [weak self] changes in
-            guard let self, !changes.settings.isEmpty else { return }
-            self.apply(changes.settings)
+            guard let self, !changes.settings.isEmpty || changes.queueReload else { return }
+            self.apply(changes.settings, readAll: changes.queueReload)
         }
     }
 
@@ -70,8 +70,9 @@ public final class ServiceSettings: Sendable {
 
     /// Applies the values that a settled commit gave `keys` (on the store's writer or settler thread).
     /// A key with no value staged here was changed by another daemon on the same store (a fleet on
-    /// PostgreSQL, docs/fleet.md): its value is read from the store.
-    private func apply(_ keys: Set<String>) {
+    /// PostgreSQL, docs/fleet.md): its value is read from the store, as every value is when
+    /// `readAll` (changes may have been missed).
+    private func apply(_ keys: Set<String>, readAll: Bool) {
         let (values, elsewhere) = staged.withLock { staged -> ([Staged], Bool) in
             let values = keys.compactMap { staged.removeValue(forKey: $0) }
             return (values, values.count < keys.count)
@@ -84,7 +85,7 @@ public final class ServiceSettings: Sendable {
                 }
             }
         }
-        if elsewhere { try? reload() }
+        if elsewhere || readAll { try? reload() }
     }
 
     private func reload() throws(StoreError) {

@@ -46,10 +46,9 @@ struct TaskFeed {
         if before?.state != after.state || before?.sessionID != after.sessionID {
             recorder.countMove(from: before?.sessionID, before?.state.rawValue, to: after.sessionID, after.state.rawValue)
         }
-        // A download that ends without completing leaves no `.part` file (removed after the commit).
-        if after.kind == .download, after.state.isFinal, after.state != .completed, let before, !before.state.isFinal {
-            recorder.downloadEnded(after.file.path)
-        }
+        // A completed task's file with `delete_file_on_success`, a `.part` file of a download that
+        // ends without completing: removed after the durable commit.
+        recorder.noteFiles(from: before, to: after)
     }
 }
 

@@ -52,7 +52,7 @@ extension Store {
     private func failUnreadable(_ db: Connection, sequence: Int64, _ message: String, now: Timestamp) throws -> String? {
         guard let task = try TaskRows.fetch(db, sequence: sequence, ignoringCheckpoint: true) else { return nil }
         try TaskRows.dropCheckpoint(db, sequence: sequence)
-        let error = TaskError(.internalError, message: "the task's stored state cannot be read: \(message)")
+        let error = TaskError.unreadableRow(message)
         let end = AttemptEnd.failed(error, nil)
         try transition(
             db, task, .attemptEnded(attempt: task.attempts, bytesTransferred: task.bytesTransferred, end), now: now)
@@ -315,5 +315,14 @@ extension Store {
             for task in tasks { try transition(db, task, .serviceCancelled(reason, nil), now: now) }
             return tasks.count
         }
+    }
+}
+
+extension TaskError {
+    /// How a task whose stored row cannot be read fails, alone, when a write must move it on (a
+    /// recovery at start, a takeover in a fleet): -3100 `internal_error`, naming what could not be
+    /// read. Both stores follow it (docs/operations.md, "A damaged state").
+    package static func unreadableRow(_ message: String) -> TaskError {
+        TaskError(.internalError, message: "the task's stored state cannot be read: \(message)")
     }
 }

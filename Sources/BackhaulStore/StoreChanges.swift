@@ -34,8 +34,9 @@ public struct StoreChanges: Sendable {
     /// Queued tasks whose row was changed (a client's PATCH, new headers) and that stay queued:
     /// a copy of one from `created` is out of date.
     public var touched: [Int64] = []
-    /// The queue may have changed in ways not listed here (another node's changes were missed while
-    /// its connection to the database was down): the engine reads it again (docs/fleet.md).
+    /// Anything may have changed in ways not listed here (another node's changes were missed while
+    /// this node's `LISTEN` was down, or were too many to spell out): every reader reads its part
+    /// again, the queue, sessions, settings, events and the outbox (docs/fleet.md).
     public var queueReload = false
 
     public init() {}
@@ -81,11 +82,8 @@ final class ChangeRecorder {
     /// so a batch run again after a failure reads the rows again too.
     private var settledTouched: [Int64] = []
     private var settledPatched: [Int64] = []
-    /// Destinations of downloads that ended without completing: their `.part` files are removed
-    /// once the transaction commits.
-    private(set) var endedDownloads: [String] = []
-    /// Files of completed tasks with `delete_file_on_success`, removed after the commit.
-    private(set) var completedFiles: [String] = []
+    /// Files removed once the transaction's commit is durable.
+    private(set) var files = FileRemovals()
 
     /// Changes of the per-session task counts not yet written to `session_counts`, by session and
     /// state: written once per transaction (`flushCounts`), read with the table meanwhile.
@@ -96,7 +94,6 @@ final class ChangeRecorder {
     /// What is there now, to undo a savepoint that is rolled back.
     struct Mark {
         fileprivate let changes: StoreChanges
-        fileprivate let downloads: Int
         fileprivate let files: Int
         fileprivate let counts: [String: [String: Int]]
         fileprivate let settled: (touched: Int, patched: Int)
@@ -104,14 +101,13 @@ final class ChangeRecorder {
 
     var mark: Mark {
         Mark(
-            changes: changes, downloads: endedDownloads.count, files: completedFiles.count, counts: countDeltas,
+            changes: changes, files: files.count, counts: countDeltas,
             settled: (settledTouched.count, settledPatched.count))
     }
 
     func rollBack(to mark: Mark) {
         changes = mark.changes
-        endedDownloads.removeSubrange(mark.downloads...)
-        completedFiles.removeSubrange(mark.files...)
+        files.rollBack(to: mark.files)
         countDeltas = mark.counts
         settledTouched.removeSubrange(mark.settled.touched...)
         settledPatched.removeSubrange(mark.settled.patched...)
@@ -187,22 +183,20 @@ final class ChangeRecorder {
 
     func update(_ body: (inout StoreChanges) -> Void) { body(&changes) }
 
-    func downloadEnded(_ destination: String) { endedDownloads.append(destination) }
-
-    func fileCompleted(_ path: String) { completedFiles.append(path) }
+    /// Notes the files a task's change leaves to remove (`FileRemovals`).
+    func noteFiles(from before: TaskRecord?, to after: TaskRecord) { files.note(from: before, to: after) }
 
     /// Everything collected (the transaction committed), and a fresh record for the next one.
-    func take() -> (StoreChanges, endedDownloads: [String], completedFiles: [String]) {
+    func take() -> (StoreChanges, files: FileRemovals) {
         state.touchedQueued.subtract(settledTouched)
         state.patchedWhileRunning.subtract(settledPatched)
         settledTouched = []
         settledPatched = []
         defer {
             changes = StoreChanges()
-            endedDownloads = []
-            completedFiles = []
+            files = FileRemovals()
         }
-        return (changes, endedDownloads, completedFiles)
+        return (changes, files)
     }
 
     func discard() {

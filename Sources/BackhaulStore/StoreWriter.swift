@@ -53,31 +53,26 @@ final class StoreWriter: @unchecked Sendable {
     private struct Settlement {
         let durable: Bool
         let changes: StoreChanges
-        let endedDownloads: [String]
-        let completedFiles: [String]
+        let files: FileRemovals
         let jobs: [Job]
         let results: [StoreError?]
 
-        /// A durable job's answer, or a file to remove (a completed upload's source, an ended
-        /// download's part file: gone for good, while a commit not yet on disk may be undone by a
-        /// power loss), waits for the WAL's sync.
-        var needsSync: Bool { durable || !completedFiles.isEmpty || !endedDownloads.isEmpty }
+        /// A durable job's answer, or a file to remove, waits for the WAL's sync (`FileRemovals`).
+        var needsSync: Bool { files.needsDurableCommit(durable: durable) }
 
         /// A batch of which nothing was written: each job not told of its own error gets `error`.
         init(failed jobs: [Job], results: [StoreError?], error: StoreError) {
             self.init(
-                durable: false, changes: StoreChanges(), endedDownloads: [], completedFiles: [], jobs: jobs,
+                durable: false, changes: StoreChanges(), files: FileRemovals(), jobs: jobs,
                 results: results.map { $0 ?? error })
         }
 
         init(
-            durable: Bool, changes: StoreChanges, endedDownloads: [String], completedFiles: [String], jobs: [Job],
-            results: [StoreError?]
+            durable: Bool, changes: StoreChanges, files: FileRemovals, jobs: [Job], results: [StoreError?]
         ) {
             self.durable = durable
             self.changes = changes
-            self.endedDownloads = endedDownloads
-            self.completedFiles = completedFiles
+            self.files = files
             self.jobs = jobs
             self.results = results
         }
@@ -302,10 +297,8 @@ final class StoreWriter: @unchecked Sendable {
             onError?(error)
             return handOver(Settlement(failed: batch, results: results, error: StoreError(error)))
         }
-        let (changes, endedDownloads, completedFiles) = recorder.take()
-        let settlement = Settlement(
-            durable: durable, changes: changes, endedDownloads: endedDownloads, completedFiles: completedFiles,
-            jobs: batch, results: results)
+        let (changes, files) = recorder.take()
+        let settlement = Settlement(durable: durable, changes: changes, files: files, jobs: batch, results: results)
         afterCommit?(connection, settlement.needsSync)
         handOver(settlement)
     }
@@ -358,8 +351,7 @@ final class StoreWriter: @unchecked Sendable {
             for job in settlement.jobs { job.done(error) }
             return
         }
-        for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
-        for path in settlement.completedFiles { unlink(path) }
+        settlement.files.remove()
         if !settlement.changes.isEmpty {
             for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
         }

@@ -227,7 +227,7 @@ final class FleetTests {
 
     /// What a commit announces over NOTIFY, as each node takes it: its sender skips it unparsed;
     /// a queued task reaches the node it is pinned to, or, unpinned, the nodes that see the shared
-    /// roots; a list too long for one payload makes the others read their queue again.
+    /// roots; a list too long for one payload makes the others read everything again.
     @Test("a change message reaches the nodes it concerns: not its sender, a pinned task only its node")
     func changeMessages() throws {
         var changes = StoreChanges()
@@ -254,7 +254,9 @@ final class FleetTests {
         changes.unqueued = Array(1...2000)
         let reload = try #require(
             ChangeMessage.decode(ChangeMessage.encode(changes, pins: [:], node: "a")[0], node: "b", runsShared: true))
+        // A reload is the catch-up of a lost LISTEN: everything is read again, settings included.
         #expect(reload.queueReload && reload.unqueued.isEmpty && reload.eventsAppended)
+        #expect(reload.deliveriesAdded && reload.cleanupsAdded && reload.policyReview)
         #expect(several.allSatisfy { $0.utf8.count < 8000 })
     }
 

@@ -216,6 +216,25 @@ final class PostgresOutboxTests {
         #expect(try b.budgetUsage(day: "2025-01-02") == [.wifi: 1])
     }
 
+    /// What a node missed while it did not listen (its LISTEN connection lost, or not yet made) is
+    /// read again once it listens, the settings included.
+    @Test("a policy set while another node does not listen is in force there once it listens")
+    func policyReadAfterListening() throws {
+        let (a, b) = try twoNodes()
+        defer {
+            a.close()
+            b.close()
+        }
+        let settings = try ServiceSettings(store: b, basePolicy: ServicePolicy(), classifier: NetworkClassifier())
+        #expect(settings.policy.transfersEnabled)
+        // b does not listen yet: the change's NOTIFY does not reach it.
+        try ServiceSettings(store: a, basePolicy: ServicePolicy(), classifier: NetworkClassifier())
+            .setPolicy(try ServicePolicy().applying(["transfers_enabled": false]))
+        #expect(settings.policy.transfersEnabled)
+        b.startFleet()
+        #expect(eventually(timeout: 2) { !settings.policy.transfersEnabled }, "b still has transfers enabled")
+    }
+
     @Test("retention removes finished tasks past it with their events, once nothing is pending for them")
     func retention() throws {
         let a = try node("a")
