@@ -65,7 +65,7 @@ enum PostgresTaskRows {
                     .int(task.sequence), .text(task.id), .text(task.sessionID), .text(task.kind.rawValue),
                     .text(task.state.rawValue), .text(task.waitingReason?.rawValue), .text(task.file.path),
                     .int(task.file.size), .int(task.file.modifiedAtNanoseconds), .text(requestColumn(task)),
-                    .text(task.upload.storedJSON.serialized()), .text(task.request.hostKey), .double(task.priority),
+                    .text(TaskRows.uploadColumn(task)), .text(task.request.hostKey), .double(task.priority),
                     .text(task.description), .text(task.idempotencyKey), .flag(task.deleteFileOnSuccess),
                     .text(configurationColumn(task)), .int(task.attempts), .int(task.bytesTransferred),
                     .double(task.createdAt), .double(task.startedAt), .double(task.finishedAt), .double(task.nextAttemptAt),
@@ -171,7 +171,7 @@ enum PostgresTaskRows {
         }
         if before.state == .queued, after.state == .queued { tx.changes.touched.append(after.sequence) }
         if after.kind == .download, after.state.isFinal, after.state != .completed, !before.state.isFinal {
-            tx.filesToRemove.append(DownloadSpec.partPath(of: after.file.path))
+            tx.filesToRemove.append(.downloadPart(of: after))
         }
         switch lease {
         case .keep: break

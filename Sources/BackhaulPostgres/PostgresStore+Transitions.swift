@@ -48,7 +48,7 @@ extension PostgresStore {
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(tx, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
             if task.state == .completed, task.deleteFileOnSuccess, task.download == nil {
-                tx.filesToRemove.append(task.file.path)
+                tx.filesToRemove.append(.uploadedFile(of: task))
             }
             try sessionTaskReachedFinalState(tx, sessionID: task.sessionID, now: now)
         }

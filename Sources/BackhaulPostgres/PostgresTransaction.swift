@@ -18,7 +18,7 @@ final class PostgresTransaction {
     var events: [PendingEvent] = []
     /// Files to remove once the transaction committed: `.part` files of downloads that ended
     /// without completing, and files of tasks completed with `delete_file_on_success`.
-    var filesToRemove: [String] = []
+    var filesToRemove: [FileToRemove] = []
     /// How the transaction changed each session's unfinished tasks: added to `sessions.open_tasks`
     /// at its end (`PostgresWriter`), so that counting them reads one row.
     var openDeltas: [String: Int] = [:]

@@ -37,6 +37,7 @@ final class PostgresWriter: @unchecked Sendable {
     private let node: String
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let thread = WorkerThread(name: "bh-pg-writer")
+    let fileRemover = FileRemoverSlot()
     /// How long a lost connection is tried again before the waiting jobs fail.
     var reconnectFor: Double = 30
     /// After each commit that changed something: the local observers.
@@ -96,7 +97,7 @@ final class PostgresWriter: @unchecked Sendable {
                     savepoints = true
                     continue
                 }
-                for path in tx.filesToRemove { unlink(path) }
+                fileRemover.remove(tx.filesToRemove)
                 settled(tx)
                 if !tx.changes.isEmpty { afterCommit(tx.changes) }
                 for (job, outcome) in zip(jobs, outcomes) {

@@ -48,7 +48,7 @@ struct TaskFeed {
         }
         // A download that ends without completing leaves no `.part` file (removed after the commit).
         if after.kind == .download, after.state.isFinal, after.state != .completed, let before, !before.state.isFinal {
-            recorder.downloadEnded(after.file.path)
+            recorder.downloadEnded(after)
         }
     }
 }

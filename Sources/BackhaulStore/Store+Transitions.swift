@@ -48,7 +48,7 @@ extension Store {
         }
         if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(db, for: task, now: now) }
         if TaskTransition.finished(from: before, to: task) {
-            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { recorder.fileCompleted(task.file.path) }
+            if task.state == .completed, task.deleteFileOnSuccess, task.download == nil { recorder.fileCompleted(task) }
             try sessionTaskReachedFinalState(db, sessionID: task.sessionID, now: now)
         }
     }

@@ -83,9 +83,9 @@ final class ChangeRecorder {
     private var settledPatched: [Int64] = []
     /// Destinations of downloads that ended without completing: their `.part` files are removed
     /// once the transaction commits.
-    private(set) var endedDownloads: [String] = []
+    private(set) var endedDownloads: [FileToRemove] = []
     /// Files of completed tasks with `delete_file_on_success`, removed after the commit.
-    private(set) var completedFiles: [String] = []
+    private(set) var completedFiles: [FileToRemove] = []
 
     /// Changes of the per-session task counts not yet written to `session_counts`, by session and
     /// state: written once per transaction (`flushCounts`), read with the table meanwhile.
@@ -187,12 +187,12 @@ final class ChangeRecorder {
 
     func update(_ body: (inout StoreChanges) -> Void) { body(&changes) }
 
-    func downloadEnded(_ destination: String) { endedDownloads.append(destination) }
+    func downloadEnded(_ task: TaskRecord) { endedDownloads.append(.downloadPart(of: task)) }
 
-    func fileCompleted(_ path: String) { completedFiles.append(path) }
+    func fileCompleted(_ task: TaskRecord) { completedFiles.append(.uploadedFile(of: task)) }
 
     /// Everything collected (the transaction committed), and a fresh record for the next one.
-    func take() -> (StoreChanges, endedDownloads: [String], completedFiles: [String]) {
+    func take() -> (StoreChanges, endedDownloads: [FileToRemove], completedFiles: [FileToRemove]) {
         state.touchedQueued.subtract(settledTouched)
         state.patchedWhileRunning.subtract(settledPatched)
         settledTouched = []

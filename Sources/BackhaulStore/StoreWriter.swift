@@ -42,6 +42,7 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
+    let fileRemover = FileRemoverSlot()
     /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
     /// keeps the WAL bounded.
     var afterCommit: ((Connection, _ synced: Bool) -> Void)?
@@ -50,8 +51,8 @@ final class StoreWriter: @unchecked Sendable {
     private struct Settlement {
         let durable: Bool
         let changes: StoreChanges
-        let endedDownloads: [String]
-        let completedFiles: [String]
+        let endedDownloads: [FileToRemove]
+        let completedFiles: [FileToRemove]
         let jobs: [Job]
         let results: [StoreError?]
 
@@ -68,7 +69,7 @@ final class StoreWriter: @unchecked Sendable {
         }
 
         init(
-            durable: Bool, changes: StoreChanges, endedDownloads: [String], completedFiles: [String], jobs: [Job],
+            durable: Bool, changes: StoreChanges, endedDownloads: [FileToRemove], completedFiles: [FileToRemove], jobs: [Job],
             results: [StoreError?]
         ) {
             self.durable = durable
@@ -353,8 +354,7 @@ final class StoreWriter: @unchecked Sendable {
             for job in settlement.jobs { job.done(error) }
             return
         }
-        for path in settlement.endedDownloads { unlink(DownloadSpec.partPath(of: path)) }
-        for path in settlement.completedFiles { unlink(path) }
+        fileRemover.remove(settlement.endedDownloads + settlement.completedFiles)
         if !settlement.changes.isEmpty {
             for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
         }
