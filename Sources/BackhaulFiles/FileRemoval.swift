@@ -5,8 +5,7 @@ import Threads
 /// How the store's committed batches remove files (`FileRemover`, wired by the server): through
 /// the directory that holds each, walked beneath its allowed root with no symbolic link
 /// (`Beneath`), with `unlinkat` on that descriptor, and only while the name still refers to the
-/// task's file (device and inode, or size and modification time for a task enqueued before
-/// identities were recorded). A removal that fails is counted (`failures`, the metric
+/// task's file (device and inode where recorded, size and modification time). A removal that fails is counted (`failures`, the metric
 /// `backhaul_file_removals_failed_total`) and reported to `failed`, never silent.
 public final class FileRemoval: FileRemover {
     /// Why a file was not removed: the task's error (its `last_error`), and errno when a call failed.
@@ -60,9 +59,11 @@ public final class FileRemoval: FileRemover {
         code == ENOENT ? nil : Failure(error: removalError(kind, String(cString: strerror(code))), errno: code)
     }
 
-    /// Whether what the name leads to is the task's file.
+    /// Whether what the name leads to is the task's file: its device and inode (when recorded),
+    /// size and modification time, as the upload checked them at its end. The size and time also
+    /// tell a new file that reused a freed inode number.
     static func isTheTasks(_ found: stat, _ recorded: FileInfo) -> Bool {
-        if let identity = recorded.identity { return found.identity == identity }
+        if let identity = recorded.identity, found.identity != identity { return false }
         return Int64(found.st_size) == recorded.size && found.modifiedNanoseconds == recorded.modifiedAtNanoseconds
     }
 
