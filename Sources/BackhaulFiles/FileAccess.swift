@@ -40,10 +40,21 @@ public enum FileAccessError: Error, Sendable, Equatable {
 /// The directories files may be read from. Paths are resolved (symlinks, `..`) before the check.
 public struct AllowedRoots: Sendable, Equatable {
     public let roots: [String]
+    /// The shared roots (docs/fleet.md), resolved alike: every node sees them, each through its own
+    /// mount, so a file's device number there differs from node to node (its inode does not).
+    public let shared: [String]
 
     /// Resolves each root; roots that do not exist are kept as given (nothing matches them).
-    public init(_ roots: [String]) {
+    public init(_ roots: [String], shared: [String] = []) {
         self.roots = roots.map { AllowedRoots.realPath($0) ?? $0 }
+        self.shared = shared.map { AllowedRoots.realPath($0) ?? $0 }
+    }
+
+    /// Whether a task's recorded identity is the file `found`: the same inode, and the same
+    /// device unless the path is under a shared root (another node may have recorded it).
+    public func isRecorded(_ identity: FileIdentity, _ found: FileIdentity, at path: String) -> Bool {
+        guard identity.inode == found.inode else { return false }
+        return identity.device == found.device || shared.contains { path.hasPrefix($0.hasSuffix("/") ? $0 : $0 + "/") }
     }
 
     public static func realPath(_ path: String) -> String? {
@@ -227,7 +238,8 @@ public final class OpenedFile {
         guard let expected = info.identity else { return nil }
         var now = stat()
         guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
-        return now.identity == expected ? nil : Beneath.WalkError.swapped("the name now leads to another file").taskError
+        return roots.isRecorded(expected, now.identity, at: info.path)
+            ? nil : Beneath.WalkError.swapped("the name now leads to another file").taskError
     }
 
     /// nil when size and modification time still match the enqueue-time record.

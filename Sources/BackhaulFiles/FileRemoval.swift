@@ -48,7 +48,7 @@ public final class FileRemoval: FileRemover {
         guard found.st_mode & S_IFMT == S_IFREG else {
             return Failure(error: removalError(file.kind, "the name no longer leads to a regular file"), errno: nil)
         }
-        if file.kind == .uploadedFile, !isTheTasks(found, file.file) {
+        if file.kind == .uploadedFile, !isTheTasks(found, file.file, roots: roots) {
             return Failure(error: removalError(file.kind, "the name now leads to another file"), errno: nil)
         }
         return unlinkat(directory.descriptor, name, 0) == 0 ? nil : failure(file.kind, errno)
@@ -62,8 +62,8 @@ public final class FileRemoval: FileRemover {
     /// Whether what the name leads to is the task's file: its device and inode (when recorded),
     /// size and modification time, as the upload checked them at its end. The size and time also
     /// tell a new file that reused a freed inode number.
-    static func isTheTasks(_ found: stat, _ recorded: FileInfo) -> Bool {
-        if let identity = recorded.identity, found.identity != identity { return false }
+    static func isTheTasks(_ found: stat, _ recorded: FileInfo, roots: AllowedRoots) -> Bool {
+        if let identity = recorded.identity, !roots.isRecorded(identity, found.identity, at: recorded.path) { return false }
         return Int64(found.st_size) == recorded.size && found.modifiedNanoseconds == recorded.modifiedAtNanoseconds
     }
 

@@ -70,7 +70,7 @@ public final class BackhaulDaemon: Sendable {
                 path: directory + "/backhaul.db", configuration: configuration, logger: logger, failedClosed: failedClosed,
                 failStop: failStop)
         }
-        let roots = AllowedRoots(configuration.allowedRoots)
+        let roots = AllowedRoots(configuration.allowedRoots, shared: configuration.sharedRoots)
         let removalLogger = logger
         let removal = FileRemoval(roots: roots) { [store] file, failure in
             var metadata: Logger.Metadata = ["task.id": "\(file.taskID)", "error": "\(failure.error.message)"]

@@ -109,6 +109,16 @@ struct BeneathTests {
         #expect(reported.withLock { $0 } == ["t"])
     }
 
+    @Test("a recorded identity is the same inode, and the same device unless under a shared root (another node's mount)")
+    func identityAcrossNodes() {
+        let roots = AllowedRoots(["/no-such-root", "/no-such-shared"], shared: ["/no-such-shared"])
+        let recorded = FileIdentity(device: 1, inode: 7)
+        #expect(roots.isRecorded(recorded, FileIdentity(device: 1, inode: 7), at: "/no-such-root/f"))
+        #expect(!roots.isRecorded(recorded, FileIdentity(device: 2, inode: 7), at: "/no-such-root/f"))
+        #expect(roots.isRecorded(recorded, FileIdentity(device: 2, inode: 7), at: "/no-such-shared/f"))
+        #expect(!roots.isRecorded(recorded, FileIdentity(device: 1, inode: 8), at: "/no-such-shared/f"))
+    }
+
     @Test("an upload opened after a swap fails path_changed; one opened before reads on, and its end sees the swap")
     func openedFile() throws {
         let world = try World()
