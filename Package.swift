@@ -65,7 +65,7 @@ let package = Package(
         // Backhaul's domain, inward to outward. Core is pure: no file, network or thread I/O.
         .target(name: "BackhaulCore", dependencies: ["JSONValue", "Threads"], swiftSettings: swiftSettings),
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
-        .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest"], swiftSettings: swiftSettings),
+        .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest", "Threads"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulStore",
             dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],

@@ -16,7 +16,10 @@
 #    (systemd installed in the container for that: it is not PID 1 there, so the unit is not
 #    started by systemd).
 # 4. backhauld started as the unit starts it: its ExecStart line, read from the installed unit,
-#    run as its User=; /healthz answers 200 and GET /v1/info names the version.
+#    run as its User=; /healthz answers 200 and GET /v1/info names the version. The unit lets the
+#    daemon write in its allowed root (ReadWritePaths=, not ReadOnlyPaths=), and an upload from
+#    /var/spool/outbox with delete_file_on_success, to a sink on the host, arrives whole and the
+#    file is gone from the outbox after it.
 # 5. A second install of the same package (postinst again: the user is kept as it was); apt-get
 #    remove keeps the state, apt-get purge removes it (the user stays).
 # Every step is bounded in time, the whole run by BACKHAUL_DEB_TEST_LIMIT seconds (default 1200).
@@ -38,6 +41,7 @@ bounded 600 bash scripts/install-deps.sh --image || fail "installing podman, deb
 
 name=backhaul-deb-test-$$
 work=
+sink_pid=
 exec 3>&1 4>&2   # the script's own output, for the trap
 stopped_by=
 cleanup() {
@@ -50,6 +54,7 @@ cleanup() {
         note_status "failed: stopped by $stopped_by"
     fi
     [ -z "$step" ] || kill "$step" 2>/dev/null
+    [ -z "$sink_pid" ] || kill "$sink_pid" 2>/dev/null
     if [ -n "$locked" ]; then
         timeout 60 "${podman[@]}" rm -f -t 2 "$name" >/dev/null 2>&1
         : >"$cache/lock.holder"
@@ -154,6 +159,57 @@ daemon_user=$(in_container 30 stat -c %U "/proc/$daemon_pid")
 [ "$daemon_user" = "$run_as" ] || fail "backhauld runs as '$daemon_user', not $run_as"
 in_container 30 sh -c 'ls -A /var/lib/backhaul | grep -q .' || fail "backhauld wrote no state in /var/lib/backhaul"
 echo "healthz 200; /v1/info version $info_version; backhauld runs as $daemon_user; state in /var/lib/backhaul"
+
+say "delete_file_on_success from the outbox"
+# The unit's sandbox must let the daemon remove files in its allowed root (the container has no
+# systemd to apply it: the unit is read for it).
+allowed_root=$(sed -n 's/.*--allow-root \([^ ]*\).*/\1/p' <<<"$exec_start")
+[ -n "$allowed_root" ] || fail "the unit's ExecStart names no --allow-root: $exec_start"
+writable=$(in_container 30 sed -n 's/^ReadWritePaths=//p' "$unit")
+[[ " $writable " == *" $allowed_root "* ]] || fail "the unit's ReadWritePaths= ($writable) leaves out the allowed root $allowed_root"
+! in_container 30 grep -q "^ReadOnlyPaths=.*$allowed_root" "$unit" || fail "the unit makes $allowed_root read-only"
+# A sink on the host (the container shares its network) that keeps the body it gets.
+sink_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -c '
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with open(sys.argv[2], "wb") as received:
+            received.write(body)
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *arguments):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+' "$sink_port" "$work/received.bin" &
+sink_pid=$!
+# Dropped by root, as a member of the group backhaul would: the setgid outbox gives it the group.
+in_container 30 sh -c "head -c 300000 /dev/urandom >$allowed_root/deb-test.bin && chmod 0640 $allowed_root/deb-test.bin" \
+    || fail "writing a file in $allowed_root"
+sent_sum=$(in_container 30 sha256sum "$allowed_root/deb-test.bin" | cut -d' ' -f1)
+api() { curl -fsS --max-time 10 -X "$1" -H 'Content-Type: application/json' "http://127.0.0.1:$port$2" ${3:+--data "$3"}; }
+api PUT /v1/sessions/deb-test '{"configuration": {}}' >/dev/null || fail "PUT /v1/sessions/deb-test"
+task_id=$(api POST /v1/sessions/deb-test/tasks "{\"file\": \"$allowed_root/deb-test.bin\", \"delete_file_on_success\": true,
+    \"request\": {\"url\": \"http://127.0.0.1:$sink_port/deb-test.bin\", \"method\": \"PUT\"}}" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])') || fail "POST a task with delete_file_on_success"
+deadline_task=$(($(date +%s) + 30))
+until task_state=$(api GET "/v1/tasks/$task_id" | python3 -c 'import json, sys; print(json.load(sys.stdin)["state"])') \
+    && [ "$task_state" = completed ]; do
+    [ "$(date +%s)" -lt "$deadline_task" ] || { api GET "/v1/tasks/$task_id"; fail "the upload is $task_state after 30 s"; }
+    sleep 0.2
+done
+[ "$(sha256sum "$work/received.bin" | cut -d' ' -f1)" = "$sent_sum" ] || fail "the sink did not get the file's bytes"
+deadline_gone=$(($(date +%s) + 10))
+while in_container 30 test -e "$allowed_root/deb-test.bin"; do
+    [ "$(date +%s)" -lt "$deadline_gone" ] || { api GET "/v1/tasks/$task_id"; fail "delete_file_on_success left $allowed_root/deb-test.bin"; }
+    sleep 0.2
+done
+kill "$sink_pid" 2>/dev/null
+sink_pid=
+echo "delete_file_on_success: 300000 bytes arrived, $allowed_root/deb-test.bin removed by $run_as"
 in_container 30 sh -c 'kill -TERM "$1"' stop "$daemon_pid" || fail "stopping backhauld"
 deadline_stop=$(($(date +%s) + 30))
 while in_container 30 test -d "/proc/$daemon_pid"; do

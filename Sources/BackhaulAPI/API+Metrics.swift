@@ -77,6 +77,12 @@ extension API {
                 }
             }
         }
+        if let removal = options.fileRemoval {
+            text.family(
+                "backhaul_file_removals_failed_total", "counter",
+                "Files a finished task let go (delete_file_on_success, a failed download's .part) that could not be removed.")
+            text.sample("backhaul_file_removals_failed_total", [:], Double(removal.failures))
+        }
         let maintenance = store.maintenanceFigures
         text.family("backhaul_tasks_pruned_total", "counter", "Finished tasks removed after their retention.")
         text.sample("backhaul_tasks_pruned_total", [:], Double(maintenance.tasksPruned))

@@ -23,6 +23,8 @@ public struct APIOptions: Sendable {
     /// This daemon's name in `GET /v1/nodes`, and when it started.
     public var nodeID = "localhost"
     public var startedAt: Timestamp = SystemClock().now()
+    /// The removal of files by the store's commits, for its failure count (`/metrics`).
+    public var fileRemoval: FileRemoval?
 
     public init(allowedRoots: AllowedRoots) { self.allowedRoots = allowedRoots }
 }

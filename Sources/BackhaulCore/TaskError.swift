@@ -42,6 +42,9 @@ public struct TaskError: Sendable, Equatable, Error {
         /// The session's signer answered 200 with JSON that names no usable URL, method, headers
         /// or `expires_at` (`-1011`).
         public static let signerInvalidAnswer: Reason = "signer_invalid_answer"
+        /// The task's path no longer leads to its file (`-4001`): a directory in it was swapped for
+        /// a symbolic link, or the name now names another file (docs/security.md).
+        public static let pathChanged: Reason = "path_changed"
     }
 
     /// The OpenAPI/backhaul.yaml table, in one place.
@@ -64,6 +67,9 @@ public struct TaskError: Sendable, Equatable, Error {
         case secureConnectionFailed = -1200
         case cannotCreateFile = -3000
         case cannotWriteToFile = -3003
+        /// A completed task's file could not be removed (`delete_file_on_success`): only ever its
+        /// `last_error`, the task stays completed.
+        case cannotRemoveFile = -3004
         case cannotMoveFile = -3005
         case downloadChecksumMismatch = -3006
         /// The task's protocol state is one its own rules cannot reach (a stored checkpoint that
@@ -90,6 +96,7 @@ public struct TaskError: Sendable, Equatable, Error {
             case .secureConnectionFailed: return "secure_connection_failed"
             case .cannotCreateFile: return "cannot_create_file"
             case .cannotWriteToFile: return "cannot_write_to_file"
+            case .cannotRemoveFile: return "cannot_remove_file"
             case .cannotMoveFile: return "cannot_move_file"
             case .downloadChecksumMismatch: return "download_checksum_mismatch"
             case .internalError: return "internal_error"

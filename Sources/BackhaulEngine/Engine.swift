@@ -28,6 +28,9 @@ public struct EngineOptions: Sendable {
     /// The upload allow-list: a server-given URL (a `Location`) outside it is not followed, and a
     /// cleanup is not sent there (docs/credentials.md).
     public var destinations = DestinationRules()
+    /// The roots a task's file is walked beneath (docs/security.md, "Files by handle"): the
+    /// daemon's allowed roots.
+    public var allowedRoots = AllowedRoots(["/"])
     /// Where `s3` tasks without keys take theirs (docs/credentials.md); nil: nowhere, such a task fails its
     /// attempts.
     public var awsCredentials: AWSCredentialChain?

@@ -68,7 +68,15 @@ extension EngineLoop {
 
     /// Writes the end of an attempt and frees its slot. A download whose body is complete is first
     /// made durable and verified by the `DownloadVerifier`, holding its slot meanwhile.
-    func conclude(_ transfer: Transfer, step: TransferStep) {
+    func conclude(_ transfer: Transfer, step concluded: TransferStep) {
+        var step = concluded
+        if case .failed = step, let moved = transfer.part.flatMap({ $0.checkPath() }) {
+            // The destination's directory was swapped (docs/security.md): the task fails, and its
+            // `.part` file goes through the directory it was made in, which the store's removal by
+            // path cannot reach any more.
+            transfer.part?.discard()
+            step = .failed(.fatal(moved))
+        }
         if case .completed = step, let part = transfer.part, let spec = transfer.task.download, !transfer.verifying {
             transfer.verifying = true
             verifier.submit(
@@ -86,7 +94,7 @@ extension EngineLoop {
             return
         case .completed:
             forgetSignatures(of: task.id)
-            if let changed = transfer.file?.checkUnchanged() {
+            if let changed = transfer.file?.checkUnchangedAtPath() {
                 record(transfer, bytesTransferred: bytes, .failed(changed, response))
                 return
             }

@@ -12,10 +12,11 @@ extension EngineLoop {
             guard let transfer = active[outcome.taskID], transfer.attempt == outcome.attempt, transfer.verifying,
                 let part = transfer.part, let spec = transfer.task.download
             else { continue }
-            let error = outcome.error ?? part.place(at: spec.destination, overwrite: spec.overwrite)
+            let error = outcome.error ?? part.place(overwrite: spec.overwrite)
             release(transfer)
             let bytes = transfer.machine.bytesAcknowledged
             if let error {
+                if error.reason == .pathChanged { part.discard() }
                 logger.info("download failed", metadata: ["task.id": "\(outcome.taskID)", "error.name": "\(error.name)"])
                 record(transfer, bytesTransferred: bytes, .failed(error, transfer.responseRecord))
             } else {

@@ -112,8 +112,11 @@ extension EngineLoop {
         var file: OpenedFile?
         var part: PartFile?
         let opened =
-            task.download.map { spec in PartFile.open(spec.partPath).map { part = $0 } }
-            ?? OpenedFile.open(task.file).map { file = $0 }
+            task.download.map { spec in
+                PartFile.open(
+                    destination: spec.destination, roots: options.allowedRoots, resuming: (task.checkpoint?.offset ?? 0) > 0
+                ).map { part = $0 }
+            } ?? OpenedFile.open(task.file, roots: options.allowedRoots).map { file = $0 }
         if case .failure(let error) = opened {
             logger.warning("the file cannot be opened", metadata: ["task.id": "\(task.id)", "error.name": "\(error.name)"])
             record(started, bytesTransferred: 0, .failed(error, nil))

@@ -40,10 +40,21 @@ public enum FileAccessError: Error, Sendable, Equatable {
 /// The directories files may be read from. Paths are resolved (symlinks, `..`) before the check.
 public struct AllowedRoots: Sendable, Equatable {
     public let roots: [String]
+    /// The shared roots (docs/fleet.md), resolved alike: every node sees them, each through its own
+    /// mount, so a file's device number there differs from node to node (its inode does not).
+    public let shared: [String]
 
     /// Resolves each root; roots that do not exist are kept as given (nothing matches them).
-    public init(_ roots: [String]) {
+    public init(_ roots: [String], shared: [String] = []) {
         self.roots = roots.map { AllowedRoots.realPath($0) ?? $0 }
+        self.shared = shared.map { AllowedRoots.realPath($0) ?? $0 }
+    }
+
+    /// Whether a task's recorded identity is the file `found`: the same inode, and the same
+    /// device unless the path is under a shared root (another node may have recorded it).
+    public func isRecorded(_ identity: FileIdentity, _ found: FileIdentity, at path: String) -> Bool {
+        guard identity.inode == found.inode else { return false }
+        return identity.device == found.device || shared.contains { path.hasPrefix($0.hasSuffix("/") ? $0 : $0 + "/") }
     }
 
     public static func realPath(_ path: String) -> String? {
@@ -127,7 +138,10 @@ public struct AllowedRoots: Sendable, Equatable {
         default: return .failure(.notRegularFile)
         }
         guard access(resolved, R_OK) == 0 else { return .failure(.notReadable) }
-        return .success(FileInfo(path: resolved, size: Int64(info.st_size), modifiedAtNanoseconds: info.modifiedNanoseconds))
+        return .success(
+            FileInfo(
+                path: resolved, size: Int64(info.st_size), modifiedAtNanoseconds: info.modifiedNanoseconds,
+                identity: info.identity))
     }
 }
 
@@ -155,7 +169,7 @@ extension AllowedRoots {
 extension AllowedRoots {
     /// Checks a download's destination: its directory exists inside the roots and can be
     /// written, and nothing is there unless `overwrite`. Returns the path with the directory
-    /// resolved (the task keeps that path, so a symlink swapped in later is not followed).
+    /// resolved (the task keeps that path, walked again beneath its root: `Beneath`).
     public func inspectDestination(_ path: String, overwrite: Bool) -> Result<String, FileAccessError> {
         guard path.hasPrefix("/") else { return .failure(.notAbsolute) }
         guard let (directory, name) = AllowedRoots.split(path) else { return .failure(.isDirectory) }
@@ -187,31 +201,46 @@ extension stat {
 public final class OpenedFile {
     public let descriptor: Int32
     public let info: FileInfo
+    private let roots: AllowedRoots
 
-    /// Opens the recorded path (`O_NOFOLLOW`) and checks it is still the file recorded at enqueue.
-    public static func open(_ expected: FileInfo) -> Result<OpenedFile, TaskError> {
-        let descriptor = Glibc.open(expected.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+    /// Opens the recorded path, walked beneath its allowed root with no symbolic link (`Beneath`),
+    /// and checks it is still the file recorded at enqueue: the same device and inode (when
+    /// recorded), size and modification time.
+    public static func open(_ expected: FileInfo, roots: AllowedRoots) -> Result<OpenedFile, TaskError> {
+        let directory: Beneath.Directory
+        switch Beneath.parent(of: expected.path, roots: roots) {
+        case .success(let found): directory = found
+        case .failure(let error): return .failure(error.taskError)
+        }
+        let descriptor = openat(directory.descriptor, directory.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else {
             switch errno {
-            case ENOENT, ENOTDIR: return .failure(TaskError(.fileDoesNotExist, message: "the file no longer exists"))
-            case EACCES, EPERM: return .failure(TaskError(.noPermissionsToReadFile, message: "the file is no longer readable"))
-            case ELOOP: return .failure(TaskError(.fileChanged, message: "the file was replaced by a symbolic link"))
-            default:
-                return .failure(
-                    TaskError(.fileDoesNotExist, message: "cannot open the file: \(String(cString: strerror(errno)))"))
+            case ELOOP: return .failure(Beneath.WalkError.swapped("the file is now a symbolic link").taskError)
+            default: return .failure(Beneath.WalkError.from(errno: errno, "the file").taskError)
             }
         }
-        let file = OpenedFile(descriptor: descriptor, info: expected)
-        if let error = file.checkUnchanged() { return .failure(error) }
+        let file = OpenedFile(descriptor: descriptor, info: expected, roots: roots)
+        if let error = file.checkIdentity() ?? file.checkUnchanged() { return .failure(error) }
         return .success(file)
     }
 
-    private init(descriptor: Int32, info: FileInfo) {
+    private init(descriptor: Int32, info: FileInfo, roots: AllowedRoots) {
         self.descriptor = descriptor
         self.info = info
+        self.roots = roots
     }
 
     deinit { close(descriptor) }
+
+    /// nil when the descriptor is the file recorded at enqueue (device and inode), or nothing was
+    /// recorded.
+    private func checkIdentity() -> TaskError? {
+        guard let expected = info.identity else { return nil }
+        var now = stat()
+        guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
+        return roots.isRecorded(expected, now.identity, at: info.path)
+            ? nil : Beneath.WalkError.swapped("the name now leads to another file").taskError
+    }
 
     /// nil when size and modification time still match the enqueue-time record.
     public func checkUnchanged() -> TaskError? {
@@ -222,6 +251,22 @@ public final class OpenedFile {
         }
         if Int64(now.st_size) != info.size || now.modifiedNanoseconds != info.modifiedAtNanoseconds {
             return TaskError(.fileChanged, message: "the file changed after it was enqueued (size or modification time)")
+        }
+        return nil
+    }
+
+    /// At the end of an upload: nil when the file is unchanged and its path, walked again from the
+    /// root, still leads to this descriptor's file.
+    public func checkUnchangedAtPath() -> TaskError? {
+        if let changed = checkUnchanged() { return changed }
+        let directory: Beneath.Directory
+        switch Beneath.parent(of: info.path, roots: roots) {
+        case .success(let found): directory = found
+        case .failure(let error): return error.taskError
+        }
+        var held = stat()
+        guard fstat(descriptor, &held) == 0, let named = directory.statName(), named.identity == held.identity else {
+            return Beneath.WalkError.swapped("the name no longer leads to the file that was read").taskError
         }
         return nil
     }

@@ -112,7 +112,7 @@ enum PostgresTaskRows {
                     .int(task.sequence), .text(task.id), .text(task.sessionID), .text(task.kind.rawValue),
                     .text(task.state.rawValue), .text(task.waitingReason?.rawValue), .text(task.file.path),
                     .int(task.file.size), .int(task.file.modifiedAtNanoseconds), .text(requestColumn(task)),
-                    .text(task.upload.storedJSON.serialized()), .text(task.request.hostKey), .double(task.priority),
+                    .text(TaskRows.uploadColumn(task)), .text(task.request.hostKey), .double(task.priority),
                     .text(task.description), .text(task.idempotencyKey), .flag(task.deleteFileOnSuccess),
                     .text(configurationColumn(task)), .int(task.attempts), .int(task.bytesTransferred),
                     .double(task.createdAt), .double(task.startedAt), .double(task.finishedAt), .double(task.nextAttemptAt),

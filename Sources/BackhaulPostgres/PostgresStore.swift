@@ -158,6 +158,17 @@ public final class PostgresStore: @unchecked Sendable {
         observers.withLock { $0.append(observer) }
     }
 
+    public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
+
+    public func recordFileNotRemoved(taskID: String, _ error: TaskError) {
+        let now = self.now
+        submit(
+            { [self] tx in
+                guard let current = try PostgresTaskRows.fetch(tx, id: taskID) else { return }
+                _ = try save(tx, from: current, to: FileToRemove.notRemoved(current, error, at: now), now: now)
+            }, done: { _ in })
+    }
+
     public func close() {
         guard
             stopping.withLockNotifyingAll({ stopping in

@@ -44,6 +44,7 @@ final class PostgresWriter: @unchecked Sendable {
     private let node: String
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let thread = WorkerThread(name: "bh-pg-writer")
+    let fileRemover = FileRemoverSlot()
     /// How long a lost connection is tried again before the waiting jobs fail.
     var reconnectFor: Double = 30
     /// After each commit that changed something: the local observers.
@@ -180,7 +181,7 @@ final class PostgresWriter: @unchecked Sendable {
     /// A committed transaction's remaining work, in commit order: its files removed (its commit
     /// was durable, `FileRemovals`), its leases noted, the observers told, each job's completion run.
     private func settle(_ tx: PostgresTransaction, _ jobs: [Job], _ outcomes: [Outcome]) {
-        tx.files.remove()
+        tx.files.remove(through: fileRemover)
         settled(tx)
         if !tx.changes.isEmpty { afterCommit(tx.changes) }
         for (job, outcome) in zip(jobs, outcomes) {

@@ -71,6 +71,15 @@ public final class BackhaulDaemon: Sendable {
                 path: directory + "/backhaul.db", configuration: configuration, logger: logger, failedClosed: failedClosed,
                 damageFound: damageFound, failStop: failStop)
         }
+        let roots = AllowedRoots(configuration.allowedRoots, shared: configuration.sharedRoots)
+        let removalLogger = logger
+        let removal = FileRemoval(roots: roots) { [store] file, failure in
+            var metadata: Logger.Metadata = ["task.id": "\(file.taskID)", "error": "\(failure.error.message)"]
+            if let code = failure.errno { metadata["errno"] = "\(code)" }
+            removalLogger.warning("a file was not removed", metadata: metadata)
+            store.recordFileNotRemoved(taskID: file.taskID, failure.error)
+        }
+        store.removeFiles(with: removal)
         settings = try ServiceSettings(
             store: store, basePolicy: configuration.policy, classifier: configuration.classifier, node: fleet?.node)
         let errorLogger = logger
@@ -93,6 +102,7 @@ public final class BackhaulDaemon: Sendable {
         engineOptions.notifier = notifier
         engineOptions.testStallFile = getenv("BACKHAUL_TEST_ENGINE_STALL_FILE").map { String(cString: $0) }
         engineOptions.destinations = configuration.destinations
+        engineOptions.allowedRoots = roots
         engineOptions.awsCredentials = AWSCredentialChain(environment: processEnvironment(), imds: configuration.awsIMDS)
         engine = Engine(store: store, settings: settings, curlLoop: curlLoop, logger: logger, options: engineOptions)
         dispatcherOptions.schedule = configuration.webhookRetrySchedule
@@ -122,7 +132,8 @@ public final class BackhaulDaemon: Sendable {
         curlLoop.start()
         housekeeper.start()
 
-        var apiOptions = APIOptions(allowedRoots: AllowedRoots(configuration.allowedRoots))
+        var apiOptions = APIOptions(allowedRoots: roots)
+        apiOptions.fileRemoval = removal
         apiOptions.info = configuration.infoJSON
         apiOptions.tokens = configuration.tokens
         apiOptions.destinations = configuration.destinations

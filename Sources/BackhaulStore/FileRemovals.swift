@@ -1,5 +1,4 @@
 import BackhaulCore
-import Glibc
 
 /// The files a transaction makes useless, removed once its commit is durable (SPEC §6.1): the
 /// source of a task completed with `delete_file_on_success`, and the `.part` file of a download
@@ -7,28 +6,29 @@ import Glibc
 /// may be undone by a crash of the machine or of the database server; so both writers
 /// (`StoreWriter`, `PostgresWriter`) follow this one rule: note the files as the rows change
 /// (`note`), make the commit that holds any durable (`needsDurableCommit`), and only then remove
-/// them (`remove`).
+/// hand them to the remover the server set (`remove(through:)`; BackhaulFiles removes each beneath
+/// its allowed root, only while its name still leads to the task's file).
 package struct FileRemovals: Sendable {
-    /// The paths to remove, in the order noted.
-    package private(set) var paths: [String] = []
+    /// The files to remove, in the order noted.
+    package private(set) var files: [FileToRemove] = []
 
     package init() {}
 
-    package var isEmpty: Bool { paths.isEmpty }
-    package var count: Int { paths.count }
+    package var isEmpty: Bool { files.isEmpty }
+    package var count: Int { files.count }
 
     /// Notes what a task's change from `before` (nil: created) to `after` leaves to remove.
     package mutating func note(from before: TaskRecord?, to after: TaskRecord) {
         guard TaskTransition.finished(from: before, to: after) else { return }
         if after.kind == .download {
-            if after.state != .completed, before != nil { paths.append(DownloadSpec.partPath(of: after.file.path)) }
+            if after.state != .completed, before != nil { files.append(.downloadPart(of: after)) }
         } else if after.state == .completed, after.deleteFileOnSuccess {
-            paths.append(after.file.path)
+            files.append(.uploadedFile(of: after))
         }
     }
 
     /// Forgets what was noted after the first `count` (a savepoint rolled back).
-    package mutating func rollBack(to count: Int) { paths.removeSubrange(count...) }
+    package mutating func rollBack(to count: Int) { files.removeSubrange(count...) }
 
     /// Whether the commit must reach the disk (SQLite's WAL synced, PostgreSQL's
     /// `synchronous_commit` on) before its answers go and its files are removed: when a job
@@ -36,7 +36,5 @@ package struct FileRemovals: Sendable {
     package func needsDurableCommit(durable: Bool) -> Bool { durable || !isEmpty }
 
     /// Removes the files, after the durable commit: the one place a task's file is removed.
-    package func remove() {
-        for path in paths { unlink(path) }
-    }
+    package func remove(through remover: FileRemoverSlot) { remover.remove(files) }
 }

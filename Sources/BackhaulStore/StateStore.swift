@@ -16,6 +16,12 @@ public protocol StateStore: AnyObject, Sendable {
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void)
     /// Stops taking writes after those handed over; closing again does nothing.
     func close()
+    /// Who removes the files committed batches let go (`FileToRemove`); until it is set, none is.
+    func removeFiles(with remover: any FileRemover)
+    /// Shows on a task, as its `last_error`, that its file was not removed (`-3004
+    /// cannot_remove_file`); the task keeps its state. Handed over without waiting (the remover
+    /// calls it on the writer's thread).
+    func recordFileNotRemoved(taskID: String, _ error: TaskError)
     /// Checks the state answers and can be written (for `/readyz`).
     func isWritable() -> Bool
     /// The failure the store failed closed on, or nil while it takes writes.

@@ -192,6 +192,17 @@ public final class Store: Sendable {
     /// Calls `observer` after each commit that changed something, in commit order, once it is on
     /// disk when the commit had to wait for that (`StoreWriter`); on the store's writer or settler
     /// thread, so `observer` must not wait for a write.
+    public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
+
+    public func recordFileNotRemoved(taskID: String, _ error: TaskError) {
+        let now = self.now
+        submit(
+            { [self] db in
+                guard let current = try TaskRows.fetch(db, id: taskID) else { return }
+                try save(db, from: current, to: FileToRemove.notRemoved(current, error, at: now), now: now)
+            }, done: { _ in })
+    }
+
     public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         writer.observe(observer)
     }

@@ -42,6 +42,7 @@ final class StoreWriter: @unchecked Sendable {
     private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
     private let observers = Locked<[@Sendable (StoreChanges) -> Void]>([])
     private let thread = WorkerThread(name: "bh-writer")
+    let fileRemover = FileRemoverSlot()
     /// Runs after every commit, on the writer's thread, with whether the settler will sync it:
     /// keeps the WAL bounded.
     var afterCommit: ((Connection, _ synced: Bool) -> Void)?
@@ -351,7 +352,7 @@ final class StoreWriter: @unchecked Sendable {
             for job in settlement.jobs { job.done(error) }
             return
         }
-        settlement.files.remove()
+        settlement.files.remove(through: fileRemover)
         if !settlement.changes.isEmpty {
             for observer in observers.withLock({ $0 }) { observer(settlement.changes) }
         }

@@ -21,12 +21,14 @@ package enum TaskRows {
             let text = row.string(column)
             do { return try JSON.parse(text, maxDepth: 64) } catch { throw corrupt("the \(name) \(text.prefix(200))") }
         }
+        let uploadColumn = try object(10, "upload")
         var task = TaskRecord(
             id: id, sessionID: row.optionalString(29) ?? row.string(2),
             file: FileInfo(path: row.string(6), size: row.int(7), modifiedAtNanoseconds: row.int(8)),
             request: try request(object(9, "request")).orThrow(corrupt("the request \(row.string(9).prefix(200))")),
-            upload: try upload(object(10, "upload")).orThrow(corrupt("the upload \(row.string(10).prefix(200))")),
+            upload: try upload(uploadColumn).orThrow(corrupt("the upload \(row.string(10).prefix(200))")),
             createdAt: row.double(18), deadlineAt: row.double(23))
+        task.file.identity = uploadColumn["file_identity"].flatMap(FileIdentity.init)
         task.sequence = row.int(0)
         guard let kind = TaskKind(rawValue: row.string(3)), let state = TaskState(rawValue: row.string(4)) else {
             throw StoreError.corrupt("task \(id) has kind \(row.string(3)) and state \(row.string(4))")
@@ -90,6 +92,18 @@ package enum TaskRows {
         return RequestSpec(url: url, method: method, headers: headers)
     }
 
+    /// The `upload` column: `UploadSpec.storedJSON`, and the file's identity at enqueue
+    /// (`file_identity`). The identity is kept there, not in columns of its own, because like the
+    /// spec it is written once with the row and read with it, and so needs no migration in either
+    /// database.
+    package static func uploadColumn(_ task: TaskRecord) -> String {
+        guard let identity = task.file.identity, case .object(var object) = task.upload.storedJSON else {
+            return task.upload.storedJSON.serialized()
+        }
+        object["file_identity"] = identity.json
+        return JSON.object(object).serialized()
+    }
+
     /// The stored form of `UploadSpec.storedJSON`, read back as written.
     static func upload(_ value: JSON) -> UploadSpec? {
         guard let name = value["protocol"]?.stringValue, let protocolName = UploadProtocol(rawValue: name) else { return nil }
@@ -143,7 +157,7 @@ package enum TaskRows {
         values += [
             task.sequence, task.id, task.sessionID, task.kind.rawValue, task.state.rawValue, task.waitingReason?.rawValue,
             task.file.path, task.file.size, task.file.modifiedAtNanoseconds, requestColumn(task.request),
-            task.upload.storedJSON.serialized(), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
+            uploadColumn(task), task.request.hostKey, task.priority, task.description, task.idempotencyKey,
             task.deleteFileOnSuccess,
             task.configurationOverrides.isEmpty ? "{}" : JSON.object(task.configurationOverrides).serialized(),
             task.attempts, task.bytesTransferred, task.createdAt, task.startedAt, task.finishedAt, task.nextAttemptAt,

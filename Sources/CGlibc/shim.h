@@ -1,10 +1,16 @@
 #ifndef BACKHAUL_CGLIBC_SHIM_H
 #define BACKHAUL_CGLIBC_SHIM_H
 // What the C library has and Swift's Glibc module does not bring in.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/random.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 /// getrandom(2): fills `length` bytes from the kernel's generator, or returns -1 (errno set).
 static inline ssize_t bh_getrandom(void *buffer, size_t length) {
@@ -14,5 +20,22 @@ static inline ssize_t bh_getrandom(void *buffer, size_t length) {
 /// pthread_setname_np(3), which <pthread.h> declares only under _GNU_SOURCE: names a thread
 /// (at most 15 bytes), as `top -H` and /proc/PID/task/*/comm show it.
 int pthread_setname_np(pthread_t thread, const char *name);
+
+/// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, through syscall(2) (glibc 2.36 has no
+/// wrapper): opens `path` relative to `directory`, refusing any component that is a symbolic link
+/// or leads out of `directory`. A descriptor, or -1 with errno set (ENOSYS where the kernel or a
+/// seccomp profile lacks the call).
+static inline int bh_openat2_beneath(int directory, const char *path, int flags, unsigned int mode) {
+#ifdef SYS_openat2
+    struct open_how how = {0};
+    how.flags = (uint64_t)(unsigned int)flags;
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    return (int)syscall(SYS_openat2, directory, path, &how, sizeof how);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
 
 #endif

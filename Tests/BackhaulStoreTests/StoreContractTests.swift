@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import JSONCodec
 import Testing
+import Threads
 
 @testable import BackhaulStore
 
@@ -143,6 +144,8 @@ struct StoreContractTests {
     func fileRemovedOnSuccess(_ backend: Backend) throws {
         let store = try backend.openWithSession(clock: clock)
         defer { store.close() }
+        let remover = RemoverByPath()
+        store.removeFiles(with: remover)
         let directory = TemporaryDirectory("backhaul-contract")
         var paths: [String] = []
         for id in ["ok", "bad"] {
@@ -159,5 +162,18 @@ struct StoreContractTests {
         #expect(try store.finishAttempt(id: "bad", attempt: 1, bytesTransferred: 1, result: failure)?.state == .failed)
         #expect(!FileManager.default.fileExists(atPath: paths[0]))
         #expect(FileManager.default.fileExists(atPath: paths[1]))
+        #expect(remover.handed.withLock { $0 }.map(\.taskID) == ["ok"], "only the completed task's file is handed over")
+    }
+}
+
+/// The store's tests' `FileRemover`: records what the store hands over, and removes an upload's
+/// file by its path (the daemon's remover, beneath the allowed roots, is BackhaulFiles'
+/// `FileRemoval`, tested end to end).
+final class RemoverByPath: FileRemover {
+    let handed = Locked<[FileToRemove]>([])
+
+    func remove(_ files: [FileToRemove]) {
+        handed.withLock { $0 += files }
+        for file in files where file.kind == .uploadedFile { unlink(file.file.path) }
     }
 }

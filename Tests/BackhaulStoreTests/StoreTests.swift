@@ -768,6 +768,7 @@ struct DurableWriteTests {
     func fileRemovedAfterSync() throws {
         let store = try Store(path: ":memory:")
         defer { store.close() }
+        store.removeFiles(with: RemoverByPath())
         _ = try store.putSession(id: "s", configuration: TransferConfiguration())
         let path = "/tmp/backhaul-delete-\(getpid())-\(UUID().uuidString)"
         #expect(FileManager.default.createFile(atPath: path, contents: Data("x".utf8)))

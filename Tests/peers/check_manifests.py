@@ -15,7 +15,10 @@ container that runs the backhauld image (the image's name is `backhauld`), check
     `TOKEN client PATTERN...`;
   - every BACKHAUL_SHARED_ROOTS entry is inside a BACKHAUL_ALLOWED_ROOTS entry and is the mount
     path of a volume whose PersistentVolumeClaim (in the manifests) is ReadWriteMany;
-  - BACKHAUL_STATE_URL starts with postgres://.
+  - BACKHAUL_STATE_URL starts with postgres://;
+  - its image's tag is the version `backhauld --version` prints;
+  - every BACKHAUL_ALLOWED_ROOTS entry that is a volume's mount path is mounted writable: the
+    daemon removes files there (`delete_file_on_success`) and writes downloads there.
 Prints what it checked, and every violation; exits 1 when there is one, 2 when it cannot run.
 """
 
@@ -51,6 +54,18 @@ def daemon_variables(binary):
     if "BACKHAUL_LISTEN" not in names:
         die(f"{binary} --help lists no BACKHAUL_LISTEN (exit {result.returncode}); is it backhauld?")
     return names
+
+
+def daemon_version(binary):
+    """The version `backhauld --version` prints (`backhauld 0.2.0`)."""
+    try:
+        result = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        die(f"cannot run {binary} --version: {error}")
+    words = result.stdout.split()
+    if len(words) < 2:
+        die(f"{binary} --version printed {result.stdout!r}")
+    return words[-1]
 
 
 def manifest_files(arguments):
@@ -135,12 +150,14 @@ def inside(path, root):
 
 
 class Checker:
-    def __init__(self, variables, documents):
+    def __init__(self, variables, documents, version):
         self.variables = variables
+        self.version = version
         self.documents = documents
         self.violations = []
         self.counts = {"files": len({path for path, _ in documents}), "documents": len(documents), "containers": 0,
-                       "variables": 0, "probes": 0, "ports": 0, "services": 0, "shared roots": 0, "state urls": 0}
+                       "variables": 0, "probes": 0, "ports": 0, "services": 0, "shared roots": 0, "state urls": 0, "images": 0,
+                       "writable roots": 0}
         self.sources = {}
         self.claims = {}
         for _, document in documents:
@@ -246,6 +263,8 @@ class Checker:
                 self.check_tokens(where, tokens)
 
         self.check_shared_roots(where, namespace, spec, container, variables)
+        self.check_image(where, container)
+        self.check_writable_roots(where, container, variables)
 
         if "BACKHAUL_STATE_URL" in variables:
             self.counts["state urls"] += 1
@@ -314,6 +333,25 @@ class Checker:
                 self.fail(where, f"shared root {root} is claim {claim}, which is {modes}, not ReadWriteMany")
 
 
+    def check_image(self, where, container):
+        self.counts["images"] += 1
+        image = container.get("image", "")
+        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else None
+        if tag != self.version:
+            self.fail(where, f"image {image} is not tagged with the daemon's version {self.version}")
+
+    def check_writable_roots(self, where, container, variables):
+        allowed = [root for root in (variables.get("BACKHAUL_ALLOWED_ROOTS") or "").split(":") if root]
+        mounts = {mount.get("mountPath", "").rstrip("/"): mount for mount in container.get("volumeMounts") or []}
+        for root in allowed:
+            mount = mounts.get(root.rstrip("/"))
+            if mount is None:
+                continue
+            self.counts["writable roots"] += 1
+            if mount.get("readOnly"):
+                self.fail(where, f"allowed root {root} is mounted read-only: delete_file_on_success and downloads cannot work there")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--daemon", required=True, help="the backhauld binary whose --help lists its variables")
@@ -324,7 +362,7 @@ def main():
     files = manifest_files(arguments.manifests)
     if not files:
         die("no manifests found")
-    checker = Checker(variables, load_documents(files))
+    checker = Checker(variables, load_documents(files), daemon_version(arguments.daemon))
     checker.run()
     print("checked " + ", ".join(f"{count} {what}" for what, count in checker.counts.items())
           + f" (against {len(variables)} variables of backhauld)")

@@ -18,6 +18,7 @@ const ERROR_WORDS = {
   file_changed: 'The file changed while it was being sent',
   cannot_create_file: 'The destination cannot be created',
   cannot_write_to_file: 'The destination cannot be written (disk full?)',
+  cannot_remove_file: 'The file was sent but could not be removed',
   cannot_move_file: 'The finished download cannot be moved into place',
   download_checksum_mismatch: 'The download does not match its SHA-256',
   internal_error: 'The task’s stored state is broken (see the daemon’s log); other tasks go on',
