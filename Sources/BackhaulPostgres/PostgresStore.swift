@@ -71,6 +71,9 @@ public final class PostgresStore: @unchecked Sendable {
     let leased = Locked<Set<String>>([])
     /// The heartbeat's view of the database: when the last beat reached it (monotonic seconds).
     let health = Locked(FleetHealth())
+    /// Where this node's transfers stop when its beats do not get through (`LeaseFence`).
+    let fence: LeaseFence
+    public var leaseFence: LeaseFence? { fence }
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
@@ -87,6 +90,7 @@ public final class PostgresStore: @unchecked Sendable {
     public init(_ options: Options, clock: any Clock = SystemClock()) throws(OpenFailure) {
         self.options = options
         self.clock = clock
+        fence = LeaseFence(lease: options.leaseSeconds)
         let connection: PostgresConnection
         do {
             connection = try PostgresConnection(options.url)
@@ -102,7 +106,7 @@ public final class PostgresStore: @unchecked Sendable {
             throw .cannotConnect("\(error)")
         }
         do {
-            readers = try ConnectionPool(url: options.url, count: max(1, options.readers))
+            readers = try ConnectionPool(url: options.url, count: max(1, options.readers), deadline: options.leaseSeconds)
         } catch {
             throw .cannotConnect(error.message)
         }
@@ -111,9 +115,10 @@ public final class PostgresStore: @unchecked Sendable {
             sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
-        writer.settled = { [leased, figures] tx in
+        writer.settled = { [leased, figures, fence] tx in
             figures.withLock { $0.commits += 1 }
             guard !tx.leasesTaken.isEmpty || !tx.leasesEnded.isEmpty else { return }
+            fence.restore(tx.leasesTaken)
             leased.withLock {
                 $0.subtract(tx.leasesEnded)
                 $0.formUnion(tx.leasesTaken)
@@ -179,9 +184,12 @@ public final class PostgresStore: @unchecked Sendable {
 
     // MARK: Reading and writing
 
-    /// Runs `body` in the next write transaction and returns once it committed.
+    /// Runs `body` in the next write transaction and returns once it committed. `fenced` (the
+    /// engine's thread, which drives the transfers): it waits only while the lease fence is open,
+    /// so a write stuck on a dead link never holds a transfer past the node's lease; the write
+    /// still commits when the database answers (a claim made meanwhile runs out with its lease).
     @discardableResult
-    func write<T>(_ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
+    func write<T>(fenced: Bool = false, _ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
         let box = Locked<Result<T, StoreError>?>(nil)
         writer.submit(
             PostgresWriter.Job(
@@ -191,6 +199,12 @@ public final class PostgresStore: @unchecked Sendable {
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
                 },
                 failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
+        while fenced, fence.allowsStarting() {
+            if let result = box.wait(until: { $0 != nil }, timeout: 0.05, { $0 }) { return try result.get() }
+        }
+        if fenced, box.withLock({ $0 == nil }) {
+            throw .unavailable("the database has not answered this node's heartbeat within its lease")
+        }
         let result = box.wait(until: { $0 != nil }, timeout: 1e9) { $0! }
         return try result.get()
     }
