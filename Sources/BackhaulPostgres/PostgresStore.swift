@@ -145,6 +145,7 @@ public final class PostgresStore: @unchecked Sendable {
         feed.start()
         let thread = WorkerThread(name: "bh-heartbeat")
         heartbeat = thread
+        fence.arm()
         thread.start { [self] in beatUntilStopped() }
     }
 

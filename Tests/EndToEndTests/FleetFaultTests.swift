@@ -156,6 +156,36 @@ extension FleetTests {
         print("restart (\(immediate ? "immediate" : "fast")): \(accepted.count) tasks answered 2xx, all completed and exact")
     }
 
+    @Test("a claim a node acts on survives PostgreSQL crashing right after it: no other node can claim the task meanwhile")
+    func claimSurvivesCrash() throws {
+        let nginx = try NginxServer(directory: scratch.file("nginx-claim"))
+        let db = try PostgresConnection(database.url)
+        // The WAL writer flushes commits that did not wait for the disk every wal_writer_delay:
+        // 10 s here, and a lease of 30 s puts the heartbeat's own flushes 10 s apart.
+        try db.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        try db.execute("SELECT pg_reload_conf()")
+        let a = try node("a", lease: 30)
+        try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(100_000)]).0 == 200)
+        try #require(try a.call("PUT", "/v1/sessions/claim", ["configuration": [:]]).0 == 201)
+        Thread.sleep(forTimeInterval: 0.5)
+        let file = scratch.makeFile("shared/claim.bin", size: 2_000_000)
+        let (status, body) = try a.call(
+            "POST", "/v1/sessions/claim/tasks", ["file": .string(file), "request": ["url": .string(nginx.url("/claim.bin"))]])
+        try #require(status == 201, "\(body.serialized())")
+        let id = try #require(body["id"]?.stringValue)
+        func row(_ db: PostgresConnection) throws -> String {
+            let rows = try db.execute("SELECT state || ' ' || coalesce(lease_node, '-') FROM tasks WHERE id = $1", [.text(id)])
+            return rows.string(0, 0) ?? "missing"
+        }
+        try #require(eventually(timeout: 10, interval: 0.002) { (try? row(db)) == "running a" })
+        // a sends from now on; it is held still so that it cannot claim the task again itself.
+        kill(a.pid, SIGSTOP)
+        defer { kill(a.pid, SIGCONT) }
+        try database.stop(immediate: true)
+        try database.start()
+        #expect(try row(try PostgresConnection(database.url)) == "running a")
+    }
+
     /// The request spans (start, end; epoch seconds) for `uri` in nginx's timing log, by start.
     static func spans(inLog path: String, uri: String) -> [(start: Double, end: Double)] {
         ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { line in
