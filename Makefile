@@ -3,7 +3,7 @@ SWIFT ?= swift
 ARGS ?=
 SHELL := /bin/bash
 
-.PHONY: deps test-deps bench-deps build release run test ietf-peer torture soak crash-states bench image-test deb deb-test lint format clean
+.PHONY: deps test-deps bench-deps build release run test ietf-peer torture soak crash-states fleet-faults bench image-test deb deb-test lint format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -32,12 +32,14 @@ run: build
 ## printed again at the end, where CI's tail shows them. A run that dies of Foundation's known
 ## Process.run() crash (swift-corelibs-foundation#5472, in no Swift release yet) starts over, at
 ## most twice (scripts/run-tests.sh). Then the power-loss crash states' short form: 100 states of
-## a shorter workload, about 30 s (see crash-states).
+## a shorter workload, about 30 s (see crash-states), and the fleet's fault campaign's: 20 rounds,
+## about 1.5 minutes (see fleet-faults).
 TEST_TIME_LIMIT ?= 1200
 test: test-deps lint ietf-peer
 	$(SWIFT) build --build-tests
 	@SWIFT="$(SWIFT)" TEST_TIME_LIMIT=$(TEST_TIME_LIMIT) scripts/run-tests.sh
 	CRASH_STATES=100 scripts/crash-states.sh --size short
+	scripts/fleet-faults.py --rounds 20
 
 ## The IETF resumable-upload test peer: Apple's NIOResumableUpload (swift-nio-extras, from the
 ## package mirror) in a package of its own under Tests/IETFPeer, so that the daemon never depends on
@@ -79,6 +81,19 @@ CRASH_STATES ?= 1000
 crash-states: test-deps
 	$(SWIFT) build --product backhauld
 	CRASH_STATES=$(CRASH_STATES) scripts/crash-states.sh $(CRASH_ARGS)
+
+## The fleet's fault campaign (scripts/fleet-faults.py, docs/fleet.md): three nodes (lease 2 s) on
+## one PostgreSQL under a mixed workload (batches, single POSTs, uploads of every protocol to real
+## peers, PATCHes, cancels, policy changes); FLEET_ROUNDS (100) rounds, each one fault drawn from a
+## printed seed: kill -9 of a node, SIGSTOP of a node past its lease, its database backends
+## stopped past its lease, the LISTEN connections terminated, a connection dropped right after its
+## COMMIT, PostgreSQL restarted with -m immediate. Prints `fleet faults: N rounds, L lost, D done
+## twice, O overlaps` and fails unless all are 0 and every policy change was in force on every
+## node within 2 s. FLEET_ARGS passes more (--seed S, --keep); `make test` runs 20 rounds.
+FLEET_ROUNDS ?= 100
+fleet-faults: test-deps
+	$(SWIFT) build --product backhauld
+	scripts/fleet-faults.py --rounds $(FLEET_ROUNDS) $(FLEET_ARGS)
 
 ## Builds Deploy/Dockerfile with buildah (no Docker engine), starts it with podman and drives it:
 ## health check, an upload with its webhook, a download, state kept across a new container.

@@ -25,6 +25,8 @@ extension EngineLoop {
     static let maxCleanupsInFlight = 4
 
     func startCleanups(_ transfers: CurlTransfers) {
+        // Claimed for a lease like tasks: none while the fleet's fence is closed.
+        guard mayStart() else { return }
         cleanupsDue = false
         // Those waiting for the signer are in flight too.
         var busy = Set(cleanups.values.map(\.sequence))

@@ -9,7 +9,11 @@ extension EngineLoop {
     func finished(_ transfer: Transfer, code: CurlCode, _ transfers: CurlTransfers) {
         let now = clock.now()
         var step: TransferStep
-        if let refused = transfer.refusedLocation {
+        if transfer.leaseLapsed {
+            leaseLapsed()
+            stop(transfer)
+            return
+        } else if let refused = transfer.refusedLocation {
             step = .failed(.fatal(refused))
         } else if transfer.idleTimedOut {
             let seconds = transfer.configuration.timeoutIntervalForRequest

@@ -10,7 +10,7 @@ extension EngineLoop {
     /// Starts queued tasks into free slots, in the scheduler's order.
     func schedule() {
         scheduleNeeded = false
-        guard sessionsLoaded else { return }
+        guard sessionsLoaded, mayStart() else { return }
         var free = options.maxConcurrentTransfers - active.count - claiming.count
         let context = policyContext()
         while free > 0, let entry = scheduler.next() {
@@ -136,6 +136,7 @@ extension EngineLoop {
             transfer = try Transfer(
                 task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
                 file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
+            transfer.fence = store.leaseFence
             active[task.id] = transfer
             watchInformational(transfer)
             bandwidthDirty = true
@@ -170,6 +171,35 @@ extension EngineLoop {
                 "upload.protocol": "\(task.upload.protocolName.rawValue)",
             ])
         return true
+    }
+
+    /// Whether the fleet's fence lets this node start transfers: not while its heartbeat has not
+    /// reached the database for a lease less the margin. It starts again once a beat gets through
+    /// (the store then asks for the queue to be read again).
+    func mayStart() -> Bool {
+        guard let fence = store.leaseFence else { return true }
+        guard fence.allowsStarting() else {
+            leaseLapsed()
+            return false
+        }
+        if leaseLapseLogged {
+            leaseLapseLogged = false
+            logger.notice("the heartbeat reached the database again: this node takes work again")
+        }
+        return true
+    }
+
+    /// Says once per lapse why this node stopped sending: its heartbeat has not reached the
+    /// database, so its leases may run out on the other nodes.
+    func leaseLapsed() {
+        guard !leaseLapseLogged, let deadline = store.leaseFence?.deadline else { return }
+        leaseLapseLogged = true
+        logger.warning(
+            "the lease may run out: the database has not answered this node's heartbeat, so its transfers stop and it starts none until a beat gets through",
+            metadata: [
+                "lease.seconds": "\(deadline.lease)", "lease.margin_seconds": "\(deadline.margin)",
+                "lease.last_beat_sent_seconds_ago": "\(((monotonicSeconds() - deadline.lastBeatSent) * 100).rounded() / 100)",
+            ])
     }
 
     /// Keys at their connection limit, for the API (`waiting_reason: host_connection_limit`).

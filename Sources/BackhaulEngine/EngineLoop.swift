@@ -75,6 +75,8 @@ final class EngineLoop: CurlLoopClient {
     var scheduleNeeded = true
     /// When the engine's held writes last went to the store (monotonic seconds).
     var writesReleasedAt = 0.0
+    /// Whether the fence's lapse was logged (`leaseLapsed`), until the node may start again.
+    var leaseLapseLogged = false
     var lastPublish = 0.0
     // What the service manager was last told (EngineLoop+Supervision).
     var lastWatchdog = -Double.infinity
@@ -232,6 +234,12 @@ final class EngineLoop: CurlLoopClient {
     func stopTransfer(_ id: String) {
         guard let transfer = active[id] else { return }
         logger.info("stopping a transfer: its task left running", metadata: ["task.id": "\(id)"])
+        stop(transfer)
+    }
+
+    /// Ends a transfer without deciding the task's fate (the store or another node has it): its
+    /// attempt is listed as stopped.
+    func stop(_ transfer: Transfer) {
         let entry = history(of: transfer)
         release(transfer)
         store.recordStoppedAttempt(sequence: transfer.task.sequence, entry)

@@ -1,5 +1,6 @@
 import BackhaulCore
 import BackhaulFiles
+import BackhaulStore
 import Curl
 import Digest
 
@@ -55,6 +56,10 @@ final class Transfer {
     var refusedLocation: TaskError?
     /// Set when no byte moved either way for `timeout_interval_for_request`.
     var idleTimedOut = false
+    /// The fleet's fence (`LeaseFence`): no byte is handed to curl once it closes for this task.
+    var fence: LeaseFence?
+    /// Set when the fence stopped the request: the node may no longer hold the task's lease.
+    var leaseLapsed = false
     private var lastActivity = monotonicSeconds()
     private var lastCounters: (Int64, Int64) = (0, 0)
 
@@ -145,7 +150,7 @@ final class Transfer {
         easy.onProgress = { [unowned self] uploaded, downloaded in
             requestBytesSent = uploaded
             // A `Location` refused mid-request (an IETF `104`): the request stops here.
-            if refusedLocation != nil { return false }
+            if refusedLocation != nil || !mayContinue() { return false }
             let now = monotonicSeconds()
             if (uploaded, downloaded) != lastCounters {
                 lastCounters = (uploaded, downloaded)
@@ -234,7 +239,16 @@ final class Transfer {
         return result
     }
 
+    /// Whether the node may still move this task's bytes: false once the fleet's fence closed for
+    /// it (docs/fleet.md, "When a node cannot reach the database").
+    private func mayContinue() -> Bool {
+        guard let fence, !fence.allowsSending(task.id) else { return true }
+        leaseLapsed = true
+        return false
+    }
+
     private func readFile(into buffer: UnsafeMutableRawBufferPointer) -> ReadResult {
+        guard mayContinue() else { return .abort }
         let remaining = bodyEnd - bodyOffset
         guard remaining > 0 else { return .bytes(0) }
         let window = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), remaining))])

@@ -12,7 +12,7 @@ extension PostgresStore {
     /// failure, for the engine to log and drop, not to skip forever.
     public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [Store.DueCleanup] {
         let busyArray = PostgresValue.array(busy.sorted())
-        return try write { [self] tx in
+        return try write(fenced: true) { [self] tx in
             let lease = PostgresValue.double(options.leaseSeconds)
             if !busy.isEmpty {
                 try tx.execute(
@@ -42,7 +42,7 @@ extension PostgresStore {
     @discardableResult
     public func replaceCleanup(sequence: Int64, with found: [(uploadID: String, plan: CleanupPlan)]) throws(StoreError) -> Int {
         let now = self.now
-        return try write { [self] tx in
+        return try write(fenced: true) { [self] tx in
             let taskID =
                 try tx.first("SELECT task_id FROM cleanups WHERE seq = $1 FOR UPDATE", [.int(sequence)]) { $0.string(0) } ?? ""
             var added = 0
@@ -66,7 +66,7 @@ extension PostgresStore {
     /// A cleanup succeeded or was given up (`retryAt` nil), or is tried again later (by any node:
     /// the claim ends).
     public func recordCleanup(sequence: Int64, retryAt: Timestamp?) throws(StoreError) {
-        try write { tx in
+        try write(fenced: true) { tx in
             if let retryAt {
                 try tx.execute(
                     """

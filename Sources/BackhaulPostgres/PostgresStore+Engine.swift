@@ -55,10 +55,13 @@ extension PostgresStore {
     /// Claims the task for its next attempt if it is still queued and may run here, and is not
     /// being claimed by another node at this moment (`SKIP LOCKED`). The engine's copy is written
     /// back when the row is still at its revision, in one round trip; otherwise the row is read
-    /// again, locked, and the claim decided on what it holds now.
+    /// again, locked, and the claim decided on what it holds now. The claim waits for the server's
+    /// disk (`durable`): the engine sends bytes once it returns, and a claim a crash of the server
+    /// lost would leave the task queued for another node to send at the same time.
     public func startAttempt(_ task: TaskRecord, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void) {
         let now = self.now
         submit(
+            durable: true,
             { [self] tx -> TaskRecord? in
                 // Only a row still queued here is locked: a node whose copy is stale must not hold
                 // the row of a task another node runs (its end would wait for this transaction).

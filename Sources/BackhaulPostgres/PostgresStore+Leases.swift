@@ -32,18 +32,25 @@ extension PostgresStore {
         }
     }
 
-    /// The heartbeat's loop, until the store closes.
+    /// The heartbeat's loop, until the store closes. Each beat's send time moves the fence's
+    /// deadline once the database answered it; a beat answered after that deadline passed finds
+    /// the transfers already stopped by the fence, so every lease it held is let go (runs out and
+    /// is taken over), and the engine hears to look at its queue again.
     func beatUntilStopped() {
         let interval = max(0.05, options.leaseSeconds / 3)
         var connection: PostgresConnection?
         repeat {
+            let sentAt = monotonicSeconds()
             do {
-                if connection == nil { connection = try PostgresConnection(options.url, connectTimeout: 5) }
+                if connection == nil {
+                    connection = try PostgresConnection(options.url, connectTimeout: 5, deadline: options.leaseSeconds)
+                }
                 try beat(connection!)
                 health.withLock {
-                    $0.lastBeat = monotonicSeconds()
+                    $0.lastBeat = sentAt
                     $0.lastError = nil
                 }
+                if fence.beatAnswered(sentAt: sentAt).lapsedBeforeAnswer { resumeAfterLapse() }
                 try takeOver()
             } catch {
                 if let failure = error as? PostgresError, failure.isConnectionLost || !(connection?.isConnected ?? false) {
@@ -58,6 +65,16 @@ extension PostgresStore {
                 if leaseGone { lose(leased.withLock { $0 }) }
             }
         } while !pause(interval)
+    }
+
+    /// The fence stopped this node's transfers while its beats did not get through: every lease it
+    /// still holds is let go, and the engine reads its queue again (it starts nothing while the
+    /// fence is closed).
+    private func resumeAfterLapse() {
+        lose(leased.withLock { $0 })
+        var changes = StoreChanges()
+        changes.queueReload = true
+        for observer in observers.withLock({ $0 }) { observer(changes) }
     }
 
     /// One beat on the heartbeat's own connection: the node's row, and the leases of the tasks this
@@ -101,6 +118,7 @@ extension PostgresStore {
             leased.subtract(lost)
             return Array(lost)
         }
+        fence.revoke(lost)
         guard !lost.isEmpty else { return }
         var changes = StoreChanges()
         changes.leftRunning = lost.sorted()

@@ -71,6 +71,9 @@ public final class PostgresStore: @unchecked Sendable {
     let leased = Locked<Set<String>>([])
     /// The heartbeat's view of the database: when the last beat reached it (monotonic seconds).
     let health = Locked(FleetHealth())
+    /// Where this node's transfers stop when its beats do not get through (`LeaseFence`).
+    let fence: LeaseFence
+    public var leaseFence: LeaseFence? { fence }
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
@@ -89,6 +92,7 @@ public final class PostgresStore: @unchecked Sendable {
     public init(_ options: Options, clock: any Clock = SystemClock()) throws(OpenFailure) {
         self.options = options
         self.clock = clock
+        fence = LeaseFence(lease: options.leaseSeconds)
         let connection: PostgresConnection
         do {
             connection = try PostgresConnection(options.url)
@@ -108,7 +112,7 @@ public final class PostgresStore: @unchecked Sendable {
             // lost during its COMMIT then waits for it, rather than find no row.
             try connection.execute(
                 "INSERT INTO writer_commits (node, token) VALUES ($1, 0) ON CONFLICT (node) DO NOTHING", [.text(options.node)])
-            readers = try ConnectionPool(url: options.url, count: max(1, options.readers))
+            readers = try ConnectionPool(url: options.url, count: max(1, options.readers), deadline: options.leaseSeconds)
         } catch {
             throw .cannotConnect(error.message)
         }
@@ -117,9 +121,10 @@ public final class PostgresStore: @unchecked Sendable {
             sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }
         }
-        writer.settled = { [leased, figures] tx in
+        writer.settled = { [leased, figures, fence] tx in
             figures.withLock { $0.commits += 1 }
             guard !tx.leasesTaken.isEmpty || !tx.leasesEnded.isEmpty else { return }
+            fence.restore(tx.leasesTaken)
             leased.withLock {
                 $0.subtract(tx.leasesEnded)
                 $0.formUnion(tx.leasesTaken)
@@ -146,6 +151,7 @@ public final class PostgresStore: @unchecked Sendable {
         feed.start()
         let thread = WorkerThread(name: "bh-heartbeat")
         heartbeat = thread
+        fence.arm()
         thread.start { [self] in beatUntilStopped() }
     }
 
@@ -196,9 +202,12 @@ public final class PostgresStore: @unchecked Sendable {
 
     // MARK: Reading and writing
 
-    /// Runs `body` in the next write transaction and returns once it committed.
+    /// Runs `body` in the next write transaction and returns once it committed. `fenced` (the
+    /// engine's thread, which drives the transfers): it waits only while the lease fence is open,
+    /// so a write stuck on a dead link never holds a transfer past the node's lease; the write
+    /// still commits when the database answers (a claim made meanwhile runs out with its lease).
     @discardableResult
-    func write<T>(_ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
+    func write<T>(fenced: Bool = false, _ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
         let box = Locked<Result<T, StoreError>?>(nil)
         writer.submit(
             PostgresWriter.Job(
@@ -208,6 +217,12 @@ public final class PostgresStore: @unchecked Sendable {
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
                 },
                 failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
+        while fenced, fence.allowsStarting() {
+            if let result = box.wait(until: { $0 != nil }, timeout: 0.05, { $0 }) { return try result.get() }
+        }
+        if fenced, box.withLock({ $0 == nil }) {
+            throw .unavailable("the database has not answered this node's heartbeat within its lease")
+        }
         let result = box.wait(until: { $0 != nil }, timeout: 1e9) { $0! }
         return try result.get()
     }

@@ -172,16 +172,17 @@ extension PostgresValue {
     static func flag(_ value: Bool) -> PostgresValue { .int(value ? 1 : 0) }
 }
 
-/// Connections for reads, each used by one thread at a time. A connection that broke is made
-/// anew on its next use.
+/// Connections for reads, each used by one thread at a time. A connection that broke, or gave up
+/// waiting for the server after `deadline` seconds (a read is never left in doubt), is made anew
+/// on its next use.
 final class ConnectionPool: @unchecked Sendable {
     private let url: String
     private let idle: Locked<(connections: [PostgresConnection], closed: Bool)>
 
-    init(url: String, count: Int) throws(PostgresError) {
+    init(url: String, count: Int, deadline: Double) throws(PostgresError) {
         self.url = url
         var connections: [PostgresConnection] = []
-        for _ in 0..<count { connections.append(try PostgresConnection(url)) }
+        for _ in 0..<count { connections.append(try PostgresConnection(url, deadline: deadline)) }
         idle = Locked((connections, false))
     }
 

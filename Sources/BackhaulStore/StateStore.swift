@@ -42,6 +42,9 @@ public protocol StateStore: AnyObject, Sendable {
     var holdsWrites: Bool { get }
     /// The nodes of the fleet sharing the state; nil for a store of one daemon (SQLite).
     func nodes() throws(StoreError) -> [NodeRecord]?
+    /// The fence on the bytes this node sends while it holds leases (`LeaseFence`); nil for a store of
+    /// one daemon (SQLite).
+    var leaseFence: LeaseFence? { get }
 
     // MARK: Sessions
 

@@ -52,6 +52,8 @@ public struct MaintenanceFigures: Sendable, Equatable {
 
 extension Store {
     public var maintenanceFigures: MaintenanceFigures { maintenance.withLock { $0 } }
+    /// One daemon holds no leases.
+    public var leaseFence: LeaseFence? { nil }
 
     /// After a commit (on the writer's thread; `synced`: the settler syncs it): counted; past the
     /// cap the log emptied here (TRUNCATE: it holds the writer, and waits for the readers of the

@@ -33,16 +33,35 @@ public final class PostgresConnection {
     /// statements beyond (texts made for one batch's size) are sent whole each time.
     private var prepared: [String: String] = [:]
     public static let preparedLimit = 256
+    /// With a `deadline`, how long a call waits for the server (seconds) before it gives the
+    /// connection up; nil: as long as the server takes.
+    private let callTimeout: Double?
+    /// Set when a call gave up waiting: the connection's state is unknown, so it counts as lost.
+    private var gaveUp = false
 
     /// Connects with a libpq connection string, a URL (`postgres://user:password@host:port/db?…`)
     /// or `key=value` pairs. `connectTimeout` bounds each attempt to reach the server (seconds);
     /// TCP keepalives notice a server that went away without closing the connection.
-    public init(_ conninfo: String, connectTimeout: Int = 10) throws(PostgresError) {
-        let keywords = [
+    ///
+    /// `deadline` (seconds) bounds every call on a dead link or a server that stopped answering:
+    /// the kernel gives the connection up when sent bytes stay unacknowledged that long
+    /// (`tcp_user_timeout`), the server cancels a statement that runs longer
+    /// (`statement_timeout`), and the call itself waits at most that long for the answer (a
+    /// server whose process is stopped still acknowledges bytes, and cancels nothing).
+    public init(_ conninfo: String, connectTimeout: Int = 10, deadline: Double? = nil) throws(PostgresError) {
+        var keywords = [
             "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
-            "application_name", "dbname",
+            "application_name",
         ]
-        let values = [String(connectTimeout), "1", "10", "5", "3", "backhauld", conninfo]
+        var values = [String(connectTimeout), "1", "10", "5", "3", "backhauld"]
+        if let deadline {
+            let milliseconds = String(max(1, Int(deadline * 1000)))
+            keywords += ["tcp_user_timeout", "options"]
+            values += [milliseconds, "-c statement_timeout=" + milliseconds]
+        }
+        keywords.append("dbname")
+        values.append(conninfo)
+        callTimeout = deadline
         // `expand_dbname`: the last value is itself a connection string or URL, expanded in its
         // place; a setting named twice takes its last value, so what the URL names wins over
         // these defaults.
@@ -68,7 +87,7 @@ public final class PostgresConnection {
     deinit { PQfinish(raw) }
 
     /// Whether the connection is up, as libpq last saw it.
-    public var isConnected: Bool { PQstatus(raw) == CONNECTION_OK }
+    public var isConnected: Bool { !gaveUp && PQstatus(raw) == CONNECTION_OK }
 
     /// The server's version as a number (150004 for 15.4).
     public var serverVersion: Int { Int(PQserverVersion(raw)) }
@@ -78,6 +97,7 @@ public final class PostgresConnection {
     public func reset() throws(PostgresError) {
         // A new session: the old one's prepared statements went with it.
         prepared = [:]
+        gaveUp = false
         PQreset(raw)
         guard PQstatus(raw) == CONNECTION_OK else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
@@ -89,15 +109,58 @@ public final class PostgresConnection {
     @discardableResult
     public func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
         if let name = try preparedName(sql, parameters: parameters.count) {
+            if callTimeout != nil {
+                let sent = Self.sent(parameters) { values, lengths, formats in
+                    PQsendQueryPrepared(raw, name, Int32(parameters.count), values, lengths, formats, 0)
+                }
+                return try rows(of: answer(sent, sql: sql), sql: sql)
+            }
             let result = Self.sent(parameters) { values, lengths, formats in
                 PQexecPrepared(raw, name, Int32(parameters.count), values, lengths, formats, 0)
             }
             return try rows(of: result, sql: sql)
         }
+        if callTimeout != nil {
+            let sent = Self.sent(parameters) { values, lengths, formats in
+                PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
+            }
+            return try rows(of: answer(sent, sql: sql), sql: sql)
+        }
         let result = Self.sent(parameters) { values, lengths, formats in
             PQexecParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
         }
         return try rows(of: result, sql: sql)
+    }
+
+    /// The result of the statement just sent (`sent`: what `PQsend…` returned), the results after
+    /// it discarded, waiting at most `callTimeout` for the server (poll on the socket); past it the
+    /// connection is given up and the call fails as a lost connection.
+    private func answer(_ sent: Int32, sql: String) throws(PostgresError) -> OpaquePointer? {
+        guard sent == 1, let timeout = callTimeout else {
+            throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
+        }
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + timeout
+        var flushing = true
+        while flushing || PQisBusy(raw) == 1 {
+            let flushed = PQflush(raw)
+            guard flushed >= 0 else { break }
+            flushing = flushed == 1
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
+            var descriptor = pollfd(fd: PQsocket(raw), events: Int16(POLLIN | (flushing ? POLLOUT : 0)), revents: 0)
+            guard left > 0, descriptor.fd >= 0, poll(&descriptor, 1, Int32(left * 1000) + 1) > 0 else {
+                gaveUp = true
+                throw PostgresError(
+                    kind: .connection, message: "the server did not answer within \(timeout) s; the connection is given up",
+                    sql: sql)
+            }
+            guard descriptor.revents & Int16(POLLIN) == 0 || PQconsumeInput(raw) == 1 else { break }
+        }
+        let result = PQgetResult(raw)
+        while let extra = PQgetResult(raw) { PQclear(extra) }
+        return result
     }
 
     /// Runs `statements` in one round trip (libpq's pipeline mode): each is sent with its parameters,
@@ -153,7 +216,11 @@ public final class PostgresConnection {
         if let name = prepared[sql] { return name }
         guard parameters > 0, prepared.count < Self.preparedLimit else { return nil }
         let name = "backhaul_\(prepared.count)"
-        _ = try rows(of: PQprepare(raw, name, sql, Int32(parameters), nil), sql: sql)
+        if callTimeout != nil {
+            _ = try rows(of: answer(PQsendPrepare(raw, name, sql, Int32(parameters), nil), sql: sql), sql: sql)
+        } else {
+            _ = try rows(of: PQprepare(raw, name, sql, Int32(parameters), nil), sql: sql)
+        }
         prepared[sql] = name
         return name
     }

@@ -183,4 +183,27 @@ final class PostgreSQLTests {
         try db.reset()
         #expect(try db.execute("SELECT v FROM kept").int(0, 0) == 7)
     }
+
+    @Test(
+        "with a deadline, a call on a server process that stopped answering gives up within it (plain and prepared), and reset reconnects"
+    )
+    func deadline() throws {
+        for (sql, parameters) in [("SELECT 1", []), ("SELECT $1::int", [PostgresValue.int(2)])] {
+            let db = try PostgresConnection(server.url, deadline: 0.5)
+            #expect(try db.execute("SHOW statement_timeout").string(0, 0) == "500ms")
+            let backend = Int32(try #require(try db.execute("SELECT pg_backend_pid()").int(0, 0)))
+            // Stopped, the backend's kernel still takes the bytes: only the client's own bound
+            // ends the wait.
+            kill(backend, SIGSTOP)
+            let started = Date()
+            #expect(throws: PostgresError.self) { try db.execute(sql, parameters) }
+            let waited = Date().timeIntervalSince(started)
+            kill(backend, SIGCONT)
+            #expect(waited >= 0.45 && waited < 2, "\(sql): \(waited) s")
+            #expect(!db.isConnected)
+            try db.reset()
+            #expect(db.isConnected)
+            #expect(try db.execute("SELECT $1::int", [.int(3)]).int(0, 0) == 3)
+        }
+    }
 }
