@@ -179,11 +179,12 @@ public enum PolicyDecision: Sendable, Equatable {
 /// The policy as one pure function (OpenAPI/backhaul.yaml, §2.5): the engine asks it before a task starts,
 /// and again for every queued, waiting and running task whenever an input changes.
 public enum Policy {
-    /// Waiting reasons this function gives (and takes back when conditions change).
+    /// Waiting reasons this function gives (and takes back when conditions change), and the
+    /// engine's `aws_credentials`, taken back at the same reviews once the keys are there.
     public static let reasons: Set<WaitingReason> = [
         .noConnectivity, .limitedConnectivity, .roamingNotAllowed, .cellularNotAllowed, .expensiveNetworkNotAllowed,
         .constrainedNetworkNotAllowed,
-        .discretionaryDeferred, .budgetExhausted,
+        .discretionaryDeferred, .budgetExhausted, .awsCredentials,
     ]
 
     public static func decide(

@@ -26,6 +26,10 @@ public enum WaitingReason: String, Sendable, CaseIterable {
     case sessionDisabled = "session_disabled"
     /// The task is pinned to a node of the fleet that is down (docs/fleet.md).
     case nodeUnavailable = "node_unavailable"
+    /// An `s3` task that signs with the daemon's AWS credential chain, whose keys are not there
+    /// yet: its source (web identity, a `credential_process`, the container endpoint, IMDS) is
+    /// being asked, or waits out a backoff after failing (docs/credentials.md).
+    case awsCredentials = "aws_credentials"
 }
 
 /// What a client asks of one task through the API.

@@ -98,6 +98,9 @@ extension EngineLoop {
                 }
                 let decision = Policy.decide(configuration, in: context)
                 guard decision != .wait(held.reason) else { continue }
+                // Held for credentials and free to run: the queue takes it back once the chain
+                // holds keys (it wakes the loop for a review when a lookup ends).
+                if held.reason == .awsCredentials, decision == .run, options.awsCredentials?.keys() == nil { continue }
                 store.applyPolicy(sequence: held.sequence, decision)
             }
         }

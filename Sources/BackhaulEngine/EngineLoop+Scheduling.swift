@@ -43,9 +43,10 @@ extension EngineLoop {
                 failForConfiguration(task, error)
                 continue
             }
-            let decision = Policy.decide(configuration, in: context)
+            var decision = Policy.decide(configuration, in: context)
+            if decision == .run, !credentialsReady(task, configuration) { decision = .wait(.awsCredentials) }
             guard decision == .run else {
-                // The network or the policy holds it (or ends it): out of the queue.
+                // The network, the policy or the credential chain holds it (or ends it): out of the queue.
                 store.applyPolicy(sequence: task.sequence, decision)
                 continue
             }
@@ -53,6 +54,20 @@ extension EngineLoop {
             free -= 1
         }
         publishSaturation()
+    }
+
+    /// Whether the task has what it signs with: an `s3` task that takes its keys from the AWS
+    /// credential chain starts only once the chain holds some. Asking never waits: a lookup runs
+    /// on the chain's thread, and its end makes the loop review the tasks it held.
+    func credentialsReady(_ task: TaskRecord, _ configuration: TransferConfiguration) -> Bool {
+        guard task.upload.s3?.isFromChain == true, configuration.signer == nil, let chain = options.awsCredentials else {
+            return true
+        }
+        guard chain.keys() == nil else { return true }
+        logger.info(
+            "an s3 task waits for the AWS credential chain",
+            metadata: ["task.id": "\(task.id)", "error": "\(chain.lastError ?? "the chain is asking its source")"])
+        return false
     }
 
     /// Asks the store to mark the task running; the transfer begins when the claim is back.

@@ -3,6 +3,7 @@
 // What the C library has and Swift's Glibc module does not bring in.
 #include <malloc.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <sys/random.h>
 #include <sys/types.h>
 
@@ -14,5 +15,9 @@ static inline ssize_t bh_getrandom(void *buffer, size_t length) {
 /// pthread_setname_np(3), which <pthread.h> declares only under _GNU_SOURCE: names a thread
 /// (at most 15 bytes), as `top -H` and /proc/PID/task/*/comm show it.
 int pthread_setname_np(pthread_t thread, const char *name);
+
+/// posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34), which <spawn.h> declares only under
+/// _GNU_SOURCE: the child closes every descriptor from `from` up.
+int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
 
 #endif
