@@ -1,3 +1,12 @@
+/// The sources of the AWS credential chain that may keep a task waiting (the environment's keys
+/// and a profile's static keys never do).
+public enum AWSCredentialSource: String, Sendable {
+    case webIdentity = "web_identity"
+    case process
+    case container
+    case imds
+}
+
 /// When the AWS credential chain is asked for keys (docs/credentials.md), as a pure state: what
 /// was had, what failed and when to try again. The chain's refresher thread runs the lookups; the
 /// engine only reads what this state holds, so it never waits on a source.

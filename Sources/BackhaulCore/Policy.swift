@@ -180,12 +180,12 @@ public enum PolicyDecision: Sendable, Equatable {
 /// and again for every queued, waiting and running task whenever an input changes.
 public enum Policy {
     /// Waiting reasons this function gives (and takes back when conditions change), and the
-    /// engine's `aws_credentials`, taken back at the same reviews once the keys are there.
-    public static let reasons: Set<WaitingReason> = [
+    /// engine's `aws_credentials…`, taken back at the same reviews once the keys are there.
+    public static let reasons = Set<WaitingReason>([
         .noConnectivity, .limitedConnectivity, .roamingNotAllowed, .cellularNotAllowed, .expensiveNetworkNotAllowed,
         .constrainedNetworkNotAllowed,
-        .discretionaryDeferred, .budgetExhausted, .awsCredentials,
-    ]
+        .discretionaryDeferred, .budgetExhausted,
+    ]).union(WaitingReason.awsCredentialReasons)
 
     public static func decide(
         _ configuration: TransferConfiguration, earliestBeginAt: Timestamp? = nil, hostSlotFree: Bool = true,

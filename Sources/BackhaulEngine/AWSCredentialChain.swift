@@ -43,6 +43,8 @@ public final class AWSCredentialChain: Sendable {
         /// Bumped to wake the thread before its time (a task asked, keys were invalidated).
         var pokes = 0
         var listener: (@Sendable () -> Void)?
+        /// The source the last lookup asked last (nil until one named it).
+        var source: AWSCredentialSource?
     }
     private let state = Locked(State())
     private let renewals = Atomic<Int>(0)
@@ -64,6 +66,12 @@ public final class AWSCredentialChain: Sendable {
 
     /// How many lookups gave keys (for logs and tests).
     public var resolutions: Int { renewals.load(ordering: .relaxed) }
+
+    /// The source the chain asks (or asked last): what a task waiting for keys waits for.
+    public var source: AWSCredentialSource? { state.withLock { $0.source } }
+
+    /// Notes the source a lookup is about to ask.
+    private func asking(_ source: AWSCredentialSource) { state.withLock { $0.source = source } }
 
     /// Why the last lookup failed, while no lookup has succeeded since.
     public var lastError: String? { state.withLock { $0.refresh.lastError } }
@@ -164,6 +172,7 @@ public final class AWSCredentialChain: Sendable {
         guard let token = Self.read(file)?.trimmed(), !token.isEmpty else {
             throw AWSCredentialError("cannot read the web identity token file \(file)")
         }
+        asking(.webIdentity)
         let session = variable("AWS_ROLE_SESSION_NAME") ?? "backhauld-\(Int64(clock.now()))"
         let answer = try Self.get(
             "POST", AWSWebIdentity.endpoint(variable), headers: ["Content-Type: application/x-www-form-urlencoded"],
@@ -188,6 +197,7 @@ public final class AWSCredentialChain: Sendable {
             }
             if let keys = AWSSharedFiles.keys(profile) { return keys }
             if let command = profile["credential_process"], !command.isEmpty {
+                asking(.process)
                 let output = try Self.run(command)
                 guard let parsed = try? JSON.parse(output, maxDepth: 8), let keys = AWSCredentials.fromProcessOutput(parsed)
                 else {
@@ -208,6 +218,7 @@ public final class AWSCredentialChain: Sendable {
         } else {
             return nil
         }
+        asking(.container)
         var headers: [String] = []
         if let token = variable("AWS_CONTAINER_AUTHORIZATION_TOKEN") {
             headers.append("Authorization: \(token)")
@@ -226,6 +237,7 @@ public final class AWSCredentialChain: Sendable {
 
     /// IMDSv2 at `AWS_EC2_METADATA_SERVICE_ENDPOINT` (the SDKs' setting), else 169.254.169.254.
     private func fromIMDS() throws(AWSCredentialError) -> AWSCredentials {
+        asking(.imds)
         let imdsEndpoint =
             variable("AWS_EC2_METADATA_SERVICE_ENDPOINT").map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } ?? imdsEndpoint
         let token = try Self.get(
