@@ -157,7 +157,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "Threads"],
+            name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "BackhaulTesting", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",

@@ -88,3 +88,38 @@ public enum AWSSharedFiles {
         return AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: profile["aws_session_token"])
     }
 }
+
+/// Web identity (IRSA on EKS): the token in `AWS_WEB_IDENTITY_TOKEN_FILE` is traded for keys by an
+/// unsigned STS `AssumeRoleWithWebIdentity` of `AWS_ROLE_ARN` (docs/credentials.md).
+public enum AWSWebIdentity {
+    /// Where STS is asked: `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL` (the SDKs' service
+    /// endpoint settings), else the region's endpoint (`AWS_REGION`, `AWS_DEFAULT_REGION`), else
+    /// the global one.
+    public static func endpoint(_ variable: (String) -> String?) -> String {
+        if let url = variable("AWS_ENDPOINT_URL_STS") ?? variable("AWS_ENDPOINT_URL") { return url }
+        if let region = variable("AWS_REGION") ?? variable("AWS_DEFAULT_REGION") { return "https://sts.\(region).amazonaws.com" }
+        return "https://sts.amazonaws.com"
+    }
+
+    /// The form body of the request.
+    public static func requestBody(roleARN: String, sessionName: String, token: String) -> [UInt8] {
+        let fields = [
+            ("Action", "AssumeRoleWithWebIdentity"), ("Version", "2011-06-15"), ("RoleArn", roleARN),
+            ("RoleSessionName", sessionName), ("WebIdentityToken", token),
+        ]
+        return Array(fields.map { "\($0.0)=\(S3Upload.escape($0.1))" }.joined(separator: "&").utf8)
+    }
+
+    /// The keys of STS's answer (`<Credentials>` with `AccessKeyId`, `SecretAccessKey`,
+    /// `SessionToken`, `Expiration`); nil when it holds none.
+    public static func credentials(fromAnswer body: [UInt8]) -> AWSCredentials? {
+        guard let block = XMLText.blocks("Credentials", in: body).first else { return nil }
+        let inner = Array(block.utf8)
+        guard let key = XMLText.first("AccessKeyId", in: inner), !key.isEmpty, !key.contains(":"),
+            let secret = XMLText.first("SecretAccessKey", in: inner), !secret.isEmpty,
+            let token = XMLText.first("SessionToken", in: inner), !token.isEmpty,
+            let expiration = XMLText.first("Expiration", in: inner).flatMap(RFC3339.parse)
+        else { return nil }
+        return AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: token, expiration: expiration)
+    }
+}

@@ -88,7 +88,7 @@ extension AttemptFailure {
     /// follows): the same words the retry planner uses when it gives up.
     public var error: TaskError {
         switch self {
-        case .http(401, _):
+        case .http(401, _, _, _):
             return TaskError(.userAuthenticationRequired, message: "the server answered 401", httpStatus: 401)
         case .credentialsExpired(let status):
             return TaskError(
@@ -98,8 +98,9 @@ extension AttemptFailure {
             return TaskError(
                 .userAuthenticationRequired, message: "the server answered \(status): \(message)", httpStatus: status,
                 reason: .credentialsExpired)
-        case .http(let status, _):
-            return TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
+        case .http(let status, _, _, let code):
+            let named = code.map { " (\($0))" } ?? ""
+            return TaskError(.badServerResponse, message: "the server answered \(status)\(named)", httpStatus: status)
         case .checksumMismatch(let status):
             return TaskError(
                 .badServerResponse, message: "the server's checksum of the body did not match the one sent (\(status))",
@@ -114,7 +115,7 @@ extension AttemptFailure {
     /// The HTTP status of the answer that ended the attempt, if one did.
     public var httpStatus: Int? {
         switch self {
-        case .http(let status, _), .checksumMismatch(let status), .credentialsExpired(let status),
+        case .http(let status, _, _, _), .checksumMismatch(let status), .credentialsExpired(let status),
             .credentialsRenewed(let status, _):
             return status
         case .fatal(let error): return error.httpStatus

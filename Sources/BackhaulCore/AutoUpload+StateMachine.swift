@@ -30,7 +30,7 @@ public enum ProtocolSelection {
     /// included, decides from its headers.
     public static func choose(_ response: ResponseHead) -> Choice? {
         let status = response.status
-        if RetryPlanner.transientStatuses.contains(status) || status >= 500 || status == 401 || status == 407 || status < 200 {
+        if TransientAnswers.httpStatuses.contains(status) || status >= 500 || status == 401 || status == 407 || status < 200 {
             return nil
         }
         let headers = response.headers

@@ -125,7 +125,7 @@ public struct ChunkedUpload: TransferStateMachine {
         return .protocolViolation(message)
     }
 
-    private static func isTransient(_ status: Int) -> Bool { RetryPlanner.transientStatuses.contains(status) }
+    private static func isTransient(_ status: Int) -> Bool { TransientAnswers.httpStatuses.contains(status) }
 
     /// `Range: bytes=0-n` → n + 1 (the count of bytes the server holds); nil for anything else,
     /// a negative or overflowing `n` included.

@@ -288,7 +288,7 @@ public struct IETFUpload: TransferStateMachine {
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
-        return .failed(response, now: now)
+        return .failed(response, now: now, answers: .ietf)
     }
 
     private mutating func fail(_ message: String) -> TransferStep {

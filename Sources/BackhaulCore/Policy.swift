@@ -179,12 +179,13 @@ public enum PolicyDecision: Sendable, Equatable {
 /// The policy as one pure function (OpenAPI/backhaul.yaml, §2.5): the engine asks it before a task starts,
 /// and again for every queued, waiting and running task whenever an input changes.
 public enum Policy {
-    /// Waiting reasons this function gives (and takes back when conditions change).
-    public static let reasons: Set<WaitingReason> = [
+    /// Waiting reasons this function gives (and takes back when conditions change), and the
+    /// engine's `aws_credentials…`, taken back at the same reviews once the keys are there.
+    public static let reasons = Set<WaitingReason>([
         .noConnectivity, .limitedConnectivity, .roamingNotAllowed, .cellularNotAllowed, .expensiveNetworkNotAllowed,
         .constrainedNetworkNotAllowed,
         .discretionaryDeferred, .budgetExhausted,
-    ]
+    ]).union(WaitingReason.awsCredentialReasons)
 
     public static func decide(
         _ configuration: TransferConfiguration, earliestBeginAt: Timestamp? = nil, hostSlotFree: Bool = true,

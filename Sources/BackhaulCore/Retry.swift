@@ -1,7 +1,9 @@
 /// How one attempt went wrong, as the retry policy sees it.
 public enum AttemptFailure: Sendable, Equatable {
-    /// The server answered with a status that does not complete the task.
-    case http(status: Int, retryAfter: Double?)
+    /// The server answered with a status that does not complete the task. `answers` is the table
+    /// of the protocol that read it, and `code` the error code its body named (S3's `<Code>`):
+    /// together they say whether a retry may help (`TransientAnswers`).
+    case http(status: Int, retryAfter: Double?, answers: TransientAnswers = .http, code: String? = nil)
     /// The server said the credentials or the signed URL expired (S3 `ExpiredToken`,
     /// `TokenRefreshRequired`, `AccessDenied` "Request has expired"): new ones are wanted, as
     /// after a 401.
@@ -45,9 +47,58 @@ public enum FailureDecision: Sendable, Equatable {
     case authenticationRequired
 }
 
+/// Which answers of a peer are transient (retried with backoff), one table per protocol, each as
+/// that protocol's reference client reads them (docs/protocols.md, "Transient answers"). A
+/// transport failure (no answer at all) is transient in every table; 401 and an expiry are
+/// asked for new credentials before any table is read.
+public enum TransientAnswers: Sendable, Equatable {
+    /// HTTP's own transient statuses: raw, multipart, chunked and downloads.
+    case http
+    /// tus-js-client's `defaultOnShouldRetry`: anything but a 4xx, and 409 and 423 among those
+    /// (a `423 Locked` is a server still holding the lock of a request that died).
+    case tus
+    /// The AWS SDKs' standard retry mode: 500, 502, 503, 504, and the transient and throttling
+    /// error codes, whatever their status.
+    case s3
+    /// draft-ietf-httpbis-resumable-upload: 503 and 429, with their `Retry-After`.
+    case ietf
+
+    /// HTTP statuses transient for `http` (OpenAPI/backhaul.yaml).
+    public static let httpStatuses: Set<Int> = [408, 425, 429, 500, 502, 503, 504]
+    /// The statuses tus-js-client retries although they are 4xx.
+    public static let tusRetried4xx: Set<Int> = [409, 423]
+    /// The AWS SDKs' transient statuses (standard mode).
+    public static let s3Statuses: Set<Int> = [500, 502, 503, 504]
+    /// The AWS SDKs' transient error codes (standard mode), S3's `InternalError` among them.
+    public static let s3TransientCodes: Set<String> = [
+        "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete", "InternalError",
+    ]
+    /// The AWS SDKs' throttling error codes (standard mode).
+    public static let s3ThrottlingCodes: Set<String> = [
+        "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+        "TooManyRequestsException", "ProvisionedThroughputExceededException", "TransactionInProgressException",
+        "RequestLimitExceeded", "BandwidthLimitExceeded", "LimitExceededException", "RequestThrottled", "SlowDown",
+        "EC2ThrottledException",
+    ]
+    /// The statuses the draft says to retry after `Retry-After`.
+    public static let ietfStatuses: Set<Int> = [429, 503]
+
+    /// Whether an answer with `status` (and, for S3, the error `code` its body named) is worth a
+    /// retry.
+    public func isTransient(status: Int, code: String? = nil) -> Bool {
+        switch self {
+        case .http: return Self.httpStatuses.contains(status)
+        case .tus: return !(400..<500).contains(status) || Self.tusRetried4xx.contains(status)
+        case .s3:
+            if Self.s3Statuses.contains(status) { return true }
+            guard let code else { return false }
+            return Self.s3TransientCodes.contains(code) || Self.s3ThrottlingCodes.contains(code)
+        case .ietf: return Self.ietfStatuses.contains(status)
+        }
+    }
+}
+
 public enum RetryPlanner {
-    /// HTTP statuses retried with backoff (OpenAPI/backhaul.yaml).
-    public static let transientStatuses: Set<Int> = [408, 425, 429, 500, 502, 503, 504]
 
     /// Decides after attempt number `attempts` (1-based) failed. `random` gives a uniform
     /// value in 0..<1 for the full jitter. A retry past the deadline is not planned: the
@@ -60,11 +111,11 @@ public enum RetryPlanner {
         switch failure {
         case .fatal(let error):
             return .fail(error)
-        case .http(401, _), .credentialsExpired:
+        case .http(401, _, _, _), .credentialsExpired:
             return .authenticationRequired
-        case .http(let status, let retryAfter):
-            let error = TaskError(.badServerResponse, message: "the server answered \(status)", httpStatus: status)
-            guard transientStatuses.contains(status), !exhausted else { return .fail(error) }
+        case .http(let status, let retryAfter, let answers, let code):
+            let error = failure.error
+            guard answers.isTransient(status: status, code: code), !exhausted else { return .fail(error) }
             return schedule(
                 attempts: attempts, policy: policy, retryAfter: retryAfter, now: now, deadline: deadline,
                 random: random)

@@ -263,8 +263,11 @@ public struct S3Upload: TransferStateMachine {
             return nextPart()
         case .completing:
             // S3 can answer 200 with an <Error> document when completion fails late.
-            guard ok, XMLText.first("Code", in: response.body) == nil else {
-                if ok { return .failed(.http(status: 500, retryAfter: nil)) }
+            // The SDKs read it as the 500 it stands for.
+            if ok, let code = XMLText.first("Code", in: response.body) {
+                return .failed(.http(status: 500, retryAfter: nil, answers: .s3, code: code))
+            }
+            guard ok else {
                 return failHTTP(response, now: now)
             }
             state = .done
@@ -326,7 +329,7 @@ public struct S3Upload: TransferStateMachine {
     /// Ends the attempt on an error answer; a checksum mismatch sends the piece again.
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
-        return isBadDigest(response) ? .checksumMismatch(response) : .failed(response, now: now)
+        return isBadDigest(response) ? .checksumMismatch(response) : .failed(response, now: now, answers: .s3)
     }
 
     /// S3's answer when the body does not match the checksum sent with it.

@@ -26,6 +26,30 @@ public enum WaitingReason: String, Sendable, CaseIterable {
     case sessionDisabled = "session_disabled"
     /// The task is pinned to a node of the fleet that is down (docs/fleet.md).
     case nodeUnavailable = "node_unavailable"
+    /// An `s3` task that signs with the daemon's AWS credential chain, whose keys are not there
+    /// yet: its source is being asked, or waits out a backoff after failing (docs/credentials.md).
+    /// `aws_credentials` while the chain has not yet named the source it asks; then the source's.
+    case awsCredentials = "aws_credentials"
+    case awsCredentialsWebIdentity = "aws_credentials_web_identity"
+    case awsCredentialsProcess = "aws_credentials_process"
+    case awsCredentialsContainer = "aws_credentials_container"
+    case awsCredentialsIMDS = "aws_credentials_imds"
+
+    /// The reasons of a task waiting for the AWS credential chain.
+    public static let awsCredentialReasons: Set<WaitingReason> = [
+        .awsCredentials, .awsCredentialsWebIdentity, .awsCredentialsProcess, .awsCredentialsContainer, .awsCredentialsIMDS,
+    ]
+
+    /// The reason of a task waiting for keys from `source` (nil: not named yet).
+    public static func awsCredentials(from source: AWSCredentialSource?) -> WaitingReason {
+        switch source {
+        case .webIdentity: return .awsCredentialsWebIdentity
+        case .process: return .awsCredentialsProcess
+        case .container: return .awsCredentialsContainer
+        case .imds: return .awsCredentialsIMDS
+        case nil: return .awsCredentials
+        }
+    }
 }
 
 /// What a client asks of one task through the API.

@@ -112,11 +112,13 @@ public enum TransferStep: Sendable, Equatable {
 }
 
 extension TransferStep {
-    /// A response that ends the attempt: the status (and `Retry-After`) go to the retry policy.
-    public static func failed(_ response: ResponseHead, now: Timestamp) -> TransferStep {
+    /// A response that ends the attempt: the status (and `Retry-After`) go to the retry policy,
+    /// to be read with the protocol's table of transient answers (S3's with its error code).
+    public static func failed(_ response: ResponseHead, now: Timestamp, answers: TransientAnswers = .http) -> TransferStep {
         if CredentialExpiry.says(response) { return .failed(.credentialsExpired(status: response.status)) }
         let retryAfter = response.headers["retry-after"].flatMap { RetryAfter.parse($0, now: now) }
-        return .failed(.http(status: response.status, retryAfter: retryAfter))
+        let code = answers == .s3 && !response.body.isEmpty ? XMLText.first("Code", in: response.body) : nil
+        return .failed(.http(status: response.status, retryAfter: retryAfter, answers: answers, code: code))
     }
 
     /// The server refused the body because its checksum did not match: send it again.

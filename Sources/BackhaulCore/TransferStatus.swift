@@ -30,7 +30,7 @@ public struct EngineMetrics: Sendable, Equatable {
     public var retries: [String: Int] = [:]
     /// Kinds of retried failures, a closed set for metric labels.
     public static let retryReasons = [
-        "http_408", "http_425", "http_429", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
+        "http_408", "http_425", "http_429", "http_4xx", "http_5xx", "timed_out", "cannot_connect", "cannot_find_host",
         "connection_lost", "checksum_mismatch", "credentials_expired", "other",
     ]
     /// Questions to a session's signer, by what its answer meant (one of `signerOutcomes`).

@@ -121,7 +121,7 @@ public struct TusUpload: TransferStateMachine {
                 return create()
             }
             guard (200..<300).contains(status), let serverOffset = response.headers["upload-offset"].flatMap({ Int64($0) }),
-                serverOffset <= total
+                (0...total).contains(serverOffset)
             else { return failHTTP(response, now: now) }
             offset = serverOffset
             return next()
@@ -173,7 +173,7 @@ public struct TusUpload: TransferStateMachine {
 
     private mutating func failHTTP(_ response: ResponseHead, now: Timestamp) -> TransferStep {
         state = .idle
-        return .failed(response, now: now)
+        return .failed(response, now: now, answers: .tus)
     }
 
     private mutating func fail(_ message: String) -> TransferStep {

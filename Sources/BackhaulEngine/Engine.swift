@@ -127,6 +127,16 @@ public final class Engine: TransferStatus {
             self.watcher = watcher
             watcher.start()
         }
+        // The end of each credential lookup makes the loop review the tasks held for keys; a
+        // failed one is logged with its source and error (once a backoff, so never a flood).
+        if let chain = options.awsCredentials {
+            chain.onChange { [inbox, logger, weak chain] in
+                if let error = chain?.lastError {
+                    logger.warning("the AWS credential chain has no keys; s3 tasks wait", metadata: ["error": "\(error)"])
+                }
+                inbox.requestPolicyReview()
+            }
+        }
         let loop = EngineLoop(engine: self)
         self.loop = loop
         curlLoop.register(loop)
@@ -160,6 +170,7 @@ public final class Engine: TransferStatus {
         curlLoop.wake()
         shared.wait(until: { $0.stopped }, timeout: grace + 30) { _ in }
         watcher?.stop()
+        options.awsCredentials?.stop()
     }
 
     // MARK: TransferStatus

@@ -265,8 +265,9 @@ extension EngineLoop {
     /// The label of a retried failure (one of `EngineMetrics.retryReasons`).
     static func retryReason(_ failure: AttemptFailure) -> String {
         switch failure {
-        case .http(let status, _) where [408, 425, 429].contains(status): return "http_\(status)"
-        case .http(let status, _) where status >= 500: return "http_5xx"
+        case .http(let status, _, _, _) where [408, 425, 429].contains(status): return "http_\(status)"
+        case .http(let status, _, _, _) where status >= 500: return "http_5xx"
+        case .http(let status, _, _, _) where status >= 400: return "http_4xx"
         case .checksumMismatch: return "checksum_mismatch"
         case .credentialsRenewed: return "credentials_expired"
         case .transport(.timedOut, _): return "timed_out"

@@ -96,7 +96,15 @@ extension EngineLoop {
                                 message: "the task's configuration cannot be applied over its session's: \(error)")))
                     continue
                 }
-                let decision = Policy.decide(configuration, in: context)
+                var decision = Policy.decide(configuration, in: context)
+                // Held for credentials and free to run: the queue takes it back once the chain
+                // holds keys (it wakes the loop for a review when a lookup ends); meanwhile its
+                // reason follows the source the chain asks.
+                if WaitingReason.awsCredentialReasons.contains(held.reason), decision == .run,
+                    let chain = options.awsCredentials, chain.keys() == nil
+                {
+                    decision = .wait(.awsCredentials(from: chain.source))
+                }
                 guard decision != .wait(held.reason) else { continue }
                 store.applyPolicy(sequence: held.sequence, decision)
             }

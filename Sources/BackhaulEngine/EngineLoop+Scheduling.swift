@@ -43,9 +43,12 @@ extension EngineLoop {
                 failForConfiguration(task, error)
                 continue
             }
-            let decision = Policy.decide(configuration, in: context)
+            var decision = Policy.decide(configuration, in: context)
+            if decision == .run, let source = credentialsMissing(task, configuration) {
+                decision = .wait(.awsCredentials(from: source))
+            }
             guard decision == .run else {
-                // The network or the policy holds it (or ends it): out of the queue.
+                // The network, the policy or the credential chain holds it (or ends it): out of the queue.
                 store.applyPolicy(sequence: task.sequence, decision)
                 continue
             }
@@ -53,6 +56,21 @@ extension EngineLoop {
             free -= 1
         }
         publishSaturation()
+    }
+
+    /// Whether the task lacks what it signs with: an `s3` task that takes its keys from the AWS
+    /// credential chain starts only once the chain holds some. `.some(source)` (the source the
+    /// chain asks, nil while it has named none) when it must wait. Asking never waits: a lookup
+    /// runs on the chain's thread, and its end makes the loop review the tasks it held.
+    func credentialsMissing(_ task: TaskRecord, _ configuration: TransferConfiguration) -> AWSCredentialSource?? {
+        guard task.upload.s3?.isFromChain == true, configuration.signer == nil, let chain = options.awsCredentials else {
+            return nil
+        }
+        guard chain.keys() == nil else { return nil }
+        logger.info(
+            "an s3 task waits for the AWS credential chain",
+            metadata: ["task.id": "\(task.id)", "error": "\(chain.lastError ?? "the chain is asking its source")"])
+        return .some(chain.source)
     }
 
     /// Asks the store to mark the task running; the transfer begins when the claim is back.

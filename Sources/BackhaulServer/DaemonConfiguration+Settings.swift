@@ -175,7 +175,8 @@ extension DaemonConfiguration {
             "aws_imds", flag: FlagSpelling("--aws-imds", nil),
             environment: EnvironmentSpelling("BACKHAUL_AWS_IMDS", note: "`1` or `true`"), file: FileSpelling("aws_imds"),
             default: false, defaultText: "off",
-            help: "let s3 tasks without keys take them from EC2 IMDSv2 (after the environment, files, container endpoint)",
+            help:
+                "let s3 tasks without keys take them from EC2 IMDSv2 (after the environment, web identity, files, container endpoint)",
             value: .onOff, property: \.awsIMDS)
 
         static let maxOpenTasks: Setting<Int> = Setting(

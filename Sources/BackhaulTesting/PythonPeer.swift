@@ -68,9 +68,11 @@ public final class TusServer {
     /// `failPatch`: the Nth PATCH (1-based) is answered 503 and not stored. `checksum`: the server
     /// offers the checksum extension and answers 460 to a PATCH that does not match it.
     /// `corruptPatch`: one byte of the Nth PATCH body is flipped on its way in.
+    /// `lockedAfterHead`: the first N PATCHes after the first HEAD are answered `423 Locked` (the
+    /// lock of a request whose client died, as a restarted client meets it).
     /// `port`: a fixed port (a state fixture's peers); nil picks a free one.
     public init(
-        directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0,
+        directory: String, failPatch: Int = 0, checksum: Bool = false, corruptPatch: Int = 0, lockedAfterHead: Int = 0,
         port: UInt16? = nil
     ) throws {
         files = directory + "/tus-files"
@@ -81,6 +83,7 @@ public final class TusServer {
             script: "tus_server.py",
             arguments: [
                 "--files", files, "--log", logFile, "--fail-patch", String(failPatch), "--corrupt-patch", String(corruptPatch),
+                "--locked-after-head", String(lockedAfterHead),
             ] + (checksum ? ["--checksum"] : []), port: port)
     }
 
@@ -128,6 +131,20 @@ public final class S3Server {
     }
 
     public var bucket: String { credentials["bucket"]?.stringValue ?? "" }
+
+    /// The ARN of the role `edge` that `aws_credentials.py` makes in this moto (with the user's
+    /// policy that allows everything): for web identity's `AWS_ROLE_ARN`.
+    public func roleARN() throws -> String {
+        let process = Process()
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", PythonPeer.script("aws_credentials.py"), "--role", "--s3", credentialsFile]
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
     public func objectURL(_ key: String) -> String { "http://127.0.0.1:\(peer.port)/\(bucket)/\(key)" }
 
     /// The `s3` object of a task.

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <spawn.h>
 #include <sys/random.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -37,5 +38,8 @@ static inline int bh_openat2_beneath(int directory, const char *path, int flags,
     return -1;
 #endif
 }
+/// posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34), which <spawn.h> declares only under
+/// _GNU_SOURCE: the child closes every descriptor from `from` up.
+int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
 
 #endif

@@ -89,7 +89,7 @@ struct ChunkedUploadStateMachineTests {
     func edges() {
         var machine = ChunkedUpload(task: task(size: 500), headers: [], checkpoint: nil)
         #expect(machine.start(now: 0) == chunk(0, 499, of: 500))
-        guard case .failed(.http(308, _)) = machine.didReceive(ResponseHead(status: 308), now: 0) else {
+        guard case .failed(.http(308, _, _, _)) = machine.didReceive(ResponseHead(status: 308), now: 0) else {
             Issue.record("a 308 to the last chunk must fail")
             return
         }

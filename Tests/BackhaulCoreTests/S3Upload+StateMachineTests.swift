@@ -98,7 +98,7 @@ struct S3UploadStateMachineTests {
                 )), now: 0)
         #expect(
             machine.didReceive(ResponseHead(status: 200, body: xml("<Error><Code>InternalError</Code></Error>")), now: 0)
-                == .failed(.http(status: 500, retryAfter: nil)))
+                == .failed(.http(status: 500, retryAfter: nil, answers: .s3, code: "InternalError")))
     }
 
     @Test("resume: ListParts decides, up to the first missing or short part")
@@ -236,7 +236,7 @@ struct S3UploadStateMachineTests {
             return
         }
         #expect(unsigned.digestHeader == nil)
-        #expect(plain.didReceive(bad, now: 0) == .failed(.http(status: 400, retryAfter: nil)))
+        #expect(plain.didReceive(bad, now: 0) == .failed(.http(status: 400, retryAfter: nil, answers: .s3, code: "BadDigest")))
     }
 }
 

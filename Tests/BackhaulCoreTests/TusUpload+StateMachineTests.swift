@@ -84,7 +84,8 @@ struct TusUploadStateMachineTests {
     func failures() {
         var machine = TusUpload(task: task(), headers: [], checkpoint: nil)
         _ = machine.start(now: 0)
-        #expect(machine.didReceive(ResponseHead(status: 503), now: 0) == .failed(.http(status: 503, retryAfter: nil)))
+        #expect(
+            machine.didReceive(ResponseHead(status: 503), now: 0) == .failed(.http(status: 503, retryAfter: nil, answers: .tus)))
         var backwards = TusUpload(
             task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 0, location: "http://h:1080/files/abc"))
         _ = backwards.start(now: 0)

@@ -229,6 +229,7 @@ extension EndToEndTests {
         [
             "AWS_SHARED_CREDENTIALS_FILE": scratch.file("no-credentials"), "AWS_CONFIG_FILE": scratch.file("no-config"),
             "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONTAINER_CREDENTIALS_FULL_URI": "",
+            "AWS_WEB_IDENTITY_TOKEN_FILE": "", "AWS_ROLE_ARN": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": "",
         ].merging(variables) { $1 }
     }
 
@@ -299,7 +300,9 @@ extension EndToEndTests {
 }
 
 extension EndToEndTests {
-    @Test("s3 from the chain: no source yet is a transient failure; once a credentials file appears the task completes")
+    @Test(
+        "s3 from the chain: no source yet holds the task waiting for aws_credentials; once a credentials file appears it completes"
+    )
     func s3ChainWithoutSourceRetries() throws {
         let scratch = TemporaryDirectory("backhaul-aws")
         let s3 = try S3Server(directory: scratch.path)
@@ -309,10 +312,11 @@ extension EndToEndTests {
         let file = fixture.makeFile("small.bin", size: 100_000)
         let id = try enqueueS3FromChain(fixture, url: s3.objectURL("later/small.bin"), file: file)
         let waiting = eventually(timeout: 20) {
-            (try? fixture.daemon.task(id))?["last_error"]?["message"]?.stringValue?.contains("no AWS credentials") == true
+            (try? fixture.daemon.task(id))?["waiting_reason"]?.stringValue == "aws_credentials"
+                && fixture.daemon.log().contains("no AWS credentials")
         }
         let seen = try fixture.daemon.task(id)
-        fixture.expectLog(waiting && seen["state"]?.stringValue != "failed", seen.serialized())
+        fixture.expectLog(waiting && seen["state"]?.stringValue == "waiting", seen.serialized())
         let key = s3.credentials["access_key_id"]?.stringValue ?? ""
         let secret = s3.credentials["secret_access_key"]?.stringValue ?? ""
         try "[default]\naws_access_key_id = \(key)\naws_secret_access_key = \(secret)\n".write(

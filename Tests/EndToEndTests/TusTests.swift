@@ -28,6 +28,16 @@ extension EndToEndTests {
         #expect(tus.requests.map { $0["method"]?.stringValue } == ["POST", "PATCH", "PATCH", "PATCH", "PATCH"])
     }
 
+    /// Enqueues `file` in 1 MiB PATCHes, SIGKILLs the daemon after the third, starts it again, and
+    /// gives the task's id and its end.
+    func killedMidUpload(_ fixture: Fixture, _ tus: TusServer, file: String) throws -> (String, JSON) {
+        let id = try enqueueTus(fixture, tus, file: file, chunk: 1 << 20)
+        try #require(eventually(timeout: 30) { tus.requests.filter { $0["method"]?.stringValue == "PATCH" }.count >= 3 })
+        fixture.daemon.kill9()
+        try fixture.daemon.start()
+        return (id, try fixture.daemon.waitForTask(id, timeout: 90))
+    }
+
     @Test("tus: SIGKILL mid-upload, restart: HEAD, then the rest; under 1.5× the file sent")
     func tusSurvivesSigkill() throws {
         let fixture = try Fixture()
@@ -35,11 +45,7 @@ extension EndToEndTests {
         try fixture.session()
         let size = 48 * 1024 * 1024
         let file = fixture.makeFile("big.mp4", size: size)
-        let id = try enqueueTus(fixture, tus, file: file, chunk: 1 << 20)
-        try #require(eventually(timeout: 30) { tus.requests.filter { $0["method"]?.stringValue == "PATCH" }.count >= 3 })
-        fixture.daemon.kill9()
-        try fixture.daemon.start()
-        let task = try fixture.daemon.waitForTask(id, timeout: 90)
+        let (_, task) = try killedMidUpload(fixture, tus, file: file)
         fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized())")
         #expect(Bytes(fixture.contents(tus.uploads.first ?? "")) == Bytes(fixture.contents(file)))
         let sent = PythonPeer.bodyBytes(tus.requests, method: "PATCH")
@@ -47,6 +53,24 @@ extension EndToEndTests {
         #expect(tus.requests.contains { $0["method"]?.stringValue == "HEAD" })
         #expect(tus.uploads.count == 1, "the restart resumed the same upload")
         print("tus SIGKILL: \(sent - Int64(size)) bytes re-sent for a \(size)-byte file")
+    }
+
+    @Test(
+        "tus: SIGKILL mid-upload, restart, 423 Locked to the first PATCHes: retried as tus-js-client does, completes byte-exact")
+    func tusLockedAfterRestart() throws {
+        let fixture = try Fixture()
+        let tus = try TusServer(directory: fixture.scratch.path, lockedAfterHead: 2)
+        try fixture.session("s1", quickRetry)
+        let size = 24 * 1024 * 1024 + 11
+        let file = fixture.makeFile("locked.mp4", size: size)
+        let (id, task) = try killedMidUpload(fixture, tus, file: file)
+        let log = tus.requests.map { "\($0["method"]?.stringValue ?? "") \($0["status"]?.intValue ?? 0)" }
+        fixture.expectLog(task["state"]?.stringValue == "completed", "\(task.serialized()) \(log)")
+        #expect(Bytes(fixture.contents(tus.uploads.first ?? "")) == Bytes(fixture.contents(file)))
+        #expect(tus.uploads.count == 1, "the same upload resumed")
+        #expect(tus.requests.filter { $0["status"]?.intValue == 423 }.count == 2, "\(log)")
+        let attempts = try fixture.daemon.call("GET", "/v1/tasks/\(id)/attempts").1["attempts"]?.arrayValue ?? []
+        #expect(attempts.contains { $0["error"]?["http_status"]?.intValue == 423 && $0["outcome"]?.stringValue == "retry" })
     }
 
     @Test("tus: cancel terminates the upload at the server (DELETE)")

@@ -8,6 +8,8 @@
       Each answer is logged as a JSON line (time and the credentials, for a test to grep for).
   aws_credentials.py --process --s3 FILE
       a credential_process: prints {"Version": 1, ...} once (and logs it with --log).
+  aws_credentials.py --role --s3 FILE
+      prints the ARN of the role `edge` (for web identity: AWS_ROLE_ARN).
 
 FILE is what s3_server.py wrote (its endpoint and the IAM user's keys). The role `edge` is made
 on first use, with the user's policy that allows everything.
@@ -22,17 +24,26 @@ TRUST = json.dumps({"Version": "2012-10-17", "Statement": [
     {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]})
 
 
-def assume(config):
-    keys = dict(endpoint_url=config["endpoint"], region_name=config["region"],
+def keys_of(config):
+    return dict(endpoint_url=config["endpoint"], region_name=config["region"],
                 aws_access_key_id=config["access_key_id"], aws_secret_access_key=config["secret_access_key"])
-    iam = boto3.client("iam", **keys)
+
+
+def role_arn(config):
+    """The role `edge`, made on first use with the user's policy that allows everything."""
+    iam = boto3.client("iam", **keys_of(config))
     try:
         role = iam.create_role(RoleName="edge", AssumeRolePolicyDocument=TRUST)["Role"]["Arn"]
         policy = [p["Arn"] for p in iam.list_policies(Scope="Local")["Policies"] if p["PolicyName"] == "all"][0]
         iam.attach_role_policy(RoleName="edge", PolicyArn=policy)
     except iam.exceptions.EntityAlreadyExistsException:
         role = iam.get_role(RoleName="edge")["Role"]["Arn"]
-    answer = boto3.client("sts", **keys).assume_role(RoleArn=role, RoleSessionName="backhaul", DurationSeconds=900)
+    return role
+
+
+def assume(config):
+    role = role_arn(config)
+    answer = boto3.client("sts", **keys_of(config)).assume_role(RoleArn=role, RoleSessionName="backhaul", DurationSeconds=900)
     return answer["Credentials"]
 
 
@@ -48,8 +59,12 @@ def main():
     parser.add_argument("--log", default="/dev/null")
     parser.add_argument("--rotate", type=float, default=10)
     parser.add_argument("--process", action="store_true")
+    parser.add_argument("--role", action="store_true")
     args = parser.parse_args()
     config = json.load(open(args.s3))
+    if args.role:
+        print(role_arn(config))
+        return
     if args.process:
         c = assume(config)
         with open(args.log, "a") as log:

@@ -5,7 +5,10 @@
 
 moto checks signatures after INITIAL_NO_AUTH_ACTION_COUNT calls; the first four create an IAM
 user, its access key, a policy and the attachment. The bucket is then made with that key, and
-the key is written to FILE as JSON. Every request is logged (method, path, query, length).
+the key is written to FILE as JSON. Every request is logged (method, path, query, length; for
+STS's AssumeRoleWithWebIdentity, the token it carried). STS takes AssumeRoleWithWebIdentity
+unsigned; moto wants every call signed once it checks, so such a call is signed here with the
+user's key before moto sees it.
 
 moto stores `x-amz-checksum-sha256` without checking it; this wrapper checks it the way S3 does
 (400 BadDigest when the body does not match), so a test can see a damaged part refused.
@@ -84,6 +87,20 @@ def resign_for_moto(environ, key):
     environ["HTTP_X_AMZ_CONTENT_SHA256"] = request.headers["X-Amz-Content-SHA256"]
 
 
+def sign_for_moto(environ, body, key):
+    """An unsigned STS call (AssumeRoleWithWebIdentity, which STS takes unsigned) as moto wants
+    it once it checks signatures: signed in the Authorization header with the user's key."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    host = environ.get("HTTP_HOST", "")
+    request = AWSRequest(method="POST", url=f"http://{host}{environ.get('PATH_INFO') or '/'}", data=body,
+                         headers={"host": host, "content-type": environ.get("CONTENT_TYPE", "")})
+    SigV4Auth(Credentials(key["access_key_id"], key["secret_access_key"]), "sts", key["region"]).add_auth(request)
+    environ["HTTP_AUTHORIZATION"] = request.headers["Authorization"]
+    environ["HTTP_X_AMZ_DATE"] = request.headers["X-Amz-Date"]
+
+
 POLICY = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
 
 
@@ -144,6 +161,17 @@ def main():
                     log.write(json.dumps(entry) + "\n")
                 start_response("503 Service Unavailable", [("Content-Length", "0")])
                 return [b""]
+        if environ["REQUEST_METHOD"] == "POST" and environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+            # STS: the web identity token an AssumeRoleWithWebIdentity carried (moto does not check it).
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)
+            form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+            if form.get("Action") == ["AssumeRoleWithWebIdentity"]:
+                entry["action"] = "AssumeRoleWithWebIdentity"
+                entry["web_identity_token"] = form.get("WebIdentityToken", [""])[0]
+                entry["role_session_name"] = form.get("RoleSessionName", [""])[0]
+                if "HTTP_AUTHORIZATION" not in environ and presign_key:
+                    sign_for_moto(environ, body, presign_key)
         is_list_parts = environ["REQUEST_METHOD"] == "GET" and "uploadId=" in environ.get("QUERY_STRING", "")
         if args.numeric_etags and is_list_parts:
             return numeric_etags(environ, start_response, entry)

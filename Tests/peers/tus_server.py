@@ -4,8 +4,12 @@ layer that logs every request (method, path, status, Upload-Offset, Content-Leng
 Upload-Checksum came) as one JSON line and can misbehave on cue.
 
   tus_server.py --port P --files DIR --log FILE [--fail-patch N] [--checksum] [--corrupt-patch N]
+                [--locked-after-head N]
 
 --fail-patch N     answers 503 to the Nth PATCH (1-based) without storing it.
+--locked-after-head N  answers `423 Locked` to the first N PATCHes after the first HEAD, without
+                   storing them: a server that still holds the lock of a request whose client died
+                   (tusd's locker) while its socket drains, as a restarted client meets it.
 --checksum         adds the checksum extension, which tuspyserver lacks: OPTIONS lists
                    `checksum` and the algorithms sha1 and sha256, and a PATCH whose body does not
                    match its Upload-Checksum is answered 460 and not stored.
@@ -28,8 +32,10 @@ def main():
     parser.add_argument("--fail-patch", type=int, default=0)
     parser.add_argument("--checksum", action="store_true")
     parser.add_argument("--corrupt-patch", type=int, default=0)
+    parser.add_argument("--locked-after-head", type=int, default=0)
     args = parser.parse_args()
     patches = {"count": 0}
+    lock = {"headed": False, "left": args.locked_after_head}
     inner = FastAPI()
     inner.include_router(create_tus_router(prefix="files", files_dir=args.files))
 
@@ -54,6 +60,8 @@ def main():
                  "content_length": int(headers.get("content-length") or 0),
                  "upload_checksum": headers.get("upload-checksum")}
         body = b""
+        if method == "HEAD":
+            lock["headed"] = True
         if method == "PATCH":
             patches["count"] += 1
             more = True
@@ -64,6 +72,11 @@ def main():
             if patches["count"] == args.corrupt_patch and body:
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
                 entry["corrupted"] = True
+            if lock["headed"] and lock["left"] > 0:
+                lock["left"] -= 1
+                entry["status"] = 423
+                log(entry)
+                return await send_status(send, 423)
             if patches["count"] == args.fail_patch:
                 entry["status"] = 503
                 log(entry)
