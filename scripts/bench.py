@@ -24,6 +24,8 @@ Sections (`--only`, comma-separated; all by default):
   postgres  the state in PostgreSQL (docs/fleet.md), one node beside SQLite: CPU per small task
             (the daemon's, and the database's), single durable POSTs under wrk, the first 100,000
             enqueued; then three nodes on one database sharing the same uploads
+  background  a 40 Mbit link with 300 ms of queue in network namespaces (benchlib/lab.py, root only):
+            backhauld's background upload beside a plain `curl -T`, the probe's RTT, the recovery
 
 `--quick` shrinks every size (and runs once) so the whole script is checked in a few minutes:
 its verdicts are not the targets'. Every wait has a deadline; everything listens on 127.0.0.1.
@@ -31,6 +33,7 @@ its verdicts are not the targets'. Every wait has a deadline; everything listens
 
 from benchlib.common import *  # noqa: F403 (the shared helpers and modules)
 from benchlib.api import api_load
+from benchlib.lab import background_section, print_background
 from benchlib.many import many_files_https, many_files_nginx, many_files_rclone
 from benchlib.postgres import postgres_section, print_postgres
 from benchlib.printing import print_api, print_https, print_many, print_profile, print_scale, print_targets, print_transfers, print_webhooks
@@ -53,7 +56,7 @@ def main():
     parser.add_argument("--load-seconds", type=int, default=10)
     parser.add_argument("--profile-tasks", type=int, default=300)
     parser.add_argument("--keep-profiles", default=None, help="copy the callgrind outputs into this directory")
-    parser.add_argument("--only", default="big,download,webhooks,many,rclone,https,api,scale,profile,postgres",
+    parser.add_argument("--only", default="big,download,webhooks,many,rclone,https,api,scale,profile,postgres,background",
                         help="comma-separated sections to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, one run: checks the script, not the figures")
     parser.add_argument("--binary", default=f"{ROOT}/.build/release/backhauld")
@@ -65,7 +68,7 @@ def main():
     if args.scale_window % 1000 or args.scale_window > args.scale_tasks:
         parser.error("--scale-window is a multiple of 1,000 and at most --scale-tasks")
     sections = set(args.only.split(","))
-    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "https", "api", "scale", "profile", "postgres"}
+    unknown = sections - {"big", "download", "webhooks", "many", "rclone", "https", "api", "scale", "profile", "postgres", "background"}
     if unknown:
         parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     if not os.access(args.binary, os.X_OK):
@@ -108,6 +111,8 @@ def main():
             results["profile"] = profile_tasks(args, work, data, nginx_port)
         if "postgres" in sections:
             results["postgres"] = postgres_section(args, work, data, nginx_port)
+        if "background" in sections:
+            results["background"] = background_section(args)
     finally:
         stop(nginx, signal.SIGQUIT, timeout=10)
         chunk_sink.server.shutdown()
@@ -137,6 +142,8 @@ def main():
         print_profile(results)
     if "postgres" in results:
         print_postgres(args, results["postgres"])
+    if "background" in results:
+        print_background(results)
     results["loadavg_end"] = os.getloadavg()
     print(f"\nload average (1, 5, 15 min) at the start {' '.join(f'{x:.2f}' for x in results['loadavg_start'])}, "
           f"at the end {' '.join(f'{x:.2f}' for x in results['loadavg_end'])} (2 cores, shared)")

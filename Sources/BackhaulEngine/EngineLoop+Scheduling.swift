@@ -134,6 +134,8 @@ extension EngineLoop {
                 task: task, started: started, configuration: configuration, limitKey: key, machine: machine,
                 file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
             active[task.id] = transfer
+            transfer.background = pacedInBackground(transfer)
+            if transfer.background { backgroundRunning = true }
             watchInformational(transfer)
             bandwidthDirty = true
             if let refused = locationRefusal(transfer, step) { step = .failed(.fatal(refused)) }
