@@ -39,9 +39,10 @@ public struct PathSample: Sendable, Equatable {
 ///   buckets have rolled out; one that moves down at once).
 /// - Below the target the rate grows in proportion to how far below it is (`off_target`), by
 ///   `increasePerSecond` e-folds a second at most; above it, it shrinks in proportion, by at most
-///   30 % a sample; a loss (retransmits going up) halves it at once, at most once per RTT.
+///   30 % a sample, unless the queue is already draining; a loss (retransmits going up) halves it at once, at most once per RTT.
 /// - When the delay is far past the target (`pauseDelay`) the controller asks for a pause: what
-///   else shares the link has filled the queue. The rate is held meanwhile, and resumes.
+///   else shares the link has filled the queue. The rate is held meanwhile, and resumes at no less
+///   than half what it was before that queue built.
 /// - The rate never grows past twice what the path delivered, nor while the sender has too little
 ///   to send (nothing unsent in the socket, less than half the rate delivered): an idle sender's
 ///   rate means nothing.
@@ -96,6 +97,10 @@ public struct LedbatController: Sendable, Equatable {
     private var lastStep: Double?
     private var lastMinRTT: Double = 0
     private var lastDecrease = -Double.infinity
+    /// The rate when the queue last went past the target, while it stays past it (bytes/s).
+    private var rateBeforeQueue: Double?
+    /// The last current delay (seconds), to see the queue drain.
+    private var lastCurrent = 0.0
 
     public init(parameters: Parameters = Parameters()) {
         self.parameters = parameters
@@ -116,18 +121,31 @@ public struct LedbatController: Sendable, Equatable {
         // The rate the samples were sent at: the probe's while paused.
         let sending = paused ? Double(parameters.probeRate) : rate
         let ackDelay = min(parameters.maximumAckDelay, parameters.segmentSize / max(sending, 1))
+        let draining = current < lastCurrent
+        lastCurrent = current
         queueDelay = max(0, current - (baseDelay ?? current) - ackDelay)
         let lost = sample.retransmits > 0
         // Far past the target another flow holds the queue: pause, and hold the rate where it
         // resumes once the queue drains (cutting it meanwhile only slows the return).
+        let wasPaused = paused
         paused = queueDelay > parameters.pauseDelay
         if paused { return .pause }
+        if wasPaused, let before = rateBeforeQueue {
+            // Back from a pause: at half the rate before the other flow's queue built, rather
+            // than at what the climb past the target had cut it to.
+            rate = max(rate, before / 2)
+        }
+        if queueDelay <= parameters.target { rateBeforeQueue = nil }
 
         let floor = Double(parameters.minimumRate)
         if lost, now - lastDecrease >= max(sample.rtt, 0.01) {
             lastDecrease = now
             rate = max(floor, rate / 2)
         } else if queueDelay > parameters.target {
+            // A queue that is draining needs no cut (the path already carries less than it
+            // can): after a pause the RTT falls for a while, and cutting then only slows the return.
+            guard !draining else { return .pace(Int64(rate.rounded())) }
+            if rateBeforeQueue == nil { rateBeforeQueue = rate }
             let offTarget = (parameters.target - queueDelay) / parameters.target
             rate = max(floor, rate * max(0.7, 1 + offTarget * parameters.decreasePerSecond * elapsed))
         } else if !lost {

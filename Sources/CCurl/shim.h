@@ -126,6 +126,12 @@ static inline int bh_tcp_info_read(int fd, struct bh_tcp_info *out) {
 static inline int bh_socket_set_max_pacing_rate(int fd, unsigned int bytes_per_second) {
     return setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &bytes_per_second, sizeof bytes_per_second);
 }
+/* setsockopt(fd, IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 1): a thin stream's retransmission
+   timeouts do not back off exponentially for the first six. */
+static inline int bh_tcp_set_thin_linear_timeouts(int fd) {
+    int on = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, &on, sizeof on);
+}
 /* setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, bytes). */
 static inline int bh_tcp_set_notsent_lowat(int fd, int bytes) {
     return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);

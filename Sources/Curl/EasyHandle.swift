@@ -31,8 +31,8 @@ public final class EasyHandle {
     /// Asked with the peer's IP address once connected, before the request goes; false refuses
     /// the connection (the transfer ends with `abortedByCallback`).
     public var allowPeer: ((String) -> Bool)?
-    /// `TCP_NOTSENT_LOWAT` for the sockets this handle opens (bytes; nil: the kernel's default):
-    /// a short unsent queue keeps the sender's own buffer out of the RTT it measures.
+    /// `TCP_NOTSENT_LOWAT` for the sockets this handle opens (bytes; nil: the kernel's default),
+    /// with `TCP_THIN_LINEAR_TIMEOUTS`: a paced connection's settings.
     public var notSentLowWatermark: Int32?
     /// `SO_MAX_PACING_RATE` for the sockets this handle opens (bytes/s; nil: none), so that a
     /// paced connection is paced from its first byte (`setPacingRate` changes it after).
@@ -163,8 +163,11 @@ public final class EasyHandle {
                     if purpose == CURLSOCKTYPE_IPCXN { owner.openedSocket = socket }
                     if let rate = owner.initialPacingRate { owner.setPacingRate(rate) }
                     if let bytes = owner.notSentLowWatermark {
-                        // Best effort: a kernel without the option still transfers.
+                        // Best effort: a kernel without the options still transfers. A paced
+                        // connection is a thin stream while it yields: its lost segments are
+                        // resent without exponential backoff, so it is back once the queue drains.
                         _ = bh_tcp_set_notsent_lowat(socket, bytes)
+                        _ = bh_tcp_set_thin_linear_timeouts(socket)
                     }
                     return bh_curl_sockopt_ok()
                 }, me), self)

@@ -78,20 +78,40 @@ struct LedbatTests {
         #expect(actions.allSatisfy { $0 != .pause })
     }
 
-    @Test("recovery: paused while another flow holds the queue, the rate held, and back at 4 MB/s within 5 s of its end")
+    @Test("recovery: paused while another flow holds the queue, and back at 4 MB/s within 5 s of its end")
     func recovery() {
         var controller = LedbatController()
         _ = Self.feed(&controller, Array(repeating: 1, count: 10))
-        let before = controller.rate
-        // Another flow fills the queue: 300 ms of delay for a second.
-        let during = Self.feed(&controller, Array(repeating: 301, count: 20), from: 0.5)
-        #expect(during.suffix(18).allSatisfy { $0 == .pause })
-        #expect(controller.rate >= before)
-        // It stops: the queue drains and the delay is back at the base.
-        let actions = Self.feed(&controller, Array(repeating: 1, count: 100), from: 1.5)
+        // Another flow's queue climbs past the target (cut), then holds 300 ms for a second
+        // (paused, the rate held).
+        _ = Self.feed(&controller, [21, 31, 41, 301, 301], from: 0.5)
+        #expect(controller.paused)
+        let cut = controller.rate
+        let during = Self.feed(&controller, Array(repeating: 301, count: 18), from: 0.75)
+        #expect(during.allSatisfy { $0 == .pause })
+        #expect(controller.rate == cut)
+        // It stops: the queue drains and the delay is back at the base; the rate resumes at half
+        // what it was before the queue, not at the cut.
+        let actions = Self.feed(&controller, Array(repeating: 1, count: 100), from: 1.65)
         #expect(!controller.paused)
+        #expect(Self.rate(actions[0]) > Int64(cut))
         let reached = actions.firstIndex { Self.rate($0) >= 4_000_000 }
         #expect(reached != nil && reached! * 50 <= 5_000)
+    }
+
+    @Test("a queue draining past the target (the RTT falling after a pause) holds the rate; one that stays is cut")
+    func draining() {
+        var controller = LedbatController()
+        _ = Self.feed(&controller, Array(repeating: 1, count: 10))
+        _ = Self.feed(&controller, Array(repeating: 201, count: 4), from: 0.5)
+        #expect(controller.paused)
+        let held = controller.rate
+        _ = Self.feed(&controller, [81, 61, 41, 31], from: 0.7)
+        #expect(!controller.paused)
+        #expect(controller.rate >= held)
+        let resumed = controller.rate
+        _ = Self.feed(&controller, [31, 31, 31], from: 0.9)
+        #expect(controller.rate < resumed)
     }
 
     @Test("a sparse flow's delayed ACKs are not queue: at 32 KiB/s a 40 ms RTT over a 1 ms base reads as none")

@@ -296,14 +296,17 @@ def run_phases(binary, seconds=5.0):
                                                    **rtts(start, end)}
         stop(curl, timeout=5)
         stopped = time.monotonic()
-        back = None
+        back, trace = None, []
         while time.monotonic() < stopped + 10:
             time.sleep(0.25)
             now = time.monotonic()
+            _, shown = api(port, "GET", f"/v1/tasks/{task}")
+            trace.append((round(now - stopped, 2), round(lab.rate("background", now - 0.25, now)), shown["progress"]["background"]))
             if now - stopped >= 0.5 and lab.rate("background", now - 0.5, now) >= 0.7 * LINK_BYTES:
                 back = now - stopped
                 break
         figures["recovery_s"] = back
+        figures["recovery_trace"] = trace
         cancel(task)
         # The controller's cost: the daemon's CPU a byte, background over default, at the link's rate.
         if figures["default_alone"]["bytes"] > 0 and figures["background_alone"]["bytes"] > 0:
