@@ -59,12 +59,14 @@ public struct LedbatController: Sendable, Equatable {
         public var decreasePerSecond = 3.0
         /// Past this much queueing delay, the controller pauses the path's background transfers.
         public var pauseDelay = 0.1
-        /// The least rate asked for while not paused, and the first one.
-        public var minimumRate: Int64 = 64 << 10
+        /// The least rate asked for while not paused. Not lower: the kernel paces a GSO burst
+        /// (up to 64 KiB) at the rate in force when it went, and a raised rate waits for the
+        /// next one (measured: at 32 KiB/s, nothing sent for 2 s after the rate went up).
+        public var minimumRate: Int64 = 256 << 10
         public var startRate: Int64 = 512 << 10
-        /// What a pause still sends: about 20 segments a second, so that the RTT keeps being
-        /// measured and the controller sees the queue drain.
-        public var probeRate: Int64 = 32 << 10
+        /// What a pause still sends (5 % of a 40 Mbit link): the RTT keeps being measured, the
+        /// controller sees the queue drain, and the socket's next burst is at most 0.25 s away.
+        public var probeRate: Int64 = 256 << 10
         public var currentFilter = 2
         /// A receiver acknowledges every second segment, or after its delayed-ACK timer (40 ms on
         /// Linux): a sparse flow's RTT carries up to one segment's interval of it, which is not

@@ -119,6 +119,7 @@ struct LedbatTests {
         var parameters = LedbatController.Parameters()
         parameters.startRate = 32 << 10
         parameters.minimumRate = 16 << 10
+        parameters.probeRate = 16 << 10
         var controller = LedbatController(parameters: parameters)
         _ = Self.feed(&controller, [1, 41, 41])
         #expect(controller.queueDelay == 0)

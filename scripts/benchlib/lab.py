@@ -302,6 +302,8 @@ def run_phases(binary, seconds=5.0):
             now = time.monotonic()
             _, shown = api(port, "GET", f"/v1/tasks/{task}")
             trace.append((round(now - stopped, 2), round(lab.rate("background", now - 0.25, now)), shown["progress"]["background"]))
+            if os.environ.get("LAB_SS"):
+                print(subprocess.run(["ss", "-tinH", "dst", FAR_ADDRESS], capture_output=True, text=True).stdout, file=sys.stderr)
             if now - stopped >= 0.5 and lab.rate("background", now - 0.5, now) >= 0.7 * LINK_BYTES:
                 back = now - stopped
                 break
