@@ -55,5 +55,9 @@ struct BackgroundLabTests {
         // The task says it is yielding.
         let shown = (figures["background_alone"] as? [String: Any])?["progress_background"] as? [String: Any]
         #expect((shown?["rate_bytes_per_second"] as? Double ?? 0) > 0)
+        // And the metrics.
+        let metrics = (figures["background_alone"] as? [String: Any])?["metrics"] as? [String: Any]
+        #expect((metrics?["backhaul_background_rate_bytes"] as? Double ?? 0) > 0)
+        #expect(metrics?["backhaul_queue_delay_seconds"] != nil)
     }
 }

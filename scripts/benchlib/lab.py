@@ -14,7 +14,8 @@ Needs root (`ip netns`, `tc`); everything is removed on the way out, whatever fa
 prints the figures as one JSON object: the end-to-end test (Tests/EndToEndTests/BackgroundLabTests)
 asserts them, `make bench`'s background section prints them.
 """
-import argparse, atexit, json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
+import argparse, atexit, json, os, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import urllib.request
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -286,9 +287,13 @@ def run_phases(binary, seconds=5.0):
             time.sleep(0.5)
         end = time.monotonic()
         cpu_background = proc_cpu_seconds(daemon_pid) - cpu_before
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            metrics = {line.split()[0]: float(line.split()[1]) for line in response.read().decode().splitlines()
+                       if line.startswith(("backhaul_background_rate_bytes", "backhaul_queue_delay_seconds"))}
         rate = lab.rate("background", start, end)
         figures["background_alone"] = {"bytes_per_second": rate, **rtts(start, end), "cpu_s": cpu_background,
-                                       "bytes": rate * (end - start), "progress_background": pacing[-1] if pacing else None}
+                                       "bytes": rate * (end - start), "progress_background": pacing[-1] if pacing else None,
+                                       "metrics": metrics}
         curl = spawn(["curl", "-sS", "-o", "/dev/null", "-T", source, lab.url("foreground")])
         start, end = window(settle=2)
         figures["foreground_beside_background"] = {"bytes_per_second": lab.rate("foreground", start, end),
