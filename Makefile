@@ -132,6 +132,8 @@ clean:
 ## wrk, a million queued tasks, instructions per task under callgrind; prints every target of
 ## issue 16 with met / not met and writes bench-results/latest.json. About 6 minutes here;
 ## BENCH_ARGS="--quick" checks the script in one, BENCH_ARGS="--only many,profile" runs sections.
+## As root, the background section (issue 48) measures background uploads on a shaped 40 Mbit
+## link in network namespaces beside plain curl (scripts/benchlib/lab.py); elsewhere it is skipped.
 bench: bench-deps
 	$(SWIFT) build -c release --static-swift-stdlib --product backhauld
 	scripts/bench.py $(BENCH_ARGS)

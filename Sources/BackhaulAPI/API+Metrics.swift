@@ -69,6 +69,14 @@ extension API {
             text.family("backhaul_bandwidth_limit_bytes_per_second", "gauge", "The bandwidth limit in force (0: none).")
             text.sample("backhaul_bandwidth_limit_bytes_per_second", [:], Double(figures.bandwidthLimit ?? 0))
             text.family(
+                "backhaul_background_rate_bytes", "gauge",
+                "The rate background transfers pace at (bytes/s), summed over their paths (0: none runs).")
+            text.sample("backhaul_background_rate_bytes", [:], Double(figures.backgroundRate))
+            text.family(
+                "backhaul_queue_delay_seconds", "gauge",
+                "The largest queueing delay a background transfer's path shows (its RTT above the path's base).")
+            text.sample("backhaul_queue_delay_seconds", [:], figures.queueDelay)
+            text.family(
                 "backhaul_discretionary_budget_remaining_bytes", "gauge", "What is left today of each discretionary budget.")
             for type in NetworkType.allCases {
                 if let remaining = figures.budgetRemaining[type] {

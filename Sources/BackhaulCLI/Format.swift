@@ -66,10 +66,16 @@ extension Format {
         let error = task.error.map { " \($0.name)" } ?? ""
         // An unfinished task whose latest attempt failed says so, and why, before it ends.
         let failing = task.state.isFinal ? "" : task.lastError.map { " ! \(errorSummary($0))" } ?? ""
+        let pacing = task.progress.background.map { " " + yielding($0) } ?? ""
         return [
-            task.id, task.state.rawValue + reason + error + failing, percent(task.progress.fraction),
+            task.id, task.state.rawValue + reason + error + failing + pacing, percent(task.progress.fraction),
             bytes(task.progress.bytesTotal ?? 0), task.url,
         ]
+    }
+
+    /// A background transfer's pacing: `(background: 4.1 MB/s, queue 3 ms)`.
+    public static func yielding(_ pacing: TaskProgress.BackgroundPacing) -> String {
+        "(background: \(rate(pacing.rateBytesPerSecond)), queue \(Int(pacing.queueDelayMilliseconds.rounded())) ms)"
     }
 
     /// `name (HTTP 503)` of an error.

@@ -32,6 +32,7 @@ public enum WatchFrame {
             return "\(task.id)  \(Format.fileName(task))  \(Format.bar(progress.fraction)) \(Format.percent(progress.fraction))  "
                 + "\(Format.bytes(progress.moved))/\(Format.bytes(progress.bytesTotal ?? 0))  "
                 + "\(Format.rate(progress.bytesPerSecond))  ETA \(Format.duration(progress.etaSeconds))"
+                + (progress.background.map { "  " + Format.yielding($0) } ?? "")
         }
         lines.append(summaryOrder.map { "\(counts[$0] ?? 0) \($0.rawValue)" }.joined(separator: ", "))
         return lines.joined(separator: "\n")

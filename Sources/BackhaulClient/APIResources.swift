@@ -39,6 +39,12 @@ public struct APISession: Sendable, Equatable, Codable {
     }
 }
 
+/// How a transfer shares the link (`network_service_type`).
+public enum NetworkServiceType: String, Sendable, Equatable, Codable {
+    case `default`
+    case background
+}
+
 /// A session's or a task's configuration (OpenAPI/backhaul.yaml, `Configuration` as answered and
 /// `ConfigurationInput` as sent): a member left nil is not sent, and keeps the daemon's value.
 public struct SessionConfiguration: Sendable, Equatable, Codable {
@@ -47,6 +53,8 @@ public struct SessionConfiguration: Sendable, Equatable, Codable {
     public var allowsConstrainedNetworkAccess: Bool?
     public var allowsRoaming: Bool?
     public var discretionary: Bool?
+    /// `default` or `background` (paced by the path's queueing delay: yields to other flows).
+    public var networkServiceType: NetworkServiceType?
     public var waitsForConnectivity: Bool?
     /// Seconds with no bytes moving before an attempt is abandoned (then retried).
     public var timeoutIntervalForRequest: Double?
@@ -65,8 +73,9 @@ public struct SessionConfiguration: Sendable, Equatable, Codable {
         allowsConstrainedNetworkAccess: Bool? = nil, allowsRoaming: Bool? = nil, discretionary: Bool? = nil,
         waitsForConnectivity: Bool? = nil, timeoutIntervalForRequest: Double? = nil, timeoutIntervalForResource: Double? = nil,
         maxConnectionsPerHost: Int? = nil, retry: Retry? = nil, defaultHeaders: [String: String]? = nil,
-        quotaBytes: Int64? = nil, finishedTaskRetention: Double? = nil
+        quotaBytes: Int64? = nil, finishedTaskRetention: Double? = nil, networkServiceType: NetworkServiceType? = nil
     ) {
+        self.networkServiceType = networkServiceType
         self.allowsCellularAccess = allowsCellularAccess
         self.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess
         self.allowsConstrainedNetworkAccess = allowsConstrainedNetworkAccess
@@ -108,6 +117,7 @@ public struct SessionConfiguration: Sendable, Equatable, Codable {
         case allowsExpensiveNetworkAccess = "allows_expensive_network_access"
         case allowsConstrainedNetworkAccess = "allows_constrained_network_access"
         case allowsRoaming = "allows_roaming"
+        case networkServiceType = "network_service_type"
         case waitsForConnectivity = "waits_for_connectivity"
         case timeoutIntervalForRequest = "timeout_interval_for_request"
         case timeoutIntervalForResource = "timeout_interval_for_resource"

@@ -174,11 +174,30 @@ public struct TaskProgress: Sendable, Equatable, Codable {
     public var fraction: Double
     public var bytesPerSecond: Int64
     public var etaSeconds: Double?
+    /// A running background transfer's pacing: it yields to other flows on its path.
+    public var background: BackgroundPacing?
+
+    /// The rate a background transfer paces at and the queueing delay it measures.
+    public struct BackgroundPacing: Sendable, Equatable, Codable {
+        public var rateBytesPerSecond: Int64
+        public var queueDelayMilliseconds: Double
+
+        public init(rateBytesPerSecond: Int64, queueDelayMilliseconds: Double) {
+            self.rateBytesPerSecond = rateBytesPerSecond
+            self.queueDelayMilliseconds = queueDelayMilliseconds
+        }
+
+        enum CodingKeys: String, CodingKey {
+            case rateBytesPerSecond = "rate_bytes_per_second"
+            case queueDelayMilliseconds = "queue_delay_ms"
+        }
+    }
 
     public init(
         bytesSent: Int64 = 0, bytesReceived: Int64 = 0, bytesTotal: Int64?, fraction: Double, bytesPerSecond: Int64 = 0,
-        etaSeconds: Double? = nil
+        etaSeconds: Double? = nil, background: BackgroundPacing? = nil
     ) {
+        self.background = background
         self.bytesSent = bytesSent
         self.bytesReceived = bytesReceived
         self.bytesTotal = bytesTotal
@@ -194,6 +213,7 @@ public struct TaskProgress: Sendable, Equatable, Codable {
         case bytesTotal = "bytes_total"
         case bytesPerSecond = "bytes_per_second"
         case etaSeconds = "eta_seconds"
+        case background
     }
 
     /// Bytes moved either way (a task counts only one of them).

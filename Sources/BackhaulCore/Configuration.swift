@@ -23,6 +23,9 @@ public struct TransferConfiguration: Sendable, Equatable {
     /// `allowsExpensiveNetworkAccess` says (docs/network.md).
     public var allowsRoaming = true
     public var discretionary = false
+    /// How the task shares the link; nil: not set, and the service policy decides
+    /// (`ServicePolicy.networkServiceType(for:)`).
+    public var networkServiceType: NetworkServiceType?
     public var waitsForConnectivity = true
     public var timeoutIntervalForRequest: Double = 60
     public var timeoutIntervalForResource: Double = 604_800
@@ -46,7 +49,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         lhs.allowsCellularAccess == rhs.allowsCellularAccess
             && lhs.allowsExpensiveNetworkAccess == rhs.allowsExpensiveNetworkAccess
             && lhs.allowsConstrainedNetworkAccess == rhs.allowsConstrainedNetworkAccess && lhs.allowsRoaming == rhs.allowsRoaming
-            && lhs.discretionary == rhs.discretionary
+            && lhs.discretionary == rhs.discretionary && lhs.networkServiceType == rhs.networkServiceType
             && lhs.waitsForConnectivity == rhs.waitsForConnectivity
             && lhs.timeoutIntervalForRequest == rhs.timeoutIntervalForRequest
             && lhs.timeoutIntervalForResource == rhs.timeoutIntervalForResource
@@ -58,7 +61,7 @@ public struct TransferConfiguration: Sendable, Equatable {
 
     static let fields: Set<String> = [
         "allows_cellular_access", "allows_expensive_network_access", "allows_constrained_network_access",
-        "allows_roaming", "discretionary", "waits_for_connectivity", "timeout_interval_for_request",
+        "allows_roaming", "discretionary", "network_service_type", "waits_for_connectivity", "timeout_interval_for_request",
         "timeout_interval_for_resource", "max_connections_per_host", "retry", "default_headers",
         "quota_bytes", "finished_task_retention", "signer",
     ]
@@ -74,6 +77,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         if let value = try reader.bool("allows_constrained_network_access") { result.allowsConstrainedNetworkAccess = value }
         if let value = try reader.bool("allows_roaming") { result.allowsRoaming = value }
         if let value = try reader.bool("discretionary") { result.discretionary = value }
+        if reader.has("network_service_type") { result.networkServiceType = try reader.serviceType("network_service_type") }
         if let value = try reader.bool("waits_for_connectivity") { result.waitsForConnectivity = value }
         if let value = try reader.number("timeout_interval_for_request", in: 0.1...86_400) {
             result.timeoutIntervalForRequest = value
@@ -126,6 +130,7 @@ public struct TransferConfiguration: Sendable, Equatable {
         object["allows_constrained_network_access"] = .bool(allowsConstrainedNetworkAccess)
         object["allows_roaming"] = .bool(allowsRoaming)
         object["discretionary"] = .bool(discretionary)
+        object["network_service_type"] = networkServiceType.map { .string($0.rawValue) } ?? .null
         object["waits_for_connectivity"] = .bool(waitsForConnectivity)
         object["timeout_interval_for_request"] = .double(timeoutIntervalForRequest)
         object["timeout_interval_for_resource"] = .double(timeoutIntervalForResource)

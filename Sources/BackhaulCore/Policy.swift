@@ -57,7 +57,16 @@ public struct ServicePolicy: Sendable, Equatable {
     /// Bytes discretionary tasks may send per local day on each network type (absent: no budget).
     public var discretionaryDailyBudget: [NetworkType: Int64] = [:]
 
+    /// The service type of a discretionary task that sets none itself (`default` unless set).
+    public var discretionaryNetworkServiceType = NetworkServiceType.default
+
     public init() {}
+
+    /// How a transfer shares the link: its configuration's `network_service_type` when set; else
+    /// the policy's default for discretionary tasks when it is discretionary; else `default`.
+    public func networkServiceType(for configuration: TransferConfiguration) -> NetworkServiceType {
+        configuration.networkServiceType ?? (configuration.discretionary ? discretionaryNetworkServiceType : .default)
+    }
 
     public static func == (lhs: ServicePolicy, rhs: ServicePolicy) -> Bool { lhs.json == rhs.json }
 
@@ -95,6 +104,7 @@ public struct ServicePolicy: Sendable, Equatable {
             })
         object["discretionary_window"] = discretionaryWindow?.json ?? .null
         object["discretionary_daily_budget"] = byType(discretionaryDailyBudget)
+        object["discretionary_network_service_type"] = .string(discretionaryNetworkServiceType.rawValue)
         return .object(object)
     }
 
@@ -103,7 +113,7 @@ public struct ServicePolicy: Sendable, Equatable {
         let reader = try FieldReader(value, path: path)
         try reader.rejectUnknown([
             "transfers_enabled", "bandwidth_limit", "bandwidth_limit_by_network", "bandwidth_schedule",
-            "discretionary_window", "discretionary_daily_budget",
+            "discretionary_window", "discretionary_daily_budget", "discretionary_network_service_type",
         ])
         var result = self
         func byType(_ key: String) throws(ValidationError) -> [NetworkType: Int64]? {
@@ -144,6 +154,9 @@ public struct ServicePolicy: Sendable, Equatable {
             }
         }
         if let map = try byType("discretionary_daily_budget") { result.discretionaryDailyBudget = map }
+        if let value = try reader.serviceType("discretionary_network_service_type") {
+            result.discretionaryNetworkServiceType = value
+        }
         return result
     }
 }

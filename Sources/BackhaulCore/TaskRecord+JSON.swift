@@ -4,9 +4,25 @@ import JSONValue
 public struct LiveProgress: Sendable, Equatable {
     public var bytesTransferred: Int64
     public var bytesPerSecond: Double
-    public init(bytesTransferred: Int64, bytesPerSecond: Double) {
+    /// A background transfer's pacing (`progress.background`); nil for a `default` one.
+    public var background: BackgroundPacing?
+    public init(bytesTransferred: Int64, bytesPerSecond: Double, background: BackgroundPacing? = nil) {
         self.bytesTransferred = bytesTransferred
         self.bytesPerSecond = bytesPerSecond
+        self.background = background
+    }
+}
+
+/// What a background transfer yields to (docs/policy.md): the rate its path's LEDBAT controller
+/// paces it at, and the queueing delay it measures.
+public struct BackgroundPacing: Sendable, Equatable {
+    /// This transfer's share of the path's rate (bytes/s).
+    public var rateBytesPerSecond: Int64
+    /// Seconds.
+    public var queueDelay: Double
+    public init(rateBytesPerSecond: Int64, queueDelay: Double) {
+        self.rateBytesPerSecond = rateBytesPerSecond
+        self.queueDelay = queueDelay
     }
 }
 
@@ -86,6 +102,17 @@ extension TaskRecord {
                 progress.double(
                     rate > 0 && state == .running && knownTotal != nil
                         ? (Double(max(0, total - moved)) / rate * 10).rounded() / 10 : nil)
+                progress.key("background")
+                if let background = live?.background {
+                    progress.object { pacing in
+                        pacing.key("rate_bytes_per_second")
+                        pacing.int(background.rateBytesPerSecond)
+                        pacing.key("queue_delay_ms")
+                        pacing.double((background.queueDelay * 10_000).rounded() / 10)
+                    }
+                } else {
+                    progress.null()
+                }
             }
             json.key("created_at")
             json.timestamp(createdAt)

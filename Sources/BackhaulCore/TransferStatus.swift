@@ -41,6 +41,10 @@ public struct EngineMetrics: Sendable, Equatable {
     public static let signerOutcomes = ["ok", "transient", "refused", "invalid"]
     /// The bandwidth limit in force (bytes/s), nil when there is none.
     public var bandwidthLimit: Int64?
+    /// The rate background transfers pace at, summed over their paths (bytes/s; 0: none runs).
+    public var backgroundRate: Int64 = 0
+    /// The largest queueing delay a background path's controller measures (seconds).
+    public var queueDelay: Double = 0
     /// What is left today of each discretionary budget.
     public var budgetRemaining: [NetworkType: Int64] = [:]
     /// Things the engine could not do and logged as errors, by kind (one of `Fault`).

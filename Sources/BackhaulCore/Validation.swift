@@ -53,6 +53,15 @@ public struct FieldReader {
         return text
     }
 
+    /// A `network_service_type` value (`default` or `background`); nil when absent or null.
+    public func serviceType(_ key: String) throws(ValidationError) -> NetworkServiceType? {
+        guard let text = try string(key, maxLength: 64) else { return nil }
+        guard let type = NetworkServiceType(rawValue: text) else {
+            throw ValidationError(field(key), "must be one of default, background")
+        }
+        return type
+    }
+
     public func requiredString(_ key: String, maxLength: Int = 8192) throws(ValidationError) -> String {
         guard let text = try string(key, maxLength: maxLength) else {
             throw ValidationError(field(key), "is required")

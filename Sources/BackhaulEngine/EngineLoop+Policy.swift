@@ -113,6 +113,8 @@ extension EngineLoop {
         nextPolicyEdge = context.now - local.second + Double(policy.minutesToNextEdge(minuteOfDay: local.minute) * 60)
         scheduleNeeded = true
         bandwidthDirty = true
+        // The policy may have made running discretionary transfers background, or no longer.
+        backgroundRunning = true
         publishProgress(force: true)
     }
 

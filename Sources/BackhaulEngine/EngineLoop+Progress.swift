@@ -25,7 +25,8 @@ extension EngineLoop {
             {
                 persistCheckpoint(transfer)
             }
-            let progress = LiveProgress(bytesTransferred: bytes, bytesPerSecond: transfer.rate)
+            let progress = LiveProgress(
+                bytesTransferred: bytes, bytesPerSecond: transfer.rate, background: transfer.background ? transfer.pacing : nil)
             live[id] = progress
             if now - transfer.lastProgressEvent >= options.progressInterval, bytes != transfer.lastProgressBytes {
                 transfer.lastProgressEvent = now

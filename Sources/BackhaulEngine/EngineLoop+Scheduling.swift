@@ -156,6 +156,8 @@ extension EngineLoop {
                 file: file, part: part, startedAt: clock.now(), easy: try spareHandle())
             transfer.fence = store.leaseFence
             active[task.id] = transfer
+            transfer.background = pacedInBackground(transfer)
+            if transfer.background { backgroundRunning = true }
             watchInformational(transfer)
             bandwidthDirty = true
             if let refused = locationRefusal(transfer, step) { step = .failed(.fatal(refused)) }

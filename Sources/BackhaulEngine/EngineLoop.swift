@@ -50,6 +50,10 @@ final class EngineLoop: CurlLoopClient {
     var lastBudgetFlush = 0.0
     var budgetExceeded = false
     var bandwidthDirty = true
+    /// Each background path's LEDBAT controller (EngineLoop+Background).
+    var pacers: [String: Pacer] = [:]
+    /// Whether a background transfer may be running: the pacing pass runs and the loop wakes often.
+    var backgroundRunning = false
     var metrics = EngineMetrics()
     /// `auto`'s picks by session and host, for the daemon's run (EngineLoop+Resumable.swift).
     var protocolSelections: [Scheduler.Key: (choice: ProtocolSelection.Choice, at: Double)] = [:]
@@ -163,6 +167,7 @@ final class EngineLoop: CurlLoopClient {
     }
 
     func afterPerform(_ transfers: CurlTransfers) {
+        paceBackground()
         publishProgress(force: false)
         if sleepLimit != 0 { releaseWritesWhenDue() }
     }
@@ -195,6 +200,7 @@ final class EngineLoop: CurlLoopClient {
         if let nextTimer { limit = min(limit, max(0, nextTimer - clock.now())) }
         if let untilWatchdog { limit = min(limit, untilWatchdog) }
         if stopDeadline != nil { limit = min(limit, 0.1) }
+        if backgroundRunning { limit = min(limit, 0.02) }
         return limit
     }
 

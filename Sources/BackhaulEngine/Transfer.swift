@@ -86,15 +86,31 @@ final class Transfer {
 
     /// Bytes already counted against a discretionary budget.
     var budgetCounted: Int64 = 0
-    /// This transfer's share of the bandwidth limit (bytes/s, 0: none).
+    /// This transfer's share of the bandwidth limit (bytes/s, 0: none), as curl's limit.
     private(set) var sendSpeed: Int64 = 0
+    /// Whether it runs as `background` (`ServicePolicy.networkServiceType(for:)`), kept by the engine.
+    var background = false
+    /// A background upload's share of its path's LEDBAT rate (bytes/s, nil: not paced), applied as
+    /// the socket's pacing rate; the static limit above still applies: the least of the two wins.
+    private(set) var pacedRate: Int64?
+    /// What its path's controller last showed, for `progress.background`.
+    var pacing: BackgroundPacing?
+    /// `tcpi_total_retrans` at the last sample, to count the new ones.
+    var lastRetransmits: Int64?
 
-    /// Sets the speed limit, on the request in flight too (curl reads it as it paces): what an
-    /// upload sends, what a download receives.
+    /// Sets the bandwidth limit's share, on the request in flight too (curl reads it as it
+    /// paces): what an upload sends, what a download receives.
     func limitSpeed(_ bytesPerSecond: Int64) throws {
         guard bytesPerSecond != sendSpeed else { return }
         sendSpeed = bytesPerSecond
         if part == nil { try easy.setSendSpeedLimit(bytesPerSecond) } else { try easy.setReceiveSpeedLimit(bytesPerSecond) }
+    }
+
+    /// Has the kernel pace the connection at `bytesPerSecond` (nil: no longer paced). Applied again
+    /// at each step: the socket may be new (a request of its own each).
+    func pace(_ bytesPerSecond: Int64?) {
+        pacedRate = bytesPerSecond
+        easy.setPacingRate(bytesPerSecond)
     }
 
     // Rate estimate (bytes/s), updated by the engine loop.
@@ -302,6 +318,12 @@ final class Transfer {
         lastCounters = (0, 0)
         var curl = RequestOptions(url: request.url, method: RequestOptions.Method(request.method))
         curl.tcpKeepAlive = true
+        // A background transfer keeps its socket's unsent queue short: what it paces is not
+        // already queued in the kernel (docs/policy.md).
+        // Its own connection, so that what the pacer reads (TCP_INFO) is this transfer's socket.
+        easy.notSentLowWatermark = background ? EngineLoop.backgroundNotSentLowWatermark : nil
+        curl.ownConnection = background
+        easy.initialPacingRate = background ? pacedRate ?? LedbatController.Parameters().startRate : nil
         curl.userAgent = options.userAgent
         curl.uploadBufferSize = options.uploadBufferSize
         // Downloads: larger pieces from curl mean fewer write calls into the `.part` file.

@@ -1,6 +1,10 @@
 #ifndef BACKHAUL_CCURL_SHIM_H
 #define BACKHAUL_CCURL_SHIM_H
 #include <curl/curl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 /* curl_easy_setopt / curl_multi_setopt / curl_easy_getinfo are variadic: typed wrappers. */
 
@@ -85,6 +89,57 @@ static inline CURLcode bh_curl_easy_set_prereq_callback(CURL *handle, bh_curl_pr
     CURLcode result = curl_easy_setopt(handle, CURLOPT_PREREQFUNCTION, callback);
     if (result != CURLE_OK) return result;
     return curl_easy_setopt(handle, CURLOPT_PREREQDATA, userdata);
+}
+
+/// CURLOPT_SOCKOPTFUNCTION: called with each new socket before it connects.
+typedef int (*bh_curl_sockopt_callback)(void *userdata, curl_socket_t socket, curlsocktype purpose);
+static inline CURLcode bh_curl_easy_set_sockopt_callback(CURL *handle, bh_curl_sockopt_callback callback, void *userdata) {
+    CURLcode result = curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, callback);
+    if (result != CURLE_OK) return result;
+    return curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, userdata);
+}
+static inline int bh_curl_sockopt_ok(void) { return CURL_SOCKOPT_OK; }
+
+/* TCP_INFO of a socket: the fields a pacer reads. glibc's <netinet/tcp.h> declares an older
+   struct tcp_info (no tcpi_notsent_bytes, tcpi_min_rtt, tcpi_delivery_rate) and <linux/tcp.h>
+   cannot sit beside it in one module, so the kernel's layout (<linux/tcp.h>, stable ABI) is
+   copied here, up to tcpi_delivery_rate; an older kernel fills less and the rest reads 0. */
+struct bh_tcp_info {
+    uint8_t state, ca_state, retransmits, probes, backoff, options, wscale, rate_flags;
+    uint32_t rto, ato, snd_mss, rcv_mss;
+    uint32_t unacked, sacked, lost, retrans, fackets;
+    uint32_t last_data_sent, last_ack_sent, last_data_recv, last_ack_recv;
+    uint32_t pmtu, rcv_ssthresh, rtt, rttvar, snd_ssthresh, snd_cwnd, advmss, reordering;
+    uint32_t rcv_rtt, rcv_space;
+    uint32_t total_retrans;
+    uint64_t pacing_rate, max_pacing_rate, bytes_acked, bytes_received;
+    uint32_t segs_out, segs_in;
+    uint32_t notsent_bytes, min_rtt, data_segs_in, data_segs_out;
+    uint64_t delivery_rate;
+};
+static inline int bh_tcp_info_read(int fd, struct bh_tcp_info *out) {
+    socklen_t length = sizeof *out;
+    memset(out, 0, sizeof *out);
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, out, &length);
+}
+/* setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, bytes/s): TCP paces the socket itself. */
+static inline int bh_socket_set_max_pacing_rate(int fd, unsigned int bytes_per_second) {
+    return setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &bytes_per_second, sizeof bytes_per_second);
+}
+/* setsockopt(fd, IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 1): a thin stream's retransmission
+   timeouts do not back off exponentially for the first six. */
+static inline int bh_tcp_set_thin_linear_timeouts(int fd) {
+    int on = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, &on, sizeof on);
+}
+/* setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, bytes). */
+static inline int bh_tcp_set_notsent_lowat(int fd, int bytes) {
+    return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof bytes);
+}
+
+/* CURLINFO_ACTIVESOCKET: the transfer's socket (CURL_SOCKET_BAD, -1, when none). */
+static inline CURLcode bh_curl_easy_getinfo_socket(CURL *handle, curl_socket_t *value) {
+    return curl_easy_getinfo(handle, CURLINFO_ACTIVESOCKET, value);
 }
 
 /* CURLMsg has a union; read its fields here. */

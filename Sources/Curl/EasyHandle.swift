@@ -31,6 +31,14 @@ public final class EasyHandle {
     /// Asked with the peer's IP address once connected, before the request goes; false refuses
     /// the connection (the transfer ends with `abortedByCallback`).
     public var allowPeer: ((String) -> Bool)?
+    /// `TCP_NOTSENT_LOWAT` for the sockets this handle opens (bytes; nil: the kernel's default),
+    /// with `TCP_THIN_LINEAR_TIMEOUTS`: a paced connection's settings.
+    public var notSentLowWatermark: Int32?
+    /// `SO_MAX_PACING_RATE` for the sockets this handle opens (bytes/s; nil: none), so that a
+    /// paced connection is paced from its first byte (`setPacingRate` changes it after).
+    public var initialPacingRate: Int64?
+    /// The last socket curl opened for this handle (told by `CURLOPT_SOCKOPTFUNCTION`).
+    private var openedSocket: Int32 = -1
     /// The value of a MIME field sent after the file part, asked for once that part is read.
     public var trailingFieldValue: (() -> [UInt8])?
     private var trailingField: [UInt8]?
@@ -91,6 +99,9 @@ public final class EasyHandle {
         trailers = nil
         onProgress = nil
         allowPeer = nil
+        notSentLowWatermark = nil
+        initialPacingRate = nil
+        openedSocket = -1
         trailingFieldValue = nil
         trailingField = nil
         trailingFieldOffset = 0
@@ -143,6 +154,22 @@ public final class EasyHandle {
                 { userdata, primary, _, _, _ in
                     guard let primary, let allow = EasyHandle.owner(userdata).allowPeer else { return 0 }
                     return allow(String(cString: primary)) ? 0 : 1
+                }, me), self)
+        try check(
+            bh_curl_easy_set_sockopt_callback(
+                raw,
+                { userdata, socket, purpose in
+                    let owner = EasyHandle.owner(userdata)
+                    if purpose == CURLSOCKTYPE_IPCXN { owner.openedSocket = socket }
+                    if let rate = owner.initialPacingRate { owner.setPacingRate(rate) }
+                    if let bytes = owner.notSentLowWatermark {
+                        // Best effort: a kernel without the options still transfers. A paced
+                        // connection is a thin stream while it yields: its lost segments are
+                        // resent without exponential backoff, so it is back once the queue drains.
+                        _ = bh_tcp_set_notsent_lowat(socket, bytes)
+                        _ = bh_tcp_set_thin_linear_timeouts(socket)
+                    }
+                    return bh_curl_sockopt_ok()
                 }, me), self)
         try check(
             bh_curl_easy_set_xferinfo_callback(
@@ -286,9 +313,51 @@ public final class EasyHandle {
         return Int64(value)
     }
 
+    /// `TCP_INFO` (`getsockopt`) of the transfer's connection; nil while it has none. The socket
+    /// is the one this handle opened last (exact for a request with
+    /// `RequestOptions.ownConnection`), else `CURLINFO_ACTIVESOCKET`, which libcurl 7.88 tells
+    /// only once a transfer is done (measured: -1 in the middle of an upload).
+    public var tcpInfo: TCPInfo? {
+        var socket = openedSocket
+        if socket < 0, bh_curl_easy_getinfo_socket(raw, &socket) != CURLE_OK { return nil }
+        guard socket >= 0 else { return nil }
+        var info = bh_tcp_info()
+        guard bh_tcp_info_read(socket, &info) == 0 else { return nil }
+        return TCPInfo(
+            rtt: Double(info.rtt) / 1e6, minRTT: Double(info.min_rtt) / 1e6, receiveRTT: Double(info.rcv_rtt) / 1e6,
+            notSentBytes: Int64(info.notsent_bytes), totalRetransmits: Int64(info.total_retrans),
+            deliveryRate: Int64(info.delivery_rate))
+    }
+
+    /// Has the kernel pace what the connection this handle opened last sends
+    /// (`SO_MAX_PACING_RATE`, bytes/s; nil lifts it): TCP spaces its segments itself, at once
+    /// and without bursts. False while there is no such socket, or the kernel refuses.
+    @discardableResult
+    public func setPacingRate(_ bytesPerSecond: Int64?) -> Bool {
+        guard openedSocket >= 0 else { return false }
+        let rate = bytesPerSecond.map { UInt32(clamping: max(1, $0)) } ?? UInt32.max
+        return bh_socket_set_max_pacing_rate(openedSocket, rate) == 0
+    }
+
     /// Clears the error buffer before a new transfer.
     public func clearError() { errorBuffer[0] = 0 }
 
     /// The error for a finished transfer's code, with the handle's error buffer.
     func error(for code: CURLcode) -> CurlCode { CurlCode(code, message: errorBufferText) }
+}
+
+/// What Linux's `TCP_INFO` says of a connection (times in seconds).
+public struct TCPInfo: Sendable, Equatable {
+    /// `tcpi_rtt`, the smoothed round-trip time of what this side sent.
+    public var rtt: Double
+    /// `tcpi_min_rtt`.
+    public var minRTT: Double
+    /// `tcpi_rcv_rtt`, the receiver's estimate (a download's side).
+    public var receiveRTT: Double
+    /// `tcpi_notsent_bytes`.
+    public var notSentBytes: Int64
+    /// `tcpi_total_retrans`.
+    public var totalRetransmits: Int64
+    /// `tcpi_delivery_rate`, bytes/s.
+    public var deliveryRate: Int64
 }

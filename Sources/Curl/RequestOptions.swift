@@ -38,6 +38,9 @@ public struct RequestOptions: Sendable {
     public var timeoutSeconds: Int?
     public var connectTimeoutMilliseconds: Int?
     public var tcpKeepAlive = false
+    /// A connection of its own, closed after the request (`CURLOPT_FRESH_CONNECT`,
+    /// `CURLOPT_FORBID_REUSE`): the socket options and `EasyHandle.tcpInfo` are this request's.
+    public var ownConnection = false
     /// curl's upload and download buffers (nil: its defaults).
     public var uploadBufferSize: Int?
     public var receiveBufferSize: Int?
@@ -90,6 +93,10 @@ extension EasyHandle {
             try set(CURLOPT_PIPEWAIT, 1)
         }
         if request.tcpKeepAlive { try set(CURLOPT_TCP_KEEPALIVE, 1) }
+        if request.ownConnection {
+            try set(CURLOPT_FRESH_CONNECT, 1)
+            try set(CURLOPT_FORBID_REUSE, 1)
+        }
         if let agent = request.userAgent { try set(CURLOPT_USERAGENT, agent) }
         if let seconds = request.timeoutSeconds { try set(CURLOPT_TIMEOUT, seconds) }
         if let milliseconds = request.connectTimeoutMilliseconds { try set(CURLOPT_CONNECTTIMEOUT_MS, milliseconds) }

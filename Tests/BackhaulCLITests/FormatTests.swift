@@ -30,6 +30,14 @@ struct FormatTests {
                 == "waiting (no_connectivity)")
     }
 
+    @Test("a background task says it yields: the rate it paces at and the queue it measures (ls and watch)")
+    func background() throws {
+        var task = try Self.task("running")
+        task.progress.background = .init(rateBytesPerSecond: 4_300_000, queueDelayMilliseconds: 3.4)
+        #expect(Format.taskRow(task)[1] == "running (background: \(Format.rate(4_300_000)), queue 3 ms)")
+        #expect(WatchFrame.render(running: [task], counts: [:]).contains("  (background: \(Format.rate(4_300_000)), queue 3 ms)"))
+    }
+
     @Test("show: the last error unless it is the error the task ended with; the response; aligned values")
     func show() throws {
         let text = Show.describe(

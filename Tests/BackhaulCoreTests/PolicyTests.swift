@@ -155,7 +155,33 @@ struct PolicyTests {
         (["discretionary_daily_budget": ["satellite": 5]], "policy.discretionary_daily_budget.satellite"),
         (["bandwidth_schedule": [["from": "01:00", "to": "02:00"]]], "policy.bandwidth_schedule[0].limit"),
         (["speed": 1], "policy.speed"),
+        (["discretionary_network_service_type": "bulk"], "policy.discretionary_network_service_type"),
     ]
+
+    /// Rows: the configuration's `network_service_type` (nil: unset), discretionary, the policy's
+    /// default for discretionary tasks → how the transfer shares the link.
+    @Test(
+        "network_service_type: the configuration's when set, else the policy's for a discretionary task, else default",
+        arguments: [
+            (nil, false, .background, .default), (nil, true, .background, .background), (nil, true, .default, .default),
+            (.default, true, .background, .default), (.background, false, .default, .background),
+        ] as [(NetworkServiceType?, Bool, NetworkServiceType, NetworkServiceType)])
+    func serviceType(
+        _ own: NetworkServiceType?, _ discretionary: Bool, _ policyDefault: NetworkServiceType, _ expected: NetworkServiceType
+    ) throws {
+        var configuration = TransferConfiguration()
+        configuration.networkServiceType = own
+        configuration.discretionary = discretionary
+        let policy = try ServicePolicy().applying(["discretionary_network_service_type": .string(policyDefault.rawValue)])
+        #expect(policy.networkServiceType(for: configuration) == expected)
+        #expect(try ServicePolicy().applying(policy.json) == policy)
+        // The configuration carries it through its JSON; a task's override replaces it, null unsets it.
+        #expect(try TransferConfiguration().applying(configuration.json) == configuration)
+        let overridden = try configuration.applying(["network_service_type": "background"])
+        #expect(overridden.networkServiceType == .background)
+        #expect(try overridden.applying(["network_service_type": .null]).networkServiceType == nil)
+        #expect(throws: ValidationError.self) { try configuration.applying(["network_service_type": "fast"]) }
+    }
 
     @Test("invalid policies are refused with the field", arguments: invalidPolicies)
     func invalid(_ value: JSON, _ field: String) {

@@ -125,7 +125,9 @@ function paint(row, now) {
   if (shown.fraction !== fraction) { row.bar.value = fraction; shown.fraction = fraction; }
   const amount = total != null ? `${bytes(Math.round(done))} / ${bytes(total)}` : bytes(Math.round(done));
   if (shown.amount !== amount) { row.amount.textContent = amount; shown.amount = amount; }
-  const rateText = rate > 0 ? `${bytes(rate)}/s` : '';
+  // A background transfer says it is yielding: the rate it paces at and the queue it measures.
+  const paced = p.background ? ` · background, paced at ${bytes(p.background.rate_bytes_per_second)}/s, queue ${Math.round(p.background.queue_delay_ms)} ms` : '';
+  const rateText = (rate > 0 ? `${bytes(rate)}/s` : '') + paced;
   if (shown.rate !== rateText) { row.rate.textContent = rateText; shown.rate = rateText; }
   const eta = rate > 0 && total != null ? duration((total - done) / rate) : '';
   if (shown.eta !== eta) { row.eta.textContent = eta; shown.eta = eta; }
