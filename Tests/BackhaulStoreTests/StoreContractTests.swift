@@ -5,6 +5,7 @@ import Glibc
 import JSONCodec
 import Testing
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// Parts of `StateStore` the tests beside it reach only through the API or the engine: counts,

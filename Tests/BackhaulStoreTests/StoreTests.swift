@@ -6,6 +6,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// A clock tests move by hand.
@@ -667,7 +668,7 @@ struct StoreUpkeepTests {
         #expect(try plan(page).contains("tasks_by_session"))
         #expect(
             try plan(
-                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
+                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(StoreRules.finalCondition)"
             ).contains("tasks_finished"))
         let store = try Store(path: path)
         #expect(try store.oldestFinishedTask(now: 0) == nil)
