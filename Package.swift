@@ -68,7 +68,11 @@ let package = Package(
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest", "Threads"], swiftSettings: swiftSettings),
         .target(
             name: "BackhaulStore",
-            dependencies: ["BackhaulCore", "SQLite", "JSONCodec", "Threads"],
+            dependencies: ["BackhaulCore", "JSONCodec", "Threads"],
+            swiftSettings: swiftSettings),
+        /// The state in one SQLite database: the single node's store (docs/architecture.md).
+        .target(
+            name: "BackhaulSQLite", dependencies: ["BackhaulCore", "BackhaulStore", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         /// The fleet's shared queue in PostgreSQL: schema, claims, leases, takeover (docs/fleet.md).
         .target(
@@ -97,7 +101,8 @@ let package = Package(
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulPostgres", "BackhaulEngine", "BackhaulWebhooks", "BackhaulAPI",
+                "BackhaulCore", "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine", "BackhaulWebhooks",
+                "BackhaulAPI",
                 "BackhaulFiles",
                 "MicroHTTP", "Systemd",
                 "JSONCodec", "Threads", .product(name: "Logging", package: "swift-log"),
@@ -152,7 +157,9 @@ let package = Package(
         .testTarget(
             name: "BackhaulStoreTests",
             dependencies: [
-                "BackhaulStore", "BackhaulPostgres", "BackhaulCore", "BackhaulTesting", "JSONCodec", "PostgreSQL", "SQLite",
+                "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulCore", "BackhaulTesting", "JSONCodec",
+                "PostgreSQL",
+                "SQLite",
                 "Threads",
             ],
             swiftSettings: swiftSettings),
@@ -162,7 +169,8 @@ let package = Package(
         .testTarget(
             name: "BackhaulAPITests",
             dependencies: [
-                "BackhaulAPI", "BackhaulStore", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI", "JSONCodec",
+                "BackhaulAPI", "BackhaulStore", "BackhaulSQLite", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI",
+                "JSONCodec",
                 "Threads",
             ],
             swiftSettings: swiftSettings),

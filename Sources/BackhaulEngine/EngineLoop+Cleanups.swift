@@ -32,7 +32,7 @@ extension EngineLoop {
         var busy = Set(cleanups.values.map(\.sequence))
         for call in signerCalls.values { if case .cleanup(let cleanup) = call.owner { busy.insert(cleanup.sequence) } }
         guard busy.count < Self.maxCleanupsInFlight else { return }
-        let due: [Store.DueCleanup]
+        let due: [DueCleanup]
         do {
             due = try store.dueCleanups(now: clock.now(), limit: Self.maxCleanupsInFlight - busy.count, excluding: busy)
         } catch {

@@ -106,7 +106,7 @@ extension EngineLoop {
                     decision = .wait(.awsCredentials(from: chain.source))
                 }
                 guard decision != .wait(held.reason) else { continue }
-                store.applyPolicy(sequence: held.sequence, decision)
+                applyPolicy(sequence: held.sequence, decision)
             }
         }
         let local = LocalTime.components(of: context.now)

@@ -49,7 +49,7 @@ extension EngineLoop {
             }
             guard decision == .run else {
                 // The network, the policy or the credential chain holds it (or ends it): out of the queue.
-                store.applyPolicy(sequence: task.sequence, decision)
+                applyPolicy(sequence: task.sequence, decision)
                 continue
             }
             claim(task, entry: entry, configuration: configuration)
@@ -71,6 +71,19 @@ extension EngineLoop {
             "an s3 task waits for the AWS credential chain",
             metadata: ["task.id": "\(task.id)", "error": "\(chain.lastError ?? "the chain is asking its source")"])
         return .some(chain.source)
+    }
+
+    /// Writes a policy decision for a task. One that holds it for AWS keys asks the chain again
+    /// once it is written: a lookup that ended between the decision and its commit woke a review
+    /// that could not see the task held yet, and nothing else would wake another (a lost wake-up:
+    /// `s3ChainExpiredTokenRetries` waited for good now and then).
+    func applyPolicy(sequence: Int64, _ decision: PolicyDecision) {
+        guard case .wait(let reason) = decision, WaitingReason.awsCredentialReasons.contains(reason),
+            let chain = options.awsCredentials
+        else { return store.applyPolicy(sequence: sequence, decision) }
+        store.applyPolicy(sequence: sequence, decision) { [inbox = engine.inbox] _ in
+            if chain.keys() != nil { inbox.requestPolicyReview() }
+        }
     }
 
     /// Asks the store to mark the task running; the transfer begins when the claim is back.

@@ -10,7 +10,7 @@ extension PostgresStore {
     /// Claims the cleanups due now for this node, oldest first, leaving out those under way here
     /// (whose claims are renewed), and returns them. A row that cannot be read comes back as a
     /// failure, for the engine to log and drop, not to skip forever.
-    public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [Store.DueCleanup] {
+    public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup] {
         let busyArray = PostgresValue.array(busy.sorted())
         return try write(fenced: true) { [self] tx in
             let lease = PostgresValue.double(options.leaseSeconds)
@@ -32,7 +32,7 @@ extension PostgresStore {
                     ORDER BY seq LIMIT $4
                     FOR UPDATE SKIP LOCKED)
                 RETURNING seq, request, attempts, task_id
-                """, [.double(now), .text(node), busyArray, .int(limit), lease], Store.decodeCleanup)
+                """, [.double(now), .text(node), busyArray, .int(limit), lease], StoreRules.decodeCleanup)
             return claimed.sorted { $0.sequence < $1.sequence }
         }
     }
@@ -50,7 +50,7 @@ extension PostgresStore {
                 let held =
                     try tx.first(
                         """
-                        SELECT 1 FROM tasks WHERE finished_at IS NULL AND \(Store.unfinishedCondition) AND checkpoint IS NOT NULL
+                        SELECT 1 FROM tasks WHERE finished_at IS NULL AND \(StoreRules.unfinishedCondition) AND checkpoint IS NOT NULL
                             AND checkpoint::jsonb ->> 'location' = $1 LIMIT 1
                         """, [.text(uploadID)]
                     ) { _ in true } ?? false

@@ -17,18 +17,19 @@ extension PostgresStore {
         after sequence: Int64, session: String?, limit: Int, sessions allowed: (@Sendable (String) -> Bool)?
     ) throws(StoreError) -> [EventRecord] {
         try read { tx in
-            let select = "SELECT \(Store.eventColumns) FROM events"
+            let select = "SELECT \(StoreRules.eventColumns) FROM events"
             if let session {
                 return try tx.rows(
                     "\(select) WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                    [.text(session), .int(sequence), .int(limit)], Store.decodeEvent)
+                    [.text(session), .int(sequence), .int(limit)], StoreRules.decodeEvent)
             }
             guard let allowed else {
                 return try tx.rows(
-                    "\(select) WHERE seq > $1 ORDER BY seq LIMIT $2", [.int(sequence), .int(limit)], Store.decodeEvent)
+                    "\(select) WHERE seq > $1 ORDER BY seq LIMIT $2", [.int(sequence), .int(limit)], StoreRules.decodeEvent)
             }
-            return try Store.events(after: sequence, limit: limit, allowed: allowed) { cursor in
-                try tx.rows("\(select) WHERE seq > $1 ORDER BY seq LIMIT $2", [.int(cursor), .int(limit)], Store.decodeEvent)
+            return try StoreRules.events(after: sequence, limit: limit, allowed: allowed) { cursor in
+                try tx.rows(
+                    "\(select) WHERE seq > $1 ORDER BY seq LIMIT $2", [.int(cursor), .int(limit)], StoreRules.decodeEvent)
             }
         }
     }

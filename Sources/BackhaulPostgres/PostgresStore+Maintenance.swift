@@ -100,7 +100,7 @@ extension PostgresStore {
     /// How long ago the oldest finished task still kept finished (nil: none), for `/metrics`.
     public func oldestFinishedTask(now: Timestamp) throws(StoreError) -> Double? {
         try read { tx in
-            try tx.first("SELECT min(finished_at) FROM tasks WHERE finished_at IS NOT NULL AND \(Store.finalCondition)") {
+            try tx.first("SELECT min(finished_at) FROM tasks WHERE finished_at IS NOT NULL AND \(StoreRules.finalCondition)") {
                 $0.optionalDouble(0)
             }?.map { now - $0 }
         }

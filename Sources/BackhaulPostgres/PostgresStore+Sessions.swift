@@ -52,7 +52,7 @@ extension PostgresStore {
 
     public func sessions() throws(StoreError) -> [(SessionRecord, [TaskState: Int])] {
         try read { tx in
-            let sessions = try tx.rows("SELECT \(Self.sessionColumns) FROM sessions ORDER BY id", [], Store.decodeSession)
+            let sessions = try tx.rows("SELECT \(Self.sessionColumns) FROM sessions ORDER BY id", [], StoreRules.decodeSession)
             return try sessions.map { ($0, try counts(tx, sessionID: $0.id)) }
         }
     }
@@ -60,7 +60,7 @@ extension PostgresStore {
     public func sessionConfigurations() throws(StoreError) -> [String: TransferConfiguration] {
         try read { tx in
             var result: [String: TransferConfiguration] = [:]
-            for session in try tx.rows("SELECT \(Self.sessionColumns) FROM sessions", [], Store.decodeSession) {
+            for session in try tx.rows("SELECT \(Self.sessionColumns) FROM sessions", [], StoreRules.decodeSession) {
                 result[session.id] = session.configuration
             }
             return result
@@ -74,14 +74,14 @@ extension PostgresStore {
         let now = self.now
         return try write { [self] tx in
             guard let stored = try fetchSession(tx, id: id, lock: true) else { throw StoreError.notFound }
-            let (session, input) = try Store.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
+            let (session, input) = try StoreRules.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
                 let rows = try tx.rows(
                     """
                     SELECT id, configuration FROM tasks
                     WHERE session_id = $1 AND finished_at IS NULL AND configuration != '{}' ORDER BY seq
                     """, [.text(id)]
                 ) { ($0.string(0), $0.string(1)) }
-                try Store.checkOverrides(rows, against: configuration)
+                try StoreRules.checkOverrides(rows, against: configuration)
             }
             try saveSession(tx, session)
             if let input {

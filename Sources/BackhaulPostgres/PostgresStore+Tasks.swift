@@ -165,7 +165,7 @@ extension PostgresStore {
         let now = self.now
         return try write { [self] tx in
             guard let current = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
-            let (next, releases) = try Store.patched(current, change, now: now)
+            let (next, releases) = try StoreRules.patched(current, change, now: now)
             if releases { try scheduleCleanup(tx, for: current, now: now) }
             return try save(tx, from: current, to: next, now: now)
         }
@@ -195,7 +195,7 @@ extension PostgresStore {
                 SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
                 FROM attempts WHERE task_seq = $1 ORDER BY number DESC
                 """, [.int(sequence)]
-            ) { row in try Store.decodeAttempt(row, taskID: taskID) }
+            ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
         }
     }
 

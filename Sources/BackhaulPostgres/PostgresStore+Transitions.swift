@@ -20,7 +20,7 @@ extension PostgresStore {
         _ tx: PostgresTransaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
         lease: PostgresTaskRows.LeaseChange = .keep
     ) throws -> TaskRecord {
-        try save(tx, from: task, to: try Store.applying(input, to: task, now: now), now: now, lease: lease)
+        try save(tx, from: task, to: try StoreRules.applying(input, to: task, now: now), now: now, lease: lease)
     }
 
     /// Writes `after` over `before` (the row as read, locked) and records what the change calls
@@ -93,7 +93,7 @@ extension PostgresStore {
     func fetchSession(_ tx: PostgresTransaction, id: String, lock: Bool) throws -> SessionRecord? {
         try tx.first(
             "SELECT \(Self.sessionColumns) FROM sessions WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)],
-            Store.decodeSession)
+            StoreRules.decodeSession)
     }
 
     func saveSession(_ tx: PostgresTransaction, _ session: SessionRecord) throws {
@@ -133,7 +133,7 @@ extension PostgresStore {
         guard
             let (session, open) = try tx.first(
                 "SELECT \(Self.sessionColumns), open_tasks FROM sessions WHERE id = $1 FOR UPDATE", [.text(id)],
-                { row in (try Store.decodeSession(row), Int(row.int(5))) })
+                { row in (try StoreRules.decodeSession(row), Int(row.int(5))) })
         else { return nil }
         tx.lockedSessions[id] = (session, open)
         return (session, open + (tx.openDeltas[id] ?? 0))

@@ -9,10 +9,10 @@ import PostgreSQL
 /// clock), the rows it reads locked and those another node is claiming at that moment skipped;
 /// recording the attempt ends the claim. A node that stops lets its claims run out, and another
 /// sends them, with the same `webhook-id` (the event's id). `session.drained` still waits for
-/// every earlier delivery of its subscription (`Store.drainedIsLast`), whichever node has them.
+/// every earlier delivery of its subscription (`StoreRules.drainedIsLast`), whichever node has them.
 extension PostgresStore {
     static let webhookInsert = """
-        INSERT INTO webhooks (\(Store.webhookColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        INSERT INTO webhooks (\(StoreRules.webhookColumns)) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
         ON CONFLICT (id) DO UPDATE SET url = excluded.url, events = excluded.events, secret = excluded.secret,
             previous_secret = excluded.previous_secret, previous_secret_expires_at = excluded.previous_secret_expires_at,
             enabled = excluded.enabled, disabled_reason = excluded.disabled_reason
@@ -20,8 +20,8 @@ extension PostgresStore {
 
     func fetchWebhook(_ tx: PostgresTransaction, id: String, lock: Bool) throws -> WebhookRecord? {
         try tx.first(
-            "SELECT \(Store.webhookColumns) FROM webhooks WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)],
-            Store.decodeWebhook)
+            "SELECT \(StoreRules.webhookColumns) FROM webhooks WHERE id = $1\(lock ? " FOR UPDATE" : "")", [.text(id)],
+            StoreRules.decodeWebhook)
     }
 
     func saveWebhook(_ tx: PostgresTransaction, _ webhook: WebhookRecord) throws {
@@ -60,8 +60,8 @@ extension PostgresStore {
     public func webhooks(sessionID: String) throws(StoreError) -> [WebhookRecord] {
         try read { tx in
             try tx.rows(
-                "SELECT \(Store.webhookColumns) FROM webhooks WHERE session_id = $1 ORDER BY created_at, id COLLATE \"C\"",
-                [.text(sessionID)], Store.decodeWebhook)
+                "SELECT \(StoreRules.webhookColumns) FROM webhooks WHERE session_id = $1 ORDER BY created_at, id COLLATE \"C\"",
+                [.text(sessionID)], StoreRules.decodeWebhook)
         }
     }
 
@@ -101,18 +101,18 @@ extension PostgresStore {
     {
         let after = cursor.flatMap { Int64($0) } ?? 0
         return try read { tx in
-            let select = Store.deliverySelect
+            let select = StoreRules.deliverySelect
             let rows: [DeliveryRecord]
             if let state {
                 rows = try tx.rows(
                     "\(select) WHERE d.webhook_id = $1 AND d.state = $2 AND d.seq > $3 ORDER BY d.seq LIMIT $4",
-                    [.text(webhookID), .text(state.rawValue), .int(after), .int(limit + 1)], Store.decodeDelivery)
+                    [.text(webhookID), .text(state.rawValue), .int(after), .int(limit + 1)], StoreRules.decodeDelivery)
             } else {
                 rows = try tx.rows(
                     "\(select) WHERE d.webhook_id = $1 AND d.seq > $2 ORDER BY d.seq LIMIT $3",
-                    [.text(webhookID), .int(after), .int(limit + 1)], Store.decodeDelivery)
+                    [.text(webhookID), .int(after), .int(limit + 1)], StoreRules.decodeDelivery)
             }
-            return Store.page(rows, limit: limit)
+            return StoreRules.page(rows, limit: limit)
         }
     }
 
@@ -140,7 +140,7 @@ extension PostgresStore {
                     SELECT d.seq FROM deliveries d
                     WHERE d.state = 'pending' AND d.next_attempt_at <= $1
                         AND (d.claimed_by IS NULL OR d.claimed_by = $2 OR d.claim_expires_at <= clock_timestamp())
-                        AND NOT (d.seq = ANY($3::bigint[])) AND \(Store.drainedIsLast)
+                        AND NOT (d.seq = ANY($3::bigint[])) AND \(StoreRules.drainedIsLast)
                         AND EXISTS (SELECT 1 FROM webhooks w WHERE w.id = d.webhook_id)
                         AND EXISTS (SELECT 1 FROM events e WHERE e.seq = d.event_seq)
                     ORDER BY d.next_attempt_at, d.seq LIMIT $4
@@ -152,7 +152,7 @@ extension PostgresStore {
                 RETURNING d.seq, d.webhook_id, w.url, w.secret, w.previous_secret, w.previous_secret_expires_at, e.id, e.type,
                     e.created_at, e.data, d.attempts, d.next_attempt_at
                 """, [.double(now), .text(node), busy, .int(limit), lease]
-            ) { row in (delivery: Store.decodePendingDelivery(row, now: now), due: row.double(11)) }
+            ) { row in (delivery: StoreRules.decodePendingDelivery(row, now: now), due: row.double(11)) }
             return claimed.sorted { ($0.due, $0.delivery.sequence) < ($1.due, $1.delivery.sequence) }.map(\.delivery)
         }
     }
@@ -170,7 +170,7 @@ extension PostgresStore {
                         $3::double precision + extract(epoch FROM d.claim_expires_at - clock_timestamp())::double precision)
                     ELSE d.next_attempt_at END)
                 FROM deliveries d
-                WHERE d.state = 'pending' AND \(Store.drainedIsLast) AND NOT (d.seq = ANY($2::bigint[]))
+                WHERE d.state = 'pending' AND \(StoreRules.drainedIsLast) AND NOT (d.seq = ANY($2::bigint[]))
                 """, [.text(node), .array(inFlight.sorted()), .double(now)]
             ) { $0.optionalDouble(0) } ?? nil
         }
@@ -190,7 +190,7 @@ extension PostgresStore {
                         "SELECT webhook_id, history FROM deliveries WHERE seq = $1 AND state = 'pending' FOR UPDATE",
                         [.int(sequence)], { ($0.string(0), $0.string(1)) })
                 else { return }
-                let (state, next, history) = Store.attemptRecorded(
+                let (state, next, history) = StoreRules.attemptRecorded(
                     history: historyText, now: now, status: status, error: error, decision: decision)
                 // Another node's claim stays: it took the delivery over and may be sending it now.
                 try tx.execute(

@@ -1,5 +1,6 @@
 import BackhaulCore
 import BackhaulPostgres
+import BackhaulSQLite
 import BackhaulStore
 import Glibc
 import Logging

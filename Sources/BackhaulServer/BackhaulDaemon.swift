@@ -3,6 +3,7 @@ import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
 import BackhaulPostgres
+import BackhaulSQLite
 import BackhaulStore
 import BackhaulWebhooks
 import Curl

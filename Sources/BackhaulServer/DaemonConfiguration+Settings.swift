@@ -2,6 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
+import BackhaulSQLite
 import BackhaulStore
 import JSONCodec
 

@@ -1,6 +1,7 @@
 import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
+import BackhaulSQLite
 import BackhaulStore
 import JSONCodec
 

@@ -1,5 +1,4 @@
 import BackhaulCore
-import SQLite
 import Threads
 
 /// A write's answer, waited for by the thread that handed it over.
@@ -20,17 +19,5 @@ public final class PendingWrite<T>: @unchecked Sendable {
         if let error { throw error }
         guard let value else { throw StoreError.database("a write ended without a result") }
         return value
-    }
-}
-
-extension StoreError {
-    /// Maps what a write threw to the store's terms.
-    init(_ error: any Error) {
-        switch error {
-        case let error as StoreError: self = error
-        case let error as ValidationError: self = .invalid(error)
-        case let error as SQLiteError where error.isStorageFull: self = .storageFull
-        default: self = .database(String(describing: error))
-        }
     }
 }

@@ -1,7 +1,6 @@
 import BackhaulCore
 import Glibc
 import JSONCodec
-import SQLite
 
 /// A salvage of a damaged state database: when it ran, where the damaged files went, why, and what
 /// was copied and lost. Written as `salvage.json` beside the damaged files, so that a later start
@@ -27,6 +26,12 @@ public struct SalvageReport: Sendable, Equatable {
         public var name: String
         public var copied: Int
         public var lost: Int?
+
+        package init(name: String, copied: Int, lost: Int?) {
+            self.name = name
+            self.copied = copied
+            self.lost = lost
+        }
     }
 
     /// The report as `salvage.json` holds it.
@@ -46,7 +51,7 @@ public struct SalvageReport: Sendable, Equatable {
     }
 
     /// Reads a report back from `salvage.json`'s text; nil when it is not one.
-    init?(json text: String, directory: String) {
+    package init?(json text: String, directory: String) {
         guard let value = try? JSON.parse(text), let at = value["salvaged_at"]?.stringValue.flatMap(RFC3339.parse) else {
             return nil
         }
@@ -62,7 +67,7 @@ public struct SalvageReport: Sendable, Equatable {
         }
     }
 
-    init(at: Timestamp, directory: String, reason: String, tables: [TableFigures]) {
+    package init(at: Timestamp, directory: String, reason: String, tables: [TableFigures]) {
         self.at = at
         self.directory = directory
         self.reason = reason
@@ -81,4 +86,9 @@ public struct SalvageFailure: Error, Sendable, CustomStringConvertible {
     public var cause: String
 
     public var description: String { "\(cause) (the damage: \(damage))" }
+
+    package init(damage: String, cause: String) {
+        self.damage = damage
+        self.cause = cause
+    }
 }

@@ -95,7 +95,7 @@ public protocol StateStore: AnyObject, Sendable {
 
     // MARK: Cleanups (server-side releases of cancelled tasks)
 
-    func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [Store.DueCleanup]
+    func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup]
     func replaceCleanup(sequence: Int64, with found: [(uploadID: String, plan: CleanupPlan)]) throws(StoreError) -> Int
     func recordCleanup(sequence: Int64, retryAt: Timestamp?) throws(StoreError)
 
@@ -170,10 +170,6 @@ extension StateStore {
     }
 
     public func vacuumFreePages() throws(StoreError) -> Int { try vacuumFreePages(2000) }
-}
-
-extension Store: StateStore {
-    public func nodes() -> [NodeRecord]? { nil }
 }
 
 /// A node in the fleet, as `GET /v1/nodes` shows it.

@@ -2,13 +2,13 @@ import Glibc
 
 /// `fsync` of the directory that holds `path`: the names made or renamed in it are on disk after
 /// it. The failure, or nil.
-func syncDirectory(of path: String) -> SyncFailure? {
+package func syncDirectory(of path: String) -> SyncFailure? {
     let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
     return syncDirectory(at: directory.isEmpty ? "/" : directory)
 }
 
 /// `fsync` of `directory` itself. The failure, or nil.
-func syncDirectory(at directory: String) -> SyncFailure? {
+package func syncDirectory(at directory: String) -> SyncFailure? {
     let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     guard descriptor >= 0 else { return SyncFailure(errno: errno, call: "open", path: directory) }
     defer { close(descriptor) }
@@ -40,4 +40,10 @@ public struct SyncFailure: Sendable, Equatable, CustomStringConvertible {
     public var isDiskFull: Bool { errno == ENOSPC || errno == EDQUOT }
 
     public var description: String { "\(call) of \(path) failed: \(errnoName) (\(String(cString: strerror(errno))))" }
+
+    package init(errno: Int32, call: String, path: String) {
+        self.errno = errno
+        self.call = call
+        self.path = path
+    }
 }

@@ -1,6 +1,7 @@
 import BackhaulAPI
 import BackhaulCore
 import BackhaulFiles
+import BackhaulSQLite
 import BackhaulStore
 import Foundation
 import JSONCodec

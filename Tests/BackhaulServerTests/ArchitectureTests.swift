@@ -40,6 +40,25 @@ struct ArchitectureTests {
         }
     }
 
+    /// The store's interface stands alone: `BackhaulStore` imports no database, neither driver
+    /// imports the other, and only the wiring (and tests) sees a driver.
+    @Test("the store's two drivers depend on its interface, not on each other")
+    func driversApart() throws {
+        let manifest = try String(contentsOf: Self.root.appendingPathComponent("Package.swift"), encoding: .utf8)
+        let drivers: Set = ["BackhaulSQLite", "BackhaulPostgres"]
+        for target in PackageGraph(manifest: manifest).targets where !target.test {
+            let seen = drivers.intersection(target.dependencies)
+            switch target.name {
+            case "BackhaulServer": #expect(seen == drivers)
+            case "BackhaulStore":
+                #expect(seen.isEmpty && !target.dependencies.contains { ["SQLite", "PostgreSQL"].contains($0) })
+            case "BackhaulSQLite", "BackhaulPostgres":
+                #expect(target.dependencies.contains("BackhaulStore") && seen.isEmpty, "\(target.name) depends on \(seen)")
+            default: #expect(seen.isEmpty, "\(target.name) depends on the driver(s) \(seen)")
+            }
+        }
+    }
+
     /// A table row `| \`Name\` | \`A\`, \`B\` |` as the name and its dependencies in order.
     static func row(_ line: Substring) -> (String, [String])? {
         let cells = line.split(separator: "|", omittingEmptySubsequences: false).map {

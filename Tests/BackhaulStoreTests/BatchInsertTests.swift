@@ -4,6 +4,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// New tasks are written many rows a statement (`RowInsert`), numbered by the writer itself, and

@@ -6,6 +6,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// When a checkpoint is due and when it runs, as tables of events (`CheckpointSchedule` is pure:

@@ -5,6 +5,7 @@ import PostgreSQL
 import SQLite
 import Testing
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 @Suite("Event log")

@@ -5,6 +5,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// A batch's jobs are told the truth (docs/operations.md, "The state on disk"): each one told it

@@ -5,6 +5,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// The row copy of a salvage (`StoreSalvage`), on a real state file with a page of garbage.

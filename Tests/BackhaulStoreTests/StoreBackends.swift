@@ -5,6 +5,7 @@ import PostgreSQL
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// The two implementations of `StateStore` the store's tests run against (docs/fleet.md): what holds

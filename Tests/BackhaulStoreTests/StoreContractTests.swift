@@ -6,6 +6,7 @@ import JSONCodec
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// Parts of `StateStore` the tests beside it reach only through the API or the engine: counts,

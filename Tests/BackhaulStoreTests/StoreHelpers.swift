@@ -4,6 +4,7 @@ import Testing
 import Threads
 
 @testable import BackhaulPostgres
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// The engine's store calls hand their answer to a callback on the writer's thread; tests wait

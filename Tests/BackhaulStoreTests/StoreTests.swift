@@ -6,6 +6,7 @@ import SQLite
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// A clock tests move by hand.
@@ -667,7 +668,7 @@ struct StoreUpkeepTests {
         #expect(try plan(page).contains("tasks_by_session"))
         #expect(
             try plan(
-                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
+                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(StoreRules.finalCondition)"
             ).contains("tasks_finished"))
         let store = try Store(path: path)
         #expect(try store.oldestFinishedTask(now: 0) == nil)
@@ -734,7 +735,7 @@ struct TaskRowsOnlyTests {
 
     /// The engine's queue, the session counts and the claim's re-read hear of a task's change from
     /// `TaskRows` (`TaskFeed`): SQL that wrote `tasks` anywhere else would change a task unheard.
-    @Test("no SQL outside TaskRows.swift inserts, updates or deletes tasks")
+    @Test("no SQL outside TaskRows+SQLite.swift inserts, updates or deletes tasks")
     func onlyTaskRowsWritesTasks() throws {
         let pattern = try Regex(
             #"(?i)(INSERT\s+(OR\s+\w+\s+)?INTO|REPLACE\s+INTO|UPDATE(\s+OR\s+\w+)?|DELETE\s+FROM)\s+(main\.)?["`]?tasks\b"#)
@@ -746,12 +747,15 @@ struct TaskRowsOnlyTests {
             guard url.pathExtension == "swift", !url.path.contains("/Sources/BackhaulPostgres/") else { continue }
             files += 1
             let text = try String(contentsOf: url, encoding: .utf8)
-            if url.lastPathComponent != "TaskRows.swift", text.contains(pattern) { offenders.append(url.lastPathComponent) }
+            if url.lastPathComponent != "TaskRows+SQLite.swift", text.contains(pattern) {
+                offenders.append(url.lastPathComponent)
+            }
         }
         #expect(files > 100)
         #expect(offenders == [])
         // The pattern finds what it must: TaskRows itself inserts, updates (four statements) and deletes.
-        let rows = try String(contentsOf: Self.sources.appendingPathComponent("BackhaulStore/TaskRows.swift"), encoding: .utf8)
+        let rows = try String(
+            contentsOf: Self.sources.appendingPathComponent("BackhaulSQLite/TaskRows+SQLite.swift"), encoding: .utf8)
         #expect(rows.matches(of: pattern).count == 6)
         for statement in ["UPDATE OR IGNORE tasks SET", "replace into \"tasks\"", "DELETE FROM main.tasks"] {
             #expect(statement.contains(pattern), "\(statement)")

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 import Threads
 
+@testable import BackhaulSQLite
 @testable import BackhaulStore
 
 /// The engine holds its writes back for a turn (`Store.holdWrites`) so that a turn's ends and

@@ -1,3 +1,4 @@
+import BackhaulStore
 import SQLite
 
 /// The schema, as numbered migrations. Never edit a shipped migration: add the next one.

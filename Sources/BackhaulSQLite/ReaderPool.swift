@@ -1,3 +1,4 @@
+import BackhaulStore
 import SQLite
 import Threads
 

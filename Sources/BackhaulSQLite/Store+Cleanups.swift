@@ -1,13 +1,9 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
 
 extension Store {
-    /// A cleanup row as read: the request it asks for, or why it cannot be read.
-    public typealias DueCleanup = (
-        sequence: Int64, plan: Result<CleanupPlan, StoreError>, attempts: Int, taskID: String
-    )
-
     /// Cleanup requests due now (tus termination, S3 abort after a cancel). A row that cannot be
     /// read comes back as a failure, for the engine to log and drop, not to skip forever.
     public func dueCleanups(now: Timestamp, limit: Int, excluding busy: Set<Int64>) throws(StoreError) -> [DueCleanup] {
@@ -15,21 +11,11 @@ extension Store {
             try db.query(
                 "SELECT seq, request, attempts, task_id FROM cleanups WHERE next_attempt_at <= ? ORDER BY seq LIMIT ?",
                 [now, limit + busy.count]
-            ) { row -> DueCleanup? in busy.contains(row.int(0)) ? nil : Store.decodeCleanup(row) }.compactMap { $0 }.prefix(limit)
-                .map { $0 }
+            ) { row -> DueCleanup? in busy.contains(row.int(0)) ? nil : StoreRules.decodeCleanup(row) }.compactMap { $0 }.prefix(
+                limit
+            )
+            .map { $0 }
         }
-    }
-
-    /// A cleanup from the columns `seq, request, attempts, task_id`.
-    package static func decodeCleanup(_ row: some StoredRow) -> DueCleanup {
-        let text = row.string(1)
-        let plan = Result { () throws(StoreError) in
-            guard let value = try? JSON.parse(text), let plan = CleanupPlan.decode(value) else {
-                throw StoreError.corrupt("cleanup \(row.int(0)) holds \(text.prefix(200))")
-            }
-            return plan
-        }
-        return (row.int(0), plan, Int(row.int(2)), row.string(3))
     }
 
     /// A cleanup whose listing found uploads to release: those no unfinished task holds go in as
@@ -44,7 +30,7 @@ extension Store {
                 let held =
                     try db.queryFirst(
                         """
-                        SELECT 1 FROM tasks WHERE finished_at IS NULL AND \(Store.unfinishedCondition) AND checkpoint IS NOT NULL
+                        SELECT 1 FROM tasks WHERE finished_at IS NULL AND \(StoreRules.unfinishedCondition) AND checkpoint IS NOT NULL
                         AND json_extract(checkpoint, '$.location') = ? LIMIT 1
                         """, [uploadID]
                     ) { _ in true } ?? false

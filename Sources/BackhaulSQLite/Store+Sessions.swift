@@ -1,40 +1,18 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
 import Threads
 
 /// Sessions (OpenAPI/backhaul.yaml): records, their task counts (kept by the writer from `TaskFeed`), changes.
 extension Store {
-    /// Conditions on `state` without IN lists, as the partial indexes are written (a query must use
-    /// the same words for SQLite to use them).
-    package static let finalCondition = "(state = 'completed' OR state = 'failed' OR state = 'cancelled')"
-    package static let unfinishedCondition = "state != 'completed' AND state != 'failed' AND state != 'cancelled'"
     /// The unfinished tasks of the session bound first, found through the partial index
     /// `tasks_open` (`finished_at` is set exactly when a task ends).
-    static let openInSession = "session_id = ? AND finished_at IS NULL AND \(unfinishedCondition)"
+    static let openInSession = "session_id = ? AND finished_at IS NULL AND \(StoreRules.unfinishedCondition)"
 
     static func fetchSession(_ db: Connection, id: String) throws -> SessionRecord? {
         try db.queryFirst(
-            "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], decodeSession)
-    }
-
-    /// A session row. Its configuration was validated when it was written; read back it is
-    /// applied over the defaults like any stored configuration, and refused as corrupt if that
-    /// fails (never replaced by the defaults).
-    package static func decodeSession(_ row: some StoredRow) throws -> SessionRecord {
-        let id = row.string(0)
-        let configuration: TransferConfiguration
-        do {
-            configuration = try decodedConfigurations.configuration(row.string(1))
-        } catch {
-            throw StoreError.corrupt("session \(id) has a configuration this build cannot read (\(error))")
-        }
-        guard let lifecycle = SessionRecord.Lifecycle(rawValue: row.string(3)) else {
-            throw StoreError.corrupt("session \(id) is \(row.string(3))")
-        }
-        return SessionRecord(
-            id: id, configuration: configuration, enabled: row.int(2) != 0, lifecycle: lifecycle,
-            createdAt: row.double(4))
+            "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], StoreRules.decodeSession)
     }
 
     func saveSession(_ db: Connection, _ session: SessionRecord) throws {
@@ -83,7 +61,7 @@ extension Store {
     static func openTaskCount(_ db: Connection, sessionID: String) throws -> Int {
         Int(
             try db.queryFirst(
-                "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND \(Store.unfinishedCondition)",
+                "SELECT COALESCE(SUM(count), 0) FROM session_counts WHERE session_id = ? AND \(StoreRules.unfinishedCondition)",
                 [sessionID]
             ) { $0.int(0) } ?? 0)
     }
@@ -131,7 +109,7 @@ extension Store {
         try read { db in
             let sessions = try db.query(
                 "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions ORDER BY id", [],
-                Store.decodeSession)
+                StoreRules.decodeSession)
             return try sessions.map { ($0, try Store.counts(db, sessionID: $0.id)) }
         }
     }
@@ -141,7 +119,7 @@ extension Store {
         try read { db in
             var result: [String: TransferConfiguration] = [:]
             for session in try db.query(
-                "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions", [], Store.decodeSession)
+                "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions", [], StoreRules.decodeSession)
             {
                 result[session.id] = session.configuration
             }
@@ -162,7 +140,7 @@ extension Store {
         let now = self.now
         return try write { [self] db in
             guard let stored = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
-            let (session, input) = try Store.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
+            let (session, input) = try StoreRules.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
                 try Store.checkOverrides(db, sessionID: id, against: configuration)
             }
             try saveSession(db, session)
@@ -178,32 +156,6 @@ extension Store {
         }
     }
 
-    /// A client's change of `stored` (PATCH), its configuration checked against the unfinished
-    /// tasks' own overrides (`check`); the session as changed, and what its unfinished tasks get:
-    /// held or released when it is disabled or enabled, cancelled with reason 1 when
-    /// `cancelPending`; nil when they are left as they are.
-    package static func sessionUpdate(
-        _ stored: SessionRecord, cancelPending: Bool,
-        _ change: (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?),
-        check: (TransferConfiguration) throws -> Void
-    ) throws -> (SessionRecord, TaskInput?) {
-        var session = stored
-        let (configuration, enabled) = try change(session)
-        if let configuration, configuration != session.configuration {
-            try check(configuration)
-            session.configuration = configuration
-        }
-        let enabling = enabled.map { $0 != session.enabled } ?? false
-        if let enabled { session.enabled = enabled }
-        guard enabling || cancelPending else { return (session, nil) }
-        return (
-            session,
-            cancelPending
-                ? .serviceCancelled(.backgroundUpdatesDisabled, "cancelled: transfers were disabled for the session")
-                : .sessionEnabled(session.enabled)
-        )
-    }
-
     /// Every unfinished task of the session with overrides of its own must still be able to apply
     /// them over `configuration`; otherwise a ValidationError names the tasks (the first 10).
     static func checkOverrides(_ db: Connection, sessionID: String, against configuration: TransferConfiguration) throws {
@@ -213,27 +165,7 @@ extension Store {
             WHERE \(Store.openInSession) AND configuration != '{}' ORDER BY seq
             """, [sessionID]
         ) { ($0.string(0), $0.string(1)) }
-        try checkOverrides(rows, against: configuration)
-    }
-
-    /// The same over the unfinished tasks' ids and stored overrides, in creation order.
-    package static func checkOverrides(_ rows: [(String, String)], against configuration: TransferConfiguration) throws {
-        var refused: [String] = []
-        var reason = ""
-        for (taskID, overrides) in rows {
-            do {
-                _ = try configuration.applying(.object(try TaskRows.overrides(overrides, task: taskID)))
-            } catch let error as ValidationError {
-                if refused.isEmpty { reason = error.description }
-                refused.append(taskID)
-            }
-        }
-        guard !refused.isEmpty else { return }
-        let named = refused.prefix(10).joined(separator: ", ") + (refused.count > 10 ? " and \(refused.count - 10) more" : "")
-        throw ValidationError(
-            "configuration",
-            "cannot be applied under the own configuration of task(s) \(named) (\(reason)); "
-                + "PATCH or cancel those tasks first")
+        try StoreRules.checkOverrides(rows, against: configuration)
     }
 
     /// DELETE ?mode=finish: refuse new tasks, let the rest finish, remove the record when empty.
@@ -260,67 +192,5 @@ extension Store {
             }
             return false
         }
-    }
-}
-
-/// Session configurations as decoded from their stored text (applied over the defaults): every
-/// task creation reads its session, which need not parse and apply the same text each time. The
-/// value is a function of the text alone, so nothing here is ever out of date; the table is
-/// emptied when it holds more texts than any daemon has sessions.
-package final class DecodedConfigurations: Sendable {
-    private let table = Locked<[String: TransferConfiguration]>([:])
-    static let limit = 1024
-
-    package func configuration(_ text: String) throws -> TransferConfiguration {
-        if let known = table.withLock({ $0[text] }) { return known }
-        let decoded = try TransferConfiguration().applying(JSON.parse(text, maxDepth: 64))
-        table.withLock { table in
-            if table.count >= Self.limit { table.removeAll() }
-            table[text] = decoded
-        }
-        return decoded
-    }
-}
-
-extension Store {
-    package static let decodedConfigurations = DecodedConfigurations()
-}
-
-/// Committed session records, kept for reads: a POST of a task reads its session for the
-/// configuration it validates against, and that read was a read transaction of its own on
-/// every request. A commit that changes sessions forgets them (each store observes its commits
-/// before it answers the write, and a PostgreSQL node hears the other nodes'), and a record read
-/// from a snapshot older than such a commit is not kept: the generation moved while it was read.
-package struct SessionCache: Sendable {
-    package var records: [String: SessionRecord] = [:]
-    /// Moves on every commit that changed a session.
-    package var generation = 0
-
-    package init() {}
-
-    /// Forgets the sessions `changes` touched, or every one after changes that may have been
-    /// missed (`queueReload`: a node's feed reconnected).
-    package mutating func forget(_ changes: StoreChanges) {
-        guard !changes.sessions.isEmpty || changes.queueReload else { return }
-        if changes.queueReload { records = [:] }
-        for id in changes.sessions { records[id] = nil }
-        generation += 1
-    }
-
-    mutating func keep(_ record: SessionRecord, readAt generation: Int) {
-        guard generation == self.generation else { return }
-        records[record.id] = record
-    }
-
-    /// The session's record: kept, or read by `read` and kept unless a commit changed sessions
-    /// meanwhile.
-    package static func record(
-        _ cache: Locked<SessionCache>, id: String, read: () throws(StoreError) -> SessionRecord?
-    ) throws(StoreError) -> SessionRecord? {
-        let (cached, generation) = cache.withLock { ($0.records[id], $0.generation) }
-        if let cached { return cached }
-        let record = try read()
-        if let record { cache.withLock { $0.keep(record, readAt: generation) } }
-        return record
     }
 }

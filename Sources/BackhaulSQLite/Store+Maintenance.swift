@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulStore
 import Glibc
 import JSONCodec
 import SQLite
@@ -27,26 +28,6 @@ public struct WALPolicy: Sendable {
     /// `journal_size_limit`: what the log's file is cut back to when it starts over.
     public var journalSizeLimit = 4 << 20
 
-    public init() {}
-}
-
-/// What the store's housekeeping did, for `/metrics`.
-public struct MaintenanceFigures: Sendable, Equatable {
-    /// Transactions the writer committed.
-    public var commits = 0
-    public var walFrames = 0
-    public var passiveCheckpoints = 0
-    public var truncateCheckpoints = 0
-    /// Checkpoints held back by another connection, or that could not copy the whole log
-    /// (readers needed its older pages).
-    public var checkpointsBusy = 0
-    /// Checkpoints that failed (an I/O error, a full disk, corruption): logged, and retried later.
-    public var checkpointErrors = 0
-    /// Syncs of the state that failed (the store failed closed on the first).
-    public var syncFailures = 0
-    public var tasksPruned = 0
-    public var eventsPruned = 0
-    public var pagesVacuumed = 0
     public init() {}
 }
 
@@ -191,7 +172,7 @@ extension Store {
     public func oldestFinishedTask(now: Timestamp) throws(StoreError) -> Double? {
         try read { db in
             try db.queryFirst(
-                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(Store.finalCondition)"
+                "SELECT MIN(finished_at) FROM tasks INDEXED BY tasks_finished WHERE finished_at IS NOT NULL AND \(StoreRules.finalCondition)"
             ) { $0.optionalDouble(0) }?.map { now - $0 }
         }
     }

@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulStore
 import Glibc
 import SQLite
 import Threads

@@ -1,21 +1,8 @@
 import BackhaulCore
+import BackhaulStore
 import Glibc
 import SQLite
 import Threads
-
-/// Damage SQLite found in the state database while it was open: by a read, a write (the
-/// housekeeping's among them), or the background check (`IntegrityScan`). Reported in `/v1/info`
-/// (`state.damage`), the metrics and the dashboard as a salvage at start is; a store that found
-/// damage leaves no clean-stop mark, so the next start reads every page and salvages
-/// (docs/operations.md, "A damaged state").
-public struct StateDamage: Sendable, Equatable {
-    /// When it was first found.
-    public var at: Timestamp
-    /// SQLite's words, or `quick_check`'s.
-    public var reason: String
-    /// What found it: "a read", "a write" or "the background check".
-    public var foundBy: String
-}
 
 /// Keeps the first damage found while the store is open, and tells the daemon of it once.
 final class DamageWatch: Sendable {

@@ -1,3 +1,4 @@
+import BackhaulStore
 import Glibc
 
 /// The salvage's file work: a truncated file grown back, copies, durable small files.

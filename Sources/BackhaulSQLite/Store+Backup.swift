@@ -1,13 +1,7 @@
 import BackhaulCore
+import BackhaulStore
 import Glibc
 import SQLite
-
-/// A consistent copy of the state while the daemon runs (docs/operations.md, "Backups").
-public struct BackupResult: Sendable, Equatable {
-    public let path: String
-    public let bytes: Int64
-    public let seconds: Double
-}
 
 extension Store {
     /// Writes a consistent copy of the database to `path` (absolute; it must not exist yet), as of

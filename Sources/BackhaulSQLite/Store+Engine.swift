@@ -1,25 +1,7 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
-
-/// A task the policy holds, with what deciding again for it needs.
-public struct HeldTask: Sendable, Equatable {
-    public var sequence: Int64
-    public var id: String
-    public var sessionID: String
-    public var configurationOverrides: JSONObject
-    public var reason: WaitingReason
-
-    package init(
-        sequence: Int64, id: String, sessionID: String, configurationOverrides: JSONObject, reason: WaitingReason
-    ) {
-        self.sequence = sequence
-        self.id = id
-        self.sessionID = sessionID
-        self.configurationOverrides = configurationOverrides
-        self.reason = reason
-    }
-}
 
 /// The engine's side of the store. Its writes are handed over without waiting (relaxed
 /// durability); `done` runs after the commit, in commit order, and a write whose task
@@ -234,7 +216,8 @@ extension Store {
                     ) { ($0.string(0), .scheduledDue) }
                 for (id, input) in due { try transition(db, id: id, input, now: now) }
                 let expired = try db.query(
-                    "SELECT id FROM tasks WHERE deadline_at <= ? AND finished_at IS NULL AND \(Store.unfinishedCondition)", [now]
+                    "SELECT id FROM tasks WHERE deadline_at <= ? AND finished_at IS NULL AND \(StoreRules.unfinishedCondition)",
+                    [now]
                 ) { $0.string(0) }
                 for id in expired { try transition(db, id: id, .deadlinePassed, now: now) }
                 return (expired.count, try Store.nextTimer(db))
@@ -262,7 +245,7 @@ extension Store {
             } ?? nil
         let deadline =
             try db.queryFirst(
-                "SELECT MIN(deadline_at) FROM tasks WHERE finished_at IS NULL AND \(Store.unfinishedCondition)"
+                "SELECT MIN(deadline_at) FROM tasks WHERE finished_at IS NULL AND \(StoreRules.unfinishedCondition)"
             ) { $0.optionalDouble(0) } ?? nil
         return [retry, scheduled, deadline].compactMap { $0 }.min()
     }
@@ -311,18 +294,9 @@ extension Store {
         let now = self.now
         return try write { [self] db in
             let tasks = try db.query(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.unfinishedCondition)", [], TaskRows.decode)
+                "SELECT \(TaskRows.columns) FROM tasks WHERE \(StoreRules.unfinishedCondition)", [], TaskRows.decode)
             for task in tasks { try transition(db, task, .serviceCancelled(reason, nil), now: now) }
             return tasks.count
         }
-    }
-}
-
-extension TaskError {
-    /// How a task whose stored row cannot be read fails, alone, when a write must move it on (a
-    /// recovery at start, a takeover in a fleet): -3100 `internal_error`, naming what could not be
-    /// read. Both stores follow it (docs/operations.md, "A damaged state").
-    package static func unreadableRow(_ message: String) -> TaskError {
-        TaskError(.internalError, message: "the task's stored state cannot be read: \(message)")
     }
 }

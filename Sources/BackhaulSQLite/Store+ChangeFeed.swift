@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulStore
 import SQLite
 
 /// Every write of a task row goes through `TaskRows`, which reports it here, to the open
@@ -49,37 +50,6 @@ struct TaskFeed {
         // A completed task's file with `delete_file_on_success`, a `.part` file of a download that
         // ends without completing: removed after the durable commit.
         recorder.noteFiles(from: before, to: after)
-    }
-}
-
-extension StoreChanges {
-    /// Whether a task's change from `before` to `after` is one the observers hear of: its state,
-    /// or what the queue, the timers or the policy read.
-    package static func concerns(from before: TaskRecord, to after: TaskRecord) -> Bool {
-        before.configurationOverrides != after.configurationOverrides || before.state != after.state
-            || before.priority != after.priority || before.request != after.request
-            || before.nextAttemptAt != after.nextAttemptAt || before.earliestBeginAt != after.earliestBeginAt
-            || before.deadlineAt != after.deadlineAt
-    }
-
-    /// Notes a task written from `before` (nil: created) to `after`: the queue it enters or leaves,
-    /// a transfer to stop, its timers, a policy review.
-    package mutating func note(from before: TaskRecord?, to after: TaskRecord) {
-        if after.state == .queued {
-            let key = Scheduler.Key(session: after.sessionID, host: after.request.hostKey)
-            let limit = after.configurationOverrides["max_connections_per_host"]?.intValue.map { Int($0) }
-            queued.append(Scheduler.Entry(sequence: after.sequence, priority: after.priority, key: key, limit: limit))
-        } else if before?.state == .queued {
-            unqueued.append(after.sequence)
-        }
-        if before?.state == .running, after.state != .running { leftRunning.append(after.id) }
-        if after.state == .retrying { noteTimer(after.nextAttemptAt) }
-        if after.state == .waiting { noteTimer(after.earliestBeginAt) }
-        if !after.state.isFinal { noteTimer(after.deadlineAt) }
-        // A held task whose own configuration changed may be allowed now: the policy decides again.
-        if let before, before.configurationOverrides != after.configurationOverrides, after.state == .waiting {
-            policyReview = true
-        }
     }
 }
 

@@ -1,17 +1,7 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
-
-/// A page of a session's tasks.
-public struct TaskPage: Sendable {
-    public var tasks: [TaskRecord]
-    public var nextCursor: String?
-
-    /// A page from up to `limit + 1` tasks read in order (`Store.page`).
-    package init(reading rows: [TaskRecord], limit: Int) {
-        (tasks, nextCursor) = Store.page(rows, limit: limit, sequence: \.sequence)
-    }
-}
 
 /// The tasks as clients see and change them (OpenAPI/backhaul.yaml).
 extension Store {
@@ -188,27 +178,13 @@ extension Store {
         let now = self.now
         return try write { [self] db in
             guard let current = try TaskRows.fetch(db, id: id) else { throw StoreError.notFound }
-            let (next, releases) = try Store.patched(current, change, now: now)
+            let (next, releases) = try StoreRules.patched(current, change, now: now)
             // The old upload resource is released as on cancel, durably with the change.
             if releases { try scheduleCleanup(db, for: current, now: now) }
             try save(db, from: current, to: next, now: now)
             if next.state == .running { recorder.markPatched(next.sequence) }
             return next
         }
-    }
-
-    /// A client's change of `current` (PATCH) and the move it calls for (`TaskInput.patched`), and
-    /// whether it abandons the task's upload resource at the server (to be released as on cancel).
-    package static func patched(
-        _ current: TaskRecord, _ change: (inout TaskRecord) throws -> Void, now: Timestamp
-    ) throws -> (TaskRecord, releases: Bool) {
-        guard !current.state.isFinal else { throw StoreError.conflict("the task is \(current.state.rawValue)") }
-        var changed = current
-        try change(&changed)
-        guard case .success(let next) = changed.applying(.patched, now: now) else {
-            throw StoreError.conflict("the task is \(current.state.rawValue)")
-        }
-        return (next, TaskTransition.abandonsUploadResource(from: current, to: changed))
     }
 
     /// cancel / suspend / resume (OpenAPI/backhaul.yaml); a refused transition is a conflict.
@@ -243,21 +219,8 @@ extension Store {
                 SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
                 FROM attempts WHERE task_seq = ? ORDER BY number DESC
                 """, [sequence]
-            ) { row in try Store.decodeAttempt(row, taskID: taskID) }
+            ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
         }
-    }
-
-    /// An attempt's row: number, started_at, ended_at, bytes_sent, bytes_received, outcome,
-    /// http_status, error, network_type.
-    package static func decodeAttempt(_ row: some StoredRow, taskID: String) throws -> AttemptRecord {
-        guard let outcome = AttemptRecord.Outcome(rawValue: row.string(5)) else {
-            throw StoreError.corrupt("attempt \(row.int(0)) of task \(taskID) has the outcome \(row.string(5))")
-        }
-        return AttemptRecord(
-            number: Int(row.int(0)), startedAt: row.double(1), endedAt: row.double(2), bytesTransferred: row.int(3),
-            bytesReceived: row.int(4), outcome: outcome, httpStatus: row.optionalInt(6).map { Int($0) },
-            error: try row.optionalString(7).flatMap { TaskRecord.decodeError(try JSON.parse($0, maxDepth: 16)) },
-            networkType: row.optionalString(8).flatMap(NetworkType.init(rawValue:)))
     }
 
     /// Counts of waiting tasks by reason (metrics).

@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
 
@@ -16,19 +17,9 @@ extension Store {
 
     @discardableResult
     func transition(_ db: Connection, _ task: TaskRecord, _ input: TaskInput, now: Timestamp) throws -> TaskRecord {
-        let next = try Store.applying(input, to: task, now: now)
+        let next = try StoreRules.applying(input, to: task, now: now)
         try save(db, from: task, to: next, now: now)
         return next
-    }
-
-    /// `task` moved by `input`; `StoreError.conflict` when the input does not apply to it as it is.
-    package static func applying(_ input: TaskInput, to task: TaskRecord, now: Timestamp) throws -> TaskRecord {
-        switch task.applying(input, now: now) {
-        case .failure(let refused):
-            throw StoreError.conflict("cannot \(refused.input) a task that is \(refused.state.rawValue)")
-        case .success(let next):
-            return next
-        }
     }
 
     /// Writes `after` over `before` (the row as read in this transaction) and records what the

@@ -1,3 +1,4 @@
+import BackhaulStore
 import Glibc
 
 /// Whether the last process stopped cleanly and left the database as it is: a file `clean-stop`

@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulStore
 import JSONCodec
 import SQLite
 
