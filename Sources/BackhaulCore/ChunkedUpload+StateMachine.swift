@@ -44,7 +44,8 @@ public struct ChunkedUpload: TransferStateMachine {
         brokenOffset = offset < 0 ? offset : nil
     }
 
-    public var bytesAcknowledged: Int64 { state == .done ? total : offset }
+    /// Never below zero, though a broken stored checkpoint may say so (`brokenOffset`).
+    public var bytesAcknowledged: Int64 { state == .done ? total : max(0, offset) }
 
     public mutating func start(now: Timestamp) -> TransferStep {
         if let brokenOffset {
