@@ -73,7 +73,7 @@ final class APIFixture: @unchecked Sendable {
     }
 }
 
-nonisolated(unsafe) let apiFixture = APIFixture()
+let apiFixture = APIFixture()
 
 /// `METHOD /path?query`, header lines, an empty line, the body. `ROOT` in the path or body is the
 /// allowed root (which holds `file.bin` and `dir/`).
@@ -166,7 +166,7 @@ func runTokens(_ input: FuzzInput) {
 /// lines `NAME=value`.
 func runConfig(_ input: FuzzInput) {
     let path = NSTemporaryDirectory() + "backhaul-fuzz-config-\(getpid()).json"
-    FileManager.default.createFile(atPath: path, contents: Data(input.section(0).utf8))
+    _ = FileManager.default.createFile(atPath: path, contents: Data(input.section(0).utf8))
     var arguments = ["--config", path]
     arguments += input.section(1).lines.filter { !$0.isEmpty && !$0.hasPrefix("--config") }
     var environment: [String: String] = [:]

@@ -41,6 +41,25 @@ public func fuzzInitialize(_ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMut
     return 0
 }
 
+/// SwiftPM links an executable with `main` set to `backhaul_fuzz_main` (its entry point, renamed so
+/// that tests can link the module): here it hands over to libFuzzer's driver, as libFuzzer's own
+/// `main` would.
+@_cdecl("backhaul_fuzz_main")
+public func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc
+    var arguments = argv
+    return fuzzerRunDriver(&count, &arguments) { data, size in
+        guard let data else { return 0 }
+        return fuzzTestOneInput(data, size)
+    }
+}
+
+@_silgen_name("LLVMFuzzerRunDriver")
+func fuzzerRunDriver(
+    _ argc: UnsafeMutablePointer<CInt>, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+) -> CInt
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     selected?.run(FuzzInput(Array(UnsafeBufferPointer(start: data, count: size))))
