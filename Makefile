@@ -3,7 +3,7 @@ SWIFT ?= swift
 ARGS ?=
 SHELL := /bin/bash
 
-.PHONY: deps test-deps bench-deps build release run test ietf-peer torture soak crash-states fleet-faults bench image-test deb deb-test lint format clean
+.PHONY: deps test-deps bench-deps build release run test fuzz ietf-peer torture soak crash-states fleet-faults bench image-test deb deb-test lint format clean
 
 deps:
 	@scripts/install-deps.sh
@@ -32,14 +32,23 @@ run: build
 ## printed again at the end, where CI's tail shows them. A run that dies of Foundation's known
 ## Process.run() crash (swift-corelibs-foundation#5472, in no Swift release yet) starts over, at
 ## most twice (scripts/run-tests.sh). Then the power-loss crash states' short form: 100 states of
-## a shorter workload, about 30 s (see crash-states), and the fleet's fault campaign's: 20 rounds,
-## about 1.5 minutes (see fleet-faults).
+## a shorter workload, about 30 s (see crash-states), the fleet's fault campaign's: 20 rounds,
+## about 1.5 minutes (see fleet-faults), and last the fuzz targets for 3 s each (see fuzz).
 TEST_TIME_LIMIT ?= 1200
 test: test-deps lint ietf-peer
 	$(SWIFT) build --build-tests
 	@SWIFT="$(SWIFT)" TEST_TIME_LIMIT=$(TEST_TIME_LIMIT) scripts/run-tests.sh
 	CRASH_STATES=100 scripts/crash-states.sh --size short
 	scripts/fleet-faults.py --rounds 20
+	FUZZ_SECONDS=3 scripts/fuzz.sh
+
+## The fuzz targets (docs/security.md): a libFuzzer binary with AddressSanitizer (.build-fuzz; its
+## first build takes minutes), each target run FUZZ_SECONDS (60) on its corpus in .build/fuzz/.
+## Fails on a crash, an input slower than 1 s or 2 GiB of memory, keeping the input in .build/fuzz/.
+## `make test` runs it for 3 s a target.
+FUZZ_SECONDS ?= 60
+fuzz: test-deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) SWIFT="$(SWIFT)" scripts/fuzz.sh
 
 ## The IETF resumable-upload test peer: Apple's NIOResumableUpload (swift-nio-extras, from the
 ## package mirror) in a package of its own under Tests/IETFPeer, so that the daemon never depends on

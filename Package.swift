@@ -183,3 +183,17 @@ let package = Package(
             swiftSettings: swiftSettings),
     ]
 )
+
+// The fuzz targets (docs/security.md): one libFuzzer binary, declared only when `make fuzz`
+// builds it (BACKHAUL_FUZZ=1, with -Xswiftc -sanitize=fuzzer,address into .build-fuzz).
+if Context.environment["BACKHAUL_FUZZ"] != nil {
+    package.targets.append(
+        .executableTarget(
+            name: "backhaul-fuzz",
+            dependencies: [
+                "BackhaulCore", "BackhaulFiles", "BackhaulStore", "BackhaulPostgres", "BackhaulEngine", "BackhaulAPI",
+                "BackhaulServer",
+                "JSONCodec", "MicroHTTP", "Systemd", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Fuzz/Sources", swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])]))
+}

@@ -44,7 +44,8 @@ public struct ChunkedUpload: TransferStateMachine {
         brokenOffset = offset < 0 ? offset : nil
     }
 
-    public var bytesAcknowledged: Int64 { state == .done ? total : offset }
+    /// Never below zero, though a broken stored checkpoint may say so (`brokenOffset`).
+    public var bytesAcknowledged: Int64 { state == .done ? total : max(0, offset) }
 
     public mutating func start(now: Timestamp) -> TransferStep {
         if let brokenOffset {
@@ -74,10 +75,7 @@ public struct ChunkedUpload: TransferStateMachine {
                 state = .done
                 return .completed
             }
-            if status == 308 {
-                offset = Self.acknowledgedEnd(response.headers["range"]) ?? 0
-                return offset >= total ? fail("the server has every byte but did not complete the upload") : nextChunk()
-            }
+            if status == 308 { return resync(Self.acknowledgedEnd(response.headers["range"]) ?? 0) }
             if Self.isTransient(status) { return failHTTP(response, now: now) }
             // The server cannot say where it is: go on from the local record.
             return nextChunk()
@@ -93,14 +91,21 @@ public struct ChunkedUpload: TransferStateMachine {
             }
             if status == 308 && !isLast {
                 // Trust the server's account of what arrived, when it gives one.
-                offset = Self.acknowledgedEnd(response.headers["range"]) ?? (last + 1)
-                return offset >= total ? fail("the server has every byte but did not complete the upload") : nextChunk()
+                return resync(Self.acknowledgedEnd(response.headers["range"]) ?? (last + 1))
             }
             state = .idle
             return failHTTP(response, now: now)
         case .idle, .done:
             return fail("a response came when none was expected")
         }
+    }
+
+    /// Goes on from what the server says it holds; all of the file (or more) held but not
+    /// completed is a broken server, and is not counted.
+    private mutating func resync(_ held: Int64) -> TransferStep {
+        guard held < total else { return fail("the server has every byte but did not complete the upload") }
+        offset = held
+        return nextChunk()
     }
 
     private mutating func nextChunk() -> TransferStep {

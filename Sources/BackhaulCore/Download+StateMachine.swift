@@ -196,7 +196,7 @@ public struct DownloadMachine: TransferStateMachine {
     }
 
     /// Bytes of the file received so far (what progress shows).
-    public var bytesAcknowledged: Int64 { state == .receiving || state == .done ? writeStart + written : durableOffset }
+    public var bytesAcknowledged: Int64 { state == .receiving || state == .done ? writeStart + written : max(0, durableOffset) }
 
     public var checkpoint: TransferCheckpoint? {
         var checkpoint = TransferCheckpoint(offset: durableOffset, attempt: attemptOfOffset)

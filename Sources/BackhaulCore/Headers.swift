@@ -1,5 +1,15 @@
 import JSONValue
 
+/// Numbers in the headers servers answer.
+public enum HeaderNumber {
+    /// A count as tus's `Upload-Offset` and a Structured Field integer write it: 1 to 15 ASCII
+    /// digits, no sign, no space; nil otherwise (`-5`, `+5` and `-0` are not offsets).
+    public static func count(_ text: some StringProtocol) -> Int64? {
+        guard (1...15).contains(text.utf8.count), text.utf8.allSatisfy({ (48...57).contains($0) }) else { return nil }
+        return Int64(text)
+    }
+}
+
 /// Rules for request headers given by clients: valid tokens, no framing headers, redaction.
 public enum HeaderRules {
     /// The same name-value pairs, in whatever order.

@@ -95,7 +95,8 @@ public struct IETFUpload: TransferStateMachine {
         return nil
     }
 
-    public var bytesAcknowledged: Int64 { state == .done ? total : offset }
+    /// Never below zero, though a broken stored checkpoint may say so (`brokenCheckpoint`).
+    public var bytesAcknowledged: Int64 { state == .done ? total : max(0, offset) }
 
     public var checkpoint: TransferCheckpoint? {
         var checkpoint = TransferCheckpoint(offset: offset, location: location)
@@ -327,9 +328,7 @@ public struct IETFUpload: TransferStateMachine {
     /// A Structured Field Integer item (`Upload-Offset: 100`), parameters ignored; nil otherwise.
     static func integer(_ value: String?) -> Int64? {
         guard let value else { return nil }
-        let item = value.split(separator: ";", maxSplits: 1).first.map { $0.trimmed() } ?? ""
-        guard !item.isEmpty, item.count <= 15, item.allSatisfy(\.isASCII), item.allSatisfy(\.isNumber) else { return nil }
-        return Int64(item)
+        return HeaderNumber.count(value.split(separator: ";", maxSplits: 1).first.map { $0.trimmed() } ?? "")
     }
 
     /// A Structured Field Boolean item (`?1`, `?0`), parameters ignored; nil otherwise.

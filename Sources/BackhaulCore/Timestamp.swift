@@ -14,6 +14,9 @@ public enum RFC3339 {
     /// every task shown); returns 24.
     @discardableResult
     public static func write(_ time: Timestamp, into output: UnsafeMutablePointer<UInt8>) -> Int {
+        // A time no four-digit year holds (a stored value gone wrong) is written as the nearest
+        // one that does; NaN as the epoch.
+        let time = time.isNaN ? 0 : min(max(time, earliest), latest)
         var seconds = time_t(time.rounded(.down))
         var milliseconds = Int(((time - Double(seconds)) * 1000).rounded())
         if milliseconds >= 1000 {
@@ -45,6 +48,10 @@ public enum RFC3339 {
         output[23] = 90
         return 24
     }
+
+    /// 0000-01-01T00:00:00.000Z and 9999-12-31T23:59:59.999Z: what `format` can write.
+    static let earliest: Timestamp = -62_167_219_200
+    static let latest: Timestamp = 253_402_300_799.999
 
     /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`; nil when it is not that.
     public static func parse(_ text: String) -> Timestamp? {

@@ -62,7 +62,8 @@ public struct TusUpload: TransferStateMachine {
         return nil
     }
 
-    public var bytesAcknowledged: Int64 { offset }
+    /// Never below zero, though a broken stored checkpoint may say so (`brokenCheckpoint`).
+    public var bytesAcknowledged: Int64 { max(0, offset) }
 
     public var checkpoint: TransferCheckpoint? { TransferCheckpoint(offset: offset, location: location) }
 
@@ -106,9 +107,9 @@ public struct TusUpload: TransferStateMachine {
             return resume()
         case .creating:
             guard status == 201, let target = response.headers["location"] else { return failHTTP(response, now: now) }
-            let created = response.headers["upload-offset"].flatMap { Int64($0) } ?? 0
-            guard (0...total).contains(created) else {
-                return fail("the server created the upload at offset \(created) of \(total)")
+            let given = response.headers["upload-offset"]
+            guard let created = given.map(HeaderNumber.count) ?? 0, created <= total else {
+                return fail("the server created the upload at offset \(given ?? "") of \(total)")
             }
             location = Self.resolve(target, against: creationURL)
             offset = created
@@ -120,9 +121,11 @@ public struct TusUpload: TransferStateMachine {
                 offset = 0
                 return create()
             }
-            guard (200..<300).contains(status), let serverOffset = response.headers["upload-offset"].flatMap({ Int64($0) }),
-                (0...total).contains(serverOffset)
-            else { return failHTTP(response, now: now) }
+            guard (200..<300).contains(status) else { return failHTTP(response, now: now) }
+            // An offset that is no count, or past the file, is a lie: no retry makes it true.
+            guard let serverOffset = response.headers["upload-offset"].flatMap(HeaderNumber.count), serverOffset <= total else {
+                return fail("the upload answered HEAD with the offset \(response.headers["upload-offset"] ?? "none") of \(total)")
+            }
             offset = serverOffset
             return next()
         case .patching(_, let last):
@@ -135,9 +138,10 @@ public struct TusUpload: TransferStateMachine {
                 return .checksumMismatch(response)
             }
             guard (200..<300).contains(status) else { return failHTTP(response, now: now) }
-            let acknowledged = response.headers["upload-offset"].flatMap { Int64($0) } ?? (last + 1)
-            guard acknowledged > offset, acknowledged <= total else {
-                return fail("the server acknowledged offset \(acknowledged) after a PATCH at \(offset)")
+            let given = response.headers["upload-offset"]
+            guard let acknowledged = given.map(HeaderNumber.count) ?? (last + 1), acknowledged > offset, acknowledged <= total
+            else {
+                return fail("the server acknowledged offset \(given ?? "none") after a PATCH at \(offset)")
             }
             offset = acknowledged
             return next()

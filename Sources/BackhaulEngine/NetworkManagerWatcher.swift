@@ -114,21 +114,41 @@ final class NetworkManagerWatcher: Sendable {
             logger.warning("NetworkManager does not answer: the routing table is used", metadata: ["error": "\(error)"])
             return nil
         }
+        let reading = Self.reading(
+            manager: manager,
+            connection: { objectProperties(bus, Self.manager, $0, "org.freedesktop.NetworkManager.Connection.Active") },
+            device: { objectProperties(bus, Self.manager, $0, "org.freedesktop.NetworkManager.Device") },
+            modem: {
+                (
+                    objectProperties(bus, Self.modemManager, $0, "org.freedesktop.ModemManager1.Modem"),
+                    objectProperties(bus, Self.modemManager, $0, "org.freedesktop.ModemManager1.Modem.Modem3gpp")
+                )
+            }, missing: &missing)
+        return reading.network(classifier: classifier)
+    }
+
+    /// The reading from the property maps: the manager's, then those of the objects it names,
+    /// which `connection`, `device` and `modem` (the modem's and its 3GPP interface's) give by
+    /// object path. No bus: the fuzz target `dbus` feeds it values of any type (docs/security.md).
+    static func reading(
+        manager: [String: BusValue], connection: (String) -> [String: BusValue], device: (String) -> [String: BusValue],
+        modem: (String) -> ([String: BusValue], [String: BusValue]), missing: inout MissingProperties
+    ) -> NetworkManagerReading {
         var reading = NetworkManagerReading()
         reading.connectivity = missing.value(manager, "Connectivity", of: "manager", \.uint32)
         reading.managerMetered = missing.value(manager, "Metered", of: "manager", \.uint32)
         reading.primaryConnection =
             missing.value(manager, "PrimaryConnection", of: "manager", \.string)
             ?? manager["ActiveConnections"]?.objectPaths?.first
-        guard let primary = reading.primaryConnection, primary != "/" else { return reading.network(classifier: classifier) }
-        let connection = objectProperties(bus, Self.manager, primary, "org.freedesktop.NetworkManager.Connection.Active")
+        guard let primary = reading.primaryConnection, primary != "/" else { return reading }
+        let active = connection(primary)
         reading.connectionType =
-            missing.value(connection, "Type", of: "active connection", \.string) ?? manager["PrimaryConnectionType"]?.string
+            missing.value(active, "Type", of: "active connection", \.string) ?? manager["PrimaryConnectionType"]?.string
         var modemPath: String?
-        for (index, device) in (missing.value(connection, "Devices", of: "active connection", \.objectPaths) ?? []).prefix(8)
+        for (index, path) in (missing.value(active, "Devices", of: "active connection", \.objectPaths) ?? []).prefix(8)
             .enumerated()
         {
-            let properties = objectProperties(bus, Self.manager, device, "org.freedesktop.NetworkManager.Device")
+            let properties = device(path)
             if let type = missing.value(properties, "DeviceType", of: "device", \.uint32) { reading.deviceTypes.append(type) }
             if index == 0 {
                 reading.interface = missing.value(properties, "Interface", of: "device", \.string)
@@ -139,13 +159,12 @@ final class NetworkManagerWatcher: Sendable {
             }
         }
         if reading.type == .cellular, let modemPath {
-            let modem = objectProperties(bus, Self.modemManager, modemPath, "org.freedesktop.ModemManager1.Modem")
-            let threeGPP = objectProperties(bus, Self.modemManager, modemPath, "org.freedesktop.ModemManager1.Modem.Modem3gpp")
+            let (modemProperties, threeGPP) = modem(modemPath)
             reading.modem = ModemReading(
                 registrationState: missing.value(threeGPP, "RegistrationState", of: "modem", \.uint32),
-                accessTechnologies: missing.value(modem, "AccessTechnologies", of: "modem", \.uint32))
+                accessTechnologies: missing.value(modemProperties, "AccessTechnologies", of: "modem", \.uint32))
         }
-        return reading.network(classifier: classifier)
+        return reading
     }
 
     /// An object's properties; none (each field then unknown) when it vanished or fails.

@@ -99,6 +99,21 @@ public final class TusServer {
     }
 }
 
+extension TusServer {
+    /// The uploads by the filename their metadata names (tuspyserver keeps `<uid>.info` beside
+    /// each upload).
+    public var uploadsByFilename: [String: [String]] {
+        var map: [String: [String]] = [:]
+        for path in uploads {
+            guard let info = FileManager.default.contents(atPath: path + ".info"), let json = try? JSON.parse(Array(info)),
+                let name = json["metadata"]?["filename"]?.stringValue
+            else { continue }
+            map[name, default: []].append(path)
+        }
+        return map
+    }
+}
+
 /// S3 (`s3_server.py`: moto checking SigV4 signatures, an IAM user of its own, one bucket),
 /// with its request log.
 public final class S3Server {

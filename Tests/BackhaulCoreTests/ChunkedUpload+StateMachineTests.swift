@@ -31,6 +31,28 @@ struct ChunkedUploadStateMachineTests {
         #expect(machine.bytesAcknowledged == 2500)
     }
 
+    /// Found by the fuzz target `chunked`: a status query answered `308` with `Range: bytes=0-3499`
+    /// for a file of 2500 bytes showed 3500 bytes acknowledged, and checkpointed them.
+    @Test("a 308 whose Range passes the file fails the attempt and counts nothing past the file")
+    func rangePastTheFile() {
+        var queried = ChunkedUpload(task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000))
+        _ = queried.start(now: 0)
+        guard case .failed(.fatal) = queried.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-3499"]), now: 0)
+        else {
+            Issue.record("a Range past the file must fail the attempt")
+            return
+        }
+        #expect(queried.bytesAcknowledged == 1000 && queried.checkpoint?.offset == 1000)
+        var sent = ChunkedUpload(task: task(), headers: [], checkpoint: nil)
+        _ = sent.start(now: 0)
+        guard case .failed(.fatal) = sent.didReceive(ResponseHead(status: 308, headers: ["range": "bytes=0-3499"]), now: 0)
+        else {
+            Issue.record("a Range past the file must fail the attempt")
+            return
+        }
+        #expect(sent.bytesAcknowledged == 0)
+    }
+
     @Test("a 308 with a shorter Range makes it resend from the server's offset")
     func serverRange() {
         var machine = ChunkedUpload(task: task(), headers: [], checkpoint: nil)

@@ -356,6 +356,14 @@ struct ConfigurationTests {
     @Test("RFC 3339 round trip and offsets")
     func times() {
         #expect(RFC3339.format(0) == "1970-01-01T00:00:00.000Z")
+        // Found by the fuzz target `row`: a stored time no year of four digits holds trapped in
+        // the conversion to time_t (or in a digit below zero) when the task was shown.
+        #expect(RFC3339.format(1.8e91) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.format(.infinity) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.format(253_402_300_799.9999) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.format(-1e15) == "0000-01-01T00:00:00.000Z")
+        #expect(RFC3339.format(-.infinity) == "0000-01-01T00:00:00.000Z")
+        #expect(RFC3339.format(.nan) == "1970-01-01T00:00:00.000Z")
         #expect(RFC3339.parse("2026-11-22T02:00:00Z") == 1_795_312_800)
         #expect(RFC3339.parse("2026-11-22T03:00:00+01:00") == 1_795_312_800)
         #expect(RFC3339.parse("2026-11-22T02:00:00.250Z") == 1_795_312_800.25)

@@ -97,6 +97,47 @@ struct TusUploadStateMachineTests {
         }
     }
 
+    /// Found by hostile peers: a HEAD after a failed PATCH answered `Upload-Offset: -5`, and the
+    /// machine sent a PATCH at -5. An offset that is not a plain count within the file is a lie.
+    @Test(
+        "a HEAD's Upload-Offset that is negative, signed or past the size is refused",
+        arguments: ["-5", "-0", "+1000", "2501", " 1000", "1e3", "99999999999999999999"])
+    func hostileProbe(_ value: String) {
+        var machine = TusUpload(
+            task: task(), headers: [], checkpoint: TransferCheckpoint(offset: 1000, location: "http://h:1080/files/abc"))
+        _ = machine.start(now: 0)
+        guard
+            case .failed(.fatal(let error)) = machine.didReceive(
+                ResponseHead(status: 200, headers: ["upload-offset": value]), now: 0)
+        else {
+            Issue.record("Upload-Offset \(value) must fail the attempt as a bad server response")
+            return
+        }
+        #expect(error.code == TaskError.Kind.badServerResponse.rawValue)
+        #expect(machine.bytesAcknowledged == 1000)
+    }
+
+    @Test("a creation or PATCH answer with a signed Upload-Offset is refused", arguments: ["-5", "+1000", "-0"])
+    func hostileAcknowledgement(_ value: String) {
+        var created = TusUpload(task: task(), headers: [], checkpoint: nil)
+        _ = created.start(now: 0)
+        guard
+            case .failed(.fatal) = created.didReceive(
+                ResponseHead(status: 201, headers: ["location": "/files/abc", "upload-offset": value]), now: 0)
+        else {
+            Issue.record("a creation at \(value) must fail")
+            return
+        }
+        var patched = TusUpload(task: task(), headers: [], checkpoint: nil)
+        _ = patched.start(now: 0)
+        _ = patched.didReceive(ResponseHead(status: 201, headers: ["location": "/files/abc"]), now: 0)
+        guard case .failed(.fatal) = patched.didReceive(ResponseHead(status: 204, headers: ["upload-offset": value]), now: 0)
+        else {
+            Issue.record("a PATCH acknowledged at \(value) must fail")
+            return
+        }
+    }
+
     func checksummed() -> TaskRecord {
         var record = task()
         record.upload.checksum = .sha256

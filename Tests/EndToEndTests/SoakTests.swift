@@ -478,7 +478,7 @@ final class SoakRun {
             }
         }
         let requests = Dictionary(grouping: fixture.sink.requests, by: \.path)
-        let tusUploads = tusUploadsByFilename()
+        let tusUploads = tus.uploadsByFilename
         outcome.faults = fixture.sink.faults
         for task in tasks {
             var state = finals[task.id]?["state"]?.stringValue
@@ -521,18 +521,6 @@ final class SoakRun {
             }
         }
         return outcome
-    }
-
-    /// tuspyserver keeps `<uid>.info` beside each upload; its metadata has the filename sent.
-    func tusUploadsByFilename() -> [String: [String]] {
-        var map: [String: [String]] = [:]
-        for path in tus.uploads {
-            guard let info = FileManager.default.contents(atPath: path + ".info"), let json = try? JSON.parse(Array(info)),
-                let name = json["metadata"]?["filename"]?.stringValue
-            else { continue }
-            map[name, default: []].append(path)
-        }
-        return map
     }
 
     // MARK: The report
