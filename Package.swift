@@ -191,8 +191,8 @@ if Context.environment["BACKHAUL_FUZZ"] != nil {
         .executableTarget(
             name: "backhaul-fuzz",
             dependencies: [
-                "BackhaulCore", "BackhaulFiles", "BackhaulStore", "BackhaulPostgres", "BackhaulEngine", "BackhaulAPI",
-                "BackhaulServer",
+                "BackhaulCore", "BackhaulFiles", "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine",
+                "BackhaulAPI", "BackhaulServer",
                 "JSONCodec", "MicroHTTP", "Systemd", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Fuzz/Sources", swiftSettings: swiftSettings + [.unsafeFlags(["-parse-as-library"])]))

@@ -3,6 +3,7 @@
 // daemon's configuration file, flags and environment.
 import BackhaulCore
 import BackhaulFiles
+import BackhaulSQLite
 import BackhaulStore
 import Foundation
 import JSONCodec

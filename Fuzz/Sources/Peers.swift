@@ -149,12 +149,12 @@ func runRow(_ input: FuzzInput) {
     let lines = input.text.lines
     let row = FuzzRow(lines.dropFirst().joined(separator: "\n"))
     switch lines.first ?? "" {
-    case "session": _ = try? Store.decodeSession(row)
-    case "webhook": _ = try? Store.decodeWebhook(row)
-    case "delivery": _ = Store.decodeDelivery(row)
-    case "event": _ = Store.decodeEvent(row)
-    case "attempt": _ = try? Store.decodeAttempt(row, taskID: "t")
-    case "cleanup": _ = Store.decodeCleanup(row)
+    case "session": _ = try? StoreRules.decodeSession(row)
+    case "webhook": _ = try? StoreRules.decodeWebhook(row)
+    case "delivery": _ = StoreRules.decodeDelivery(row)
+    case "event": _ = StoreRules.decodeEvent(row)
+    case "attempt": _ = try? StoreRules.decodeAttempt(row, taskID: "t")
+    case "cleanup": _ = StoreRules.decodeCleanup(row)
     default:
         guard let task = try? TaskRows.decode(row) else { return }
         _ = task.jsonText()
