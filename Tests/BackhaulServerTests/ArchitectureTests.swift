@@ -85,7 +85,13 @@ struct PackageGraph {
     var targets: [Target] = []
 
     init(manifest: String) {
-        let text = Array(manifest.unicodeScalars)
+        // The `Package(...)` literal only: a target appended to it under a condition (the fuzz
+        // binary, built with BACKHAUL_FUZZ set) is a tool for tests, not part of the product's graph.
+        var text = Array(manifest.unicodeScalars)
+        if let literal = manifest.range(of: "let package = Package(") {
+            let open = manifest.unicodeScalars.distance(from: manifest.unicodeScalars.startIndex, to: literal.upperBound)
+            text = Array(text[..<Self.closing(in: text, from: open, open: "(", close: ")")])
+        }
         var index = 0
         let kinds = [".target(": false, ".executableTarget(": false, ".testTarget(": true]
         while index < text.count {
