@@ -39,7 +39,7 @@ test: test-deps lint ietf-peer
 	$(SWIFT) build --build-tests
 	@SWIFT="$(SWIFT)" TEST_TIME_LIMIT=$(TEST_TIME_LIMIT) scripts/run-tests.sh
 	CRASH_STATES=100 scripts/crash-states.sh --size short
-	scripts/fleet-faults.py --rounds 20
+	scripts/fleet-faults.py --rounds 20 --tolerate-late-after-outage
 	FUZZ_SECONDS=3 scripts/fuzz.sh
 
 ## The fuzz targets (docs/security.md): a libFuzzer binary with AddressSanitizer (.build-fuzz; its

