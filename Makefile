@@ -65,7 +65,7 @@ torture: test-deps
 	  BACKHAUL_TORTURE=full $(SWIFT) test --skip-build --filter 'EndToEndTests/(crashLoop|flakyServer|signalsAndRecovery|fullDisk|webhooksSurviveOutageAndCrash)' || exit 1; \
 	done
 
-## The soak (issue 20): SOAK_SECONDS (30 minutes) of mixed load on the debug build: every upload
+## The soak: SOAK_SECONDS (30 minutes) of mixed load on the debug build: every upload
 ## protocol and downloads, webhooks to a consumer away for the middle third, a sink failing 20 % of
 ## requests, a SIGKILL every 3 minutes. Fails if anything accepted is lost or if RSS, descriptors,
 ## threads or the state directory end more than 10 % above where they settled (after D/6 = 5
@@ -139,9 +139,9 @@ clean:
 ## Side by side on loopback (release build of backhauld alone): one big file vs curl, 2,000 small
 ## files to nginx WebDAV vs curl and curl -Z (and to rclone serve webdav vs rclone), the API under
 ## wrk, a million queued tasks, instructions per task under callgrind; prints every target of
-## issue 16 with met / not met and writes bench-results/latest.json. About 6 minutes here;
+## the benchmark with met / not met and writes bench-results/latest.json. About 6 minutes here;
 ## BENCH_ARGS="--quick" checks the script in one, BENCH_ARGS="--only many,profile" runs sections.
-## As root, the background section (issue 48) measures background uploads on a shaped 40 Mbit
+## As root, the background section measures background uploads on a shaped 40 Mbit
 ## link in network namespaces beside plain curl (scripts/benchlib/lab.py); elsewhere it is skipped.
 bench: bench-deps
 	$(SWIFT) build -c release --static-swift-stdlib --product backhauld

@@ -23,7 +23,7 @@
 #    the outside: the health check, an upload made with the image's CLI to a sink on loopback,
 #    its webhook verified by the independent standardwebhooks receiver, a download checked by
 #    digest, and the tasks still there after the container is replaced.
-# 6. The host's NetworkManager through a mounted bus (issue 37): a private dbus-daemon on the host
+# 6. The host's NetworkManager through a mounted bus: a private dbus-daemon on the host
 #    with python-dbusmock's NetworkManager and ModemManager (Tests/peers/network-bus.py), a gsm
 #    primary connection on it; the directory of its socket mounted read-only at /host/run/dbus as
 #    Deploy/compose.yaml mounts the host's /run/dbus; the default --network-source (auto) must

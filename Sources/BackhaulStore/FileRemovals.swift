@@ -1,7 +1,7 @@
 import BackhaulCore
 
-/// The files a transaction makes useless, removed once its commit is durable (SPEC §6.1): the
-/// source of a task completed with `delete_file_on_success`, and the `.part` file of a download
+/// The files a transaction makes useless, removed once its commit is durable (docs/fleet.md,
+/// "Durable before delete"): the source of a task completed with `delete_file_on_success`, and the `.part` file of a download
 /// that ended without completing. A removal is for good, while a commit that is not yet on disk
 /// may be undone by a crash of the machine or of the database server; so both writers
 /// (`StoreWriter`, `PostgresWriter`) follow this one rule: note the files as the rows change

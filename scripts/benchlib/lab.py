@@ -1,4 +1,4 @@
-"""The background lab (issue 48): a 40 Mbit bottleneck with a modem-sized queue, on this machine.
+"""The background lab: a 40 Mbit bottleneck with a modem-sized queue, on this machine.
 
 host --veth-- router namespace --veth-- far namespace. The router forwards; a `tbf rate 40mbit
 burst 32kb limit 1500000` on its egress toward far is the bottleneck (about 300 ms of queue). The
@@ -335,7 +335,7 @@ def run_phases(binary, seconds=5.0):
 
 
 def verdicts(figures):
-    """Each target of issue 48: (name, figure text, target text, met)."""
+    """Each target of the background section: (name, figure text, target text, met)."""
     link, idle = LINK_BYTES, figures["idle"]
     bg, curl = figures["background_alone"], figures["curl_alone"]
     fg = figures["foreground_beside_background"]

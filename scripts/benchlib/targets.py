@@ -100,7 +100,7 @@ def targets(args, results):
             f"{hooks['events_per_s']:,.0f} events/s", "≥ 378 (445 on 2026-11-22, −15% drift)", hooks["events_per_s"] >= 378)
     background = results.get("background", {})
     for target in background.get("targets", []):
-        row("a 40 Mbit link, 300 ms of queue (issue 48)", target["row"], target["figure"], target["target"], target["met"])
+        row("a 40 Mbit link, 300 ms of queue", target["row"], target["figure"], target["target"], target["met"])
     return rows
 
 
