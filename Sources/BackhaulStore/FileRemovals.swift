@@ -1,11 +1,11 @@
 import BackhaulCore
 
 /// The files a transaction makes useless, removed once its commit is durable (docs/fleet.md,
-/// "Durable before delete"): the source of a task completed with `delete_file_on_success`, and the `.part` file of a download
-/// that ended without completing. A removal is for good, while a commit that is not yet on disk
-/// may be undone by a crash of the machine or of the database server; so both writers
-/// (`StoreWriter`, `PostgresWriter`) follow this one rule: note the files as the rows change
-/// (`note`), make the commit that holds any durable (`needsDurableCommit`), and only then remove
+/// "Durable before delete"): the source of a task completed with `delete_file_on_success`, and the
+/// `.part` file of a download that ended without completing. A removal is for good, while a commit
+/// that is not yet on disk may be undone by a crash of the machine or of the database server; so
+/// both writers (`StoreWriter`, `PostgresWriter`) follow this one rule: note the files as the rows
+/// change (`note`), make the commit that holds any durable (`needsDurableCommit`), and only then
 /// hand them to the remover the server set (`remove(through:)`; BackhaulFiles removes each beneath
 /// its allowed root, only while its name still leads to the task's file).
 package struct FileRemovals: Sendable {
