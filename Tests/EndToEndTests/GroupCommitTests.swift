@@ -6,7 +6,7 @@ import JSONCodec
 import Testing
 import Threads
 
-/// Issue 16: concurrent single-task POSTs share one transaction and one fsync (group commit), and
+/// Group commit: concurrent single-task POSTs share one transaction and one fsync (group commit), and
 /// each may be answered only after that commit. A SIGKILL loses what the process had not yet
 /// written to the kernel, so this test catches an answer given before the commit's write: a writer
 /// that answered its batch and committed 20 ms later (a commit timer) lost 4–16 answered tasks in

@@ -4,7 +4,7 @@ import Foundation
 import JSONCodec
 import Testing
 
-/// Issue 16: while many transfers run, the engine's writes (attempts ended, the next ones started)
+/// Write pacing: while many transfers run, the engine's writes (attempts ended, the next ones started)
 /// wait for the next turns', together one commit, until 3 slots wait for their claims or
 /// `write_pacing` passed. 160 uploads of 8-40 KiB through 16 slots to a sink that reads 400 KB/s a
 /// connection: the transfers end at scattered times, most of the time with 4 or more still
