@@ -39,12 +39,7 @@ extension PostgresStore {
                         ELSE (configuration::jsonb ->> 'max_connections_per_host')::bigint END
                 FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > $1 AND \(runsHere)
                 ORDER BY seq LIMIT $3
-                """, [.int(sequence), .text(node), .int(limit)]
-            ) { row in
-                Scheduler.Entry(
-                    sequence: row.int(0), priority: row.double(1),
-                    key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
-            }
+                """, [.int(sequence), .text(node), .int(limit)], StoreRules.queueEntry)
         }
     }
 
@@ -122,15 +117,6 @@ extension PostgresStore {
             }, done: done)
     }
 
-    public func recordStoppedAttempt(sequence: Int64, _ history: AttemptRecord) {
-        submit(
-            { tx in
-                var stopped = history
-                stopped.outcome = .stopped
-                try PostgresTaskRows.appendAttempt(tx, taskSequence: sequence, stopped)
-            }, done: { _ in })
-    }
-
     /// This node's tasks shown running that its engine does not run go back to the queue, their
     /// attempt not counted.
     public func requeueRunning(except running: Set<String>, done: @escaping @Sendable (Result<Int, StoreError>) -> Void) {
@@ -144,30 +130,6 @@ extension PostgresStore {
                 for task in orphans { try transition(tx, task, .requeued(counted: false), now: now, lease: .release) }
                 return orphans.count
             }, done: done)
-    }
-
-    public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: TransferCheckpoint) {
-        let text = checkpoint.json.serialized()
-        submit(
-            { tx in
-                PostgresTaskRows.saveProgress(
-                    tx, sequence: sequence, attempt: attempt, bytesTransferred: checkpoint.offset, checkpoint: text)
-            }, done: { _ in })
-    }
-
-    public func recordProgress(sequence: Int64, attempt: Int, bytesTransferred: Int64, live: LiveProgress) {
-        let now = self.now
-        submit(
-            { [self] tx in
-                guard var task = try PostgresTaskRows.fetch(tx, sequence: sequence, lock: false), task.state == .running,
-                    task.attempts == attempt
-                else { return }
-                task.bytesTransferred = bytesTransferred
-                PostgresTaskRows.saveProgress(tx, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
-                appendEvent(
-                    tx, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
-                    data: task.jsonText(live: live), now: now)
-            }, done: { _ in })
     }
 
     /// Moves tasks whose timers have passed, as `Store.fireTimers` does. Any node may: a row
@@ -229,28 +191,7 @@ extension PostgresStore {
                 SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
                 WHERE state = 'waiting' AND waiting_reason = ANY($3::text[]) AND seq > $1 AND \(runsHere)
                 ORDER BY seq LIMIT $4
-                """, [.int(afterSequence), .text(node), .array(reasons), .int(limit)]
-            ) { row in
-                guard let reason = WaitingReason(rawValue: row.string(4)) else {
-                    throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(4))")
-                }
-                return HeldTask(
-                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2),
-                    configurationOverrides: try TaskRows.overrides(row.string(3), task: row.string(1)), reason: reason)
-            }
+                """, [.int(afterSequence), .text(node), .array(reasons), .int(limit)], StoreRules.heldTask)
         }
-    }
-
-    public func applyPolicy(
-        sequence: Int64, _ decision: PolicyDecision, done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void
-    ) {
-        let now = self.now
-        submit(
-            { [self] tx -> TaskRecord? in
-                guard let task = try PostgresTaskRows.fetch(tx, sequence: sequence),
-                    case .success(let next) = task.applying(.policy(decision), now: now)
-                else { return nil }
-                return try save(tx, from: task, to: next, now: now)
-            }, done: done)
     }
 }

@@ -3,32 +3,23 @@ import BackhaulStore
 import JSONCodec
 import PostgreSQL
 
-/// Carrying out a task transition (`TaskRecord.applying`, in Core) inside the open transaction, as
-/// `Store+Transitions` does for SQLite: the changed columns, the event the new state calls for, the
-/// release of a cancelled task's server side, and the session's end.
+/// What a transition's effects write on PostgreSQL (the rules that decide them: `TransitionRules`),
+/// and the lease a transition takes or gives back, which only this driver has.
 extension PostgresStore {
-    /// Applies `input` to the task `id` and writes the result. Throws `StoreError.notFound`, or
-    /// `StoreError.conflict` when the input does not apply to the task as it is.
-    @discardableResult
-    func transition(_ tx: PostgresTransaction, id: String, _ input: TaskInput, now: Timestamp) throws -> TaskRecord {
-        guard let task = try PostgresTaskRows.fetch(tx, id: id) else { throw StoreError.notFound }
-        return try transition(tx, task, input, now: now)
-    }
-
     @discardableResult
     func transition(
         _ tx: PostgresTransaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
-        lease: PostgresTaskRows.LeaseChange = .keep
+        lease: PostgresTaskRows.LeaseChange
     ) throws -> TaskRecord {
         try save(tx, from: task, to: try StoreRules.applying(input, to: task, now: now), now: now, lease: lease)
     }
 
-    /// Writes `after` over `before` (the row as read, locked) and records what the change calls
-    /// for; the task as written, its revision counted.
+    /// Writes `after` over `before` (the row as read, locked), changing the lease as told, and
+    /// records what the change calls for (`save` without a lease change is the rules').
     @discardableResult
     func save(
         _ tx: PostgresTransaction, from before: TaskRecord, to after: TaskRecord, now: Timestamp,
-        lease: PostgresTaskRows.LeaseChange = .keep
+        lease: PostgresTaskRows.LeaseChange
     ) throws -> TaskRecord {
         guard after != before || lease != .keep else { return after }
         let written =
@@ -37,53 +28,19 @@ extension PostgresStore {
         return written
     }
 
-    /// What a new or changed task calls for besides its row (OpenAPI/backhaul.yaml).
-    func recorded(_ tx: PostgresTransaction, from before: TaskRecord?, to task: TaskRecord, now: Timestamp, data: String? = nil)
-        throws
-    {
-        if let type = TaskTransition.event(from: before, to: task) {
-            appendEvent(
-                tx, type: type.rawValue, sessionID: task.sessionID, taskID: task.id, data: data ?? task.jsonText(), now: now)
-        }
-        if TaskTransition.releasesServerSide(from: before, to: task) { try scheduleCleanup(tx, for: task, now: now) }
-        if TaskTransition.finished(from: before, to: task) {
-            try sessionTaskReachedFinalState(tx, sessionID: task.sessionID, now: now)
-        }
-    }
-
     /// An event of the transaction: written at its end, in order, under the events' lock
     /// (`PostgresWriter`), with its deliveries.
-    func appendEvent(_ tx: PostgresTransaction, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp) {
+    public func appendEvent(
+        _ tx: PostgresTransaction, type: String, sessionID: String, taskID: String?, data: String, now: Timestamp
+    ) {
         tx.events.append(.init(type: type, sessionID: sessionID, taskID: taskID, data: data, createdAt: now))
     }
 
-    /// A cancelled task whose protocol may have left something at the server gets what releases
-    /// it, in the same transaction.
-    func scheduleCleanup(_ tx: PostgresTransaction, for task: TaskRecord, now: Timestamp) throws {
-        let defaults = try fetchSession(tx, id: task.sessionID, lock: false)?.configuration.defaultHeaders ?? []
-        let machine = TransferMachines.machine(for: task, headers: HeaderRules.merged(defaults, task.request.headers))
-        guard let plan = machine.cancellation else { return }
-        try insertCleanup(tx, taskID: task.id, plan, now: now)
-    }
-
-    func insertCleanup(_ tx: PostgresTransaction, taskID: String, _ plan: CleanupPlan, now: Timestamp) throws {
+    public func insertCleanup(_ tx: PostgresTransaction, taskID: String, _ plan: CleanupPlan, now: Timestamp) throws {
         try tx.execute(
             "INSERT INTO cleanups (task_id, request, next_attempt_at, created_at) VALUES ($1, $2, $3, $4)",
             [.text(taskID), .text(plan.json.serialized()), .double(now), .double(now)])
         tx.changes.cleanupsAdded = true
-    }
-
-    /// After a task of the session finished: `session.drained` when nothing is left to do, and a
-    /// finishing session's record goes. The session's row is locked first, so that two nodes ending
-    /// its last two tasks at once count one after the other, and one of them says it drained.
-    func sessionTaskReachedFinalState(_ tx: PostgresTransaction, sessionID: String, now: Timestamp) throws {
-        guard !sessionID.isEmpty, let (session, open) = try lockedSession(tx, id: sessionID), open == 0 else { return }
-        var summary = JSONObject()
-        for (state, count) in try counts(tx, sessionID: sessionID) { summary[state.rawValue] = .int(Int64(count)) }
-        appendEvent(
-            tx, type: "session.drained", sessionID: sessionID, taskID: nil,
-            data: JSON.object(["session_id": .string(sessionID), "task_counts": .object(summary)]).serialized(), now: now)
-        if session.lifecycle == .finishing { try removeSession(tx, id: sessionID) }
     }
 
     // MARK: Sessions
@@ -96,7 +53,7 @@ extension PostgresStore {
             StoreRules.decodeSession)
     }
 
-    func saveSession(_ tx: PostgresTransaction, _ session: SessionRecord) throws {
+    public func saveSession(_ tx: PostgresTransaction, _ session: SessionRecord) throws {
         try tx.execute(
             """
             INSERT INTO sessions (id, configuration, enabled, lifecycle, created_at) VALUES ($1, $2, $3, $4, $5)
@@ -112,7 +69,7 @@ extension PostgresStore {
     }
 
     /// The session's tasks by state, as this transaction sees them.
-    func counts(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskState: Int] {
+    public func counts(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskState: Int] {
         var counts: [TaskState: Int] = [:]
         for (name, count) in try tx.rows(
             "SELECT state, count(*) FROM tasks WHERE session_id = $1 GROUP BY state", [.text(sessionID)],
@@ -140,7 +97,7 @@ extension PostgresStore {
     }
 
     /// Removes the session's record; its tasks (all final by now) stay readable by id, detached.
-    func removeSession(_ tx: PostgresTransaction, id: String) throws {
+    public func removeSession(_ tx: PostgresTransaction, id: String) throws {
         try tx.execute("UPDATE tasks SET detached_from = session_id, session_id = '' WHERE session_id = $1", [.text(id)])
         try tx.execute("DELETE FROM sessions WHERE id = $1", [.text(id)])
         tx.changes.sessions.insert(id)
@@ -148,7 +105,7 @@ extension PostgresStore {
     }
 
     /// The session's unfinished tasks in creation order, locked.
-    func unfinishedTasks(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskRecord] {
+    public func unfinishedTasks(_ tx: PostgresTransaction, sessionID: String) throws -> [TaskRecord] {
         try tx.rows(
             "\(PostgresTaskRows.select) WHERE session_id = $1 AND finished_at IS NULL ORDER BY seq FOR UPDATE",
             [.text(sessionID)], PostgresTaskRows.decode)

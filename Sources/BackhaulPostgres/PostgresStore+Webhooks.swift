@@ -24,7 +24,7 @@ extension PostgresStore {
             StoreRules.decodeWebhook)
     }
 
-    func saveWebhook(_ tx: PostgresTransaction, _ webhook: WebhookRecord) throws {
+    public func saveWebhook(_ tx: PostgresTransaction, _ webhook: WebhookRecord) throws {
         try tx.execute(
             Self.webhookInsert,
             [
@@ -36,20 +36,13 @@ extension PostgresStore {
     }
 
     /// Pending deliveries of a subscription end as `abandoned`, their claims with them.
-    func abandonDeliveries(_ tx: PostgresTransaction, webhookID: String, now: Timestamp, reason: String) throws {
+    public func abandonDeliveries(_ tx: PostgresTransaction, webhookID: String, now: Timestamp, reason: String) throws {
         try tx.execute(
             """
             UPDATE deliveries SET state = 'abandoned', next_attempt_at = NULL, finished_at = $1, last_error = $2,
                 claimed_by = NULL, claim_expires_at = NULL
             WHERE webhook_id = $3 AND state = 'pending'
             """, [.double(now), .text(reason), .text(webhookID)])
-    }
-
-    public func createWebhook(_ webhook: WebhookRecord) throws(StoreError) {
-        try write { [self] tx in
-            guard try fetchSession(tx, id: webhook.sessionID, lock: false) != nil else { throw StoreError.notFound }
-            try saveWebhook(tx, webhook)
-        }
     }
 
     public func webhook(id: String) throws(StoreError) -> WebhookRecord? {
@@ -62,37 +55,6 @@ extension PostgresStore {
             try tx.rows(
                 "SELECT \(StoreRules.webhookColumns) FROM webhooks WHERE session_id = $1 ORDER BY created_at, id COLLATE \"C\"",
                 [.text(sessionID)], StoreRules.decodeWebhook)
-        }
-    }
-
-    /// Applies `change` to a subscription; re-enabling clears the reason it was disabled, and
-    /// disabling abandons its pending deliveries.
-    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws
-        -> WebhookRecord
-    {
-        let now = self.now
-        return try write { [self] tx in
-            guard var webhook = try fetchWebhook(tx, id: id, lock: true) else { throw StoreError.notFound }
-            let wasEnabled = webhook.enabled
-            try change(&webhook)
-            if webhook.enabled { webhook.disabledReason = nil }
-            if wasEnabled, !webhook.enabled {
-                webhook.disabledReason = webhook.disabledReason ?? "disabled by a client"
-                try abandonDeliveries(tx, webhookID: id, now: now, reason: "the subscription was disabled")
-            }
-            try saveWebhook(tx, webhook)
-            return webhook
-        }
-    }
-
-    /// Removes a subscription; its pending deliveries are abandoned (their history stays listed
-    /// until pruned).
-    public func deleteWebhook(id: String) throws(StoreError) {
-        let now = self.now
-        try write { [self] tx in
-            guard try fetchWebhook(tx, id: id, lock: true) != nil else { throw StoreError.notFound }
-            try abandonDeliveries(tx, webhookID: id, now: now, reason: "the subscription was deleted")
-            try tx.execute("DELETE FROM webhooks WHERE id = $1", [.text(id)])
         }
     }
 
@@ -174,47 +136,6 @@ extension PostgresStore {
                 """, [.text(node), .array(inFlight.sorted()), .double(now)]
             ) { $0.optionalDouble(0) } ?? nil
         }
-    }
-
-    /// Writes one attempt's result and ends this node's claim. `gone` disables the subscription
-    /// and abandons the rest.
-    public func recordDeliveryAttempt(
-        sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
-        done: @escaping @Sendable (StoreError?) -> Void
-    ) {
-        let now = self.now
-        submit(
-            { [self] tx in
-                guard
-                    let (webhookID, historyText) = try tx.first(
-                        "SELECT webhook_id, history FROM deliveries WHERE seq = $1 AND state = 'pending' FOR UPDATE",
-                        [.int(sequence)], { ($0.string(0), $0.string(1)) })
-                else { return }
-                let (state, next, history) = StoreRules.attemptRecorded(
-                    history: historyText, now: now, status: status, error: error, decision: decision)
-                // Another node's claim stays: it took the delivery over and may be sending it now.
-                try tx.execute(
-                    """
-                    UPDATE deliveries SET state = $1, attempts = attempts + 1, next_attempt_at = $2, last_status = $3,
-                        last_error = $4, history = $5, finished_at = $6,
-                        claimed_by = CASE WHEN claimed_by = $8 THEN NULL ELSE claimed_by END,
-                        claim_expires_at = CASE WHEN claimed_by = $8 THEN NULL ELSE claim_expires_at END
-                    WHERE seq = $7
-                    """,
-                    [
-                        .text(state.rawValue), .double(next), .int(status), .text(error), .text(history),
-                        .double(state == .pending ? nil : now), .int(sequence), .text(node),
-                    ])
-                if decision == .gone {
-                    try tx.execute(
-                        "UPDATE webhooks SET enabled = 0, disabled_reason = $1 WHERE id = $2",
-                        [.text("the receiver answered 410 Gone"), .text(webhookID)])
-                    try abandonDeliveries(tx, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
-                }
-            },
-            done: { result in
-                if case .failure(let error) = result { done(error) } else { done(nil) }
-            })
     }
 
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.

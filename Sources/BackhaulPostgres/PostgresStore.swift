@@ -80,7 +80,7 @@ public final class PostgresStore: @unchecked Sendable {
     let figures = Locked(MaintenanceFigures())
     /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
     let sessionCache = Locked(SessionCache())
-    /// Task sequences taken from the database and not used yet (`taskSequences`).
+    /// Task sequences taken from the database and not used yet, in descending order (`nextSequence`).
     let sequenceBlock = Locked<[Int64]>([])
     /// What the node says of itself at each beat (`GET /v1/nodes`): running transfers, network JSON.
     let nodeStatus = Locked<@Sendable () -> (running: Int, network: String?)>({ (0, nil) })
@@ -166,15 +166,6 @@ public final class PostgresStore: @unchecked Sendable {
 
     public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
 
-    public func recordFileNotRemoved(taskID: String, _ error: TaskError) {
-        let now = self.now
-        submit(
-            { [self] tx in
-                guard let current = try PostgresTaskRows.fetch(tx, id: taskID) else { return }
-                _ = try save(tx, from: current, to: FileToRemove.notRemoved(current, error, at: now), now: now)
-            }, done: { _ in })
-    }
-
     public func close() {
         guard
             stopping.withLockNotifyingAll({ stopping in
@@ -190,7 +181,7 @@ public final class PostgresStore: @unchecked Sendable {
 
     deinit { close() }
 
-    var now: Timestamp { clock.now() }
+    public var now: Timestamp { clock.now() }
 
     /// Whether `close()` was called (the heartbeat's loop ends).
     var isStopping: Bool { stopping.withLock { $0 } }

@@ -7,7 +7,7 @@ import Threads
 /// One write transaction (or a read connection) as the store's code sees it: statements, and what
 /// the transaction changed for the observers, kept apart per job so that a job rolled back to its
 /// savepoint takes its changes back.
-final class PostgresTransaction {
+public final class PostgresTransaction {
     let connection: PostgresConnection
     /// This node's id.
     let node: String

@@ -49,12 +49,7 @@ extension Store {
                 SELECT seq, priority, session_id, host_key,
                     CASE WHEN configuration = '{}' THEN NULL ELSE json_extract(configuration, '$.max_connections_per_host') END
                 FROM tasks WHERE state = 'queued' AND waiting_reason IS NULL AND seq > ? ORDER BY seq LIMIT ?
-                """, [sequence, limit]
-            ) { row in
-                Scheduler.Entry(
-                    sequence: row.int(0), priority: row.double(1),
-                    key: Scheduler.Key(session: row.string(2), host: row.string(3)), limit: row.optionalInt(4).map { Int($0) })
-            }
+                """, [sequence, limit], StoreRules.queueEntry)
         }
     }
 
@@ -116,17 +111,6 @@ extension Store {
             }, done: done)
     }
 
-    /// Records an attempt the engine stopped after its task left it (a client's cancel or
-    /// suspend, a session disabled, the resource timeout): the task's state is not touched.
-    public func recordStoppedAttempt(sequence: Int64, _ history: AttemptRecord) {
-        submit(
-            { db in
-                var stopped = history
-                stopped.outcome = .stopped
-                try Store.appendAttempt(db, taskSequence: sequence, stopped)
-            }, done: { _ in })
-    }
-
     /// Appends an attempt to a task's history (numbered after the last one) and drops what falls
     /// beyond `AttemptRecord.historyLimit`.
     static func appendAttempt(_ db: Connection, taskSequence: Int64, _ record: AttemptRecord) throws {
@@ -164,33 +148,6 @@ extension Store {
                 for task in orphans { try transition(db, task, .requeued(counted: false), now: now) }
                 return orphans.count
             }, done: done)
-    }
-
-    /// Persists what the server acknowledged of a resumable transfer, if the task is still in
-    /// that attempt.
-    public func saveCheckpoint(sequence: Int64, attempt: Int, _ checkpoint: TransferCheckpoint) {
-        let text = checkpoint.json.serialized()
-        submit(
-            { db in
-                try TaskRows.saveProgress(
-                    db, sequence: sequence, attempt: attempt, bytesTransferred: checkpoint.offset, checkpoint: text)
-            }, done: { _ in })
-    }
-
-    /// Persists a running attempt's progress and records a `task.progress` event (the engine
-    /// calls this at a bounded rate).
-    public func recordProgress(sequence: Int64, attempt: Int, bytesTransferred: Int64, live: LiveProgress) {
-        let now = self.now
-        submit(
-            { [self] db in
-                guard var task = try TaskRows.fetch(db, sequence: sequence), task.state == .running, task.attempts == attempt
-                else { return }
-                task.bytesTransferred = bytesTransferred
-                try TaskRows.saveProgress(db, sequence: sequence, attempt: attempt, bytesTransferred: bytesTransferred)
-                try appendEvent(
-                    db, type: EventType.taskProgress.rawValue, sessionID: task.sessionID, taskID: task.id,
-                    data: task.jsonText(live: live), now: now)
-            }, done: { _ in })
     }
 
     /// Moves tasks whose timers have passed: retries due → queued, scheduled starts due → queued,
@@ -259,44 +216,7 @@ extension Store {
                 """
                 SELECT seq, id, session_id, configuration, waiting_reason FROM tasks
                 WHERE state = 'waiting' AND waiting_reason IN \(reasons) AND seq > ? ORDER BY seq LIMIT ?
-                """, [afterSequence, limit]
-            ) { row in
-                guard let reason = WaitingReason(rawValue: row.string(4)) else {
-                    throw StoreError.corrupt("task \(row.string(1)) waits for the reason \(row.string(4))")
-                }
-                return HeldTask(
-                    sequence: row.int(0), id: row.string(1), sessionID: row.string(2),
-                    configurationOverrides: try TaskRows.overrides(row.string(3), task: row.string(1)), reason: reason)
-            }
-        }
-    }
-
-    /// Applies the policy's decision to a task that is queued or held by the policy: run puts it
-    /// (back) in the queue, wait holds it with the reason (a `task.waiting` event when the reason
-    /// changes), fail ends it. Nil when the task is in neither place any more.
-    public func applyPolicy(
-        sequence: Int64, _ decision: PolicyDecision,
-        done: @escaping @Sendable (Result<TaskRecord?, StoreError>) -> Void = { _ in }
-    ) {
-        let now = self.now
-        submit(
-            { [self] db -> TaskRecord? in
-                guard let task = try TaskRows.fetch(db, sequence: sequence),
-                    case .success(let next) = task.applying(.policy(decision), now: now)
-                else { return nil }
-                try save(db, from: task, to: next, now: now)
-                return next
-            }, done: done)
-    }
-
-    /// The service-wide switch: every unfinished task is cancelled with `reason`. Returns how many.
-    public func cancelUnfinished(reason: CancellationReason) throws(StoreError) -> Int {
-        let now = self.now
-        return try write { [self] db in
-            let tasks = try db.query(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE \(StoreRules.unfinishedCondition)", [], TaskRows.decode)
-            for task in tasks { try transition(db, task, .serviceCancelled(reason, nil), now: now) }
-            return tasks.count
+                """, [afterSequence, limit], StoreRules.heldTask)
         }
     }
 }

@@ -15,7 +15,7 @@ extension Store {
             "SELECT id, configuration, enabled, lifecycle, created_at FROM sessions WHERE id = ?", [id], StoreRules.decodeSession)
     }
 
-    func saveSession(_ db: Connection, _ session: SessionRecord) throws {
+    public func saveSession(_ db: Connection, _ session: SessionRecord) throws {
         try db.run(
             """
             INSERT INTO sessions (id, configuration, enabled, lifecycle, created_at) VALUES (?, ?, ?, ?, ?)
@@ -27,7 +27,7 @@ extension Store {
     }
 
     /// The session's tasks by state, with what the open transaction changed (on the writer).
-    func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
+    public func counts(_ db: Connection, sessionID: String) throws -> [TaskState: Int] {
         var counts = try Store.counts(db, sessionID: sessionID)
         for (name, delta) in recorder.pendingCounts(sessionID) {
             guard let state = TaskState(rawValue: name) else { continue }
@@ -69,7 +69,7 @@ extension Store {
     /// Removes the session's record. Its tasks (all final by now) stay readable by id for their
     /// retention (OpenAPI/backhaul.yaml), detached: they belong to no session (`session_id` ''), remember the
     /// one they had, and leave the id and their idempotency keys free for a new session.
-    func removeSession(_ db: Connection, id: String) throws {
+    public func removeSession(_ db: Connection, id: String) throws {
         try TaskRows.detach(db, session: id, feed: feed)
         try db.run("DELETE FROM session_counts WHERE session_id = ?", [id])
         try db.run("DELETE FROM sessions WHERE id = ?", [id])
@@ -124,73 +124,6 @@ extension Store {
                 result[session.id] = session.configuration
             }
             return result
-        }
-    }
-
-    /// PATCH: `change` gets the stored session and returns the new configuration and/or enabled
-    /// flag, inside the write transaction, so two concurrent PATCHes cannot lose each other's
-    /// members. A configuration that an unfinished task's own overrides cannot be applied over is
-    /// refused naming the tasks (StoreError.invalid): a task never silently loses a restriction.
-    /// Disabling holds the session's tasks (`waiting`, `session_disabled`), or cancels them with
-    /// reason 1 when `cancelPending`.
-    public func updateSession(
-        id: String, cancelPending: Bool,
-        _ change: @escaping @Sendable (SessionRecord) throws -> (configuration: TransferConfiguration?, enabled: Bool?)
-    ) throws(StoreError) -> (SessionRecord, [TaskState: Int]) {
-        let now = self.now
-        return try write { [self] db in
-            guard let stored = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
-            let (session, input) = try StoreRules.sessionUpdate(stored, cancelPending: cancelPending, change) { configuration in
-                try Store.checkOverrides(db, sessionID: id, against: configuration)
-            }
-            try saveSession(db, session)
-            if let input {
-                let unfinished = try db.query(
-                    "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.openInSession) ORDER BY seq", [id], TaskRows.decode)
-                for task in unfinished {
-                    if case .success(let next) = task.applying(input, now: now) { try save(db, from: task, to: next, now: now) }
-                }
-            }
-            guard let updated = try Store.fetchSession(db, id: id) else { return (session, [:]) }
-            return (updated, try counts(db, sessionID: id))
-        }
-    }
-
-    /// Every unfinished task of the session with overrides of its own must still be able to apply
-    /// them over `configuration`; otherwise a ValidationError names the tasks (the first 10).
-    static func checkOverrides(_ db: Connection, sessionID: String, against configuration: TransferConfiguration) throws {
-        let rows = try db.query(
-            """
-            SELECT id, configuration FROM tasks
-            WHERE \(Store.openInSession) AND configuration != '{}' ORDER BY seq
-            """, [sessionID]
-        ) { ($0.string(0), $0.string(1)) }
-        try StoreRules.checkOverrides(rows, against: configuration)
-    }
-
-    /// DELETE ?mode=finish: refuse new tasks, let the rest finish, remove the record when empty.
-    /// DELETE ?mode=cancel: cancel every unfinished task (reason 0) and remove the record now.
-    /// Returns true when the record is already gone.
-    public func deleteSession(id: String, cancel: Bool) throws(StoreError) -> Bool {
-        let now = self.now
-        return try write { [self] db in
-            guard var session = try Store.fetchSession(db, id: id) else { throw StoreError.notFound }
-            session.lifecycle = .finishing
-            try saveSession(db, session)
-            let unfinished = try db.query(
-                "SELECT \(TaskRows.columns) FROM tasks WHERE \(Store.openInSession) ORDER BY seq", [id], TaskRows.decode)
-            if cancel {
-                for task in unfinished {
-                    try transition(db, task, .serviceCancelled(.userCancelled, "cancelled: the session was deleted"), now: now)
-                }
-            }
-            // The last task's end may already have removed it (a finishing session goes when empty).
-            guard try Store.fetchSession(db, id: id) != nil else { return true }
-            if cancel || unfinished.isEmpty {
-                try removeSession(db, id: id)
-                return true
-            }
-            return false
         }
     }
 }

@@ -23,15 +23,7 @@ extension Store {
             durable: true,
             { [self] db, _ in
                 batch.beginRun()
-                guard let session = try Store.fetchSession(db, id: sessionID) else { throw StoreError.notFound }
-                guard session.lifecycle == .active else {
-                    throw StoreError.conflict("the session is finishing and accepts no new tasks")
-                }
-                if maxOpen < .max {
-                    let open = try openTaskCount(db, sessionID: sessionID)
-                    if open + batch.count > maxOpen { throw StoreError.tooManyTasks(open: open, limit: maxOpen) }
-                }
-                var admission = try Admission(db, session: session)
+                var admission = try openAdmission(db, sessionID: sessionID, adding: batch.count, maxOpen: maxOpen)
                 // The parts come while the API validates them. If it gives up on the batch (a task
                 // failed validation, a part did not come), what this job inserted is undone alone:
                 // the other writes of the transaction stand, and none is run again. (A batch that
@@ -41,107 +33,6 @@ extension Store {
                     run: { try db.run($0) }, undo: { recorder.rollBack(to: mark) },
                     admit: { part in try admit(part, &admission, db, now: now) })
             }, ended: { batch.end() })
-    }
-
-    /// What admitting a batch's tasks carries from one task to the next: its session, the
-    /// idempotency keys the batch used, the bytes the session's unfinished tasks hold, and the
-    /// sequence the next new task gets.
-    struct Admission {
-        let session: SessionRecord
-        var keys: [String: TaskRecord] = [:]
-        /// Counted only when the session has a quota.
-        var held: Int64 = 0
-        /// Past every task there is and ever was, as the table's autoincrement would number it:
-        /// the writer numbers new tasks itself, so that it can write them many rows a statement.
-        var nextSequence: Int64
-
-        init(_ db: Connection, session: SessionRecord) throws {
-            self.session = session
-            if session.configuration.quotaBytes != nil {
-                held =
-                    try db.queryFirst(
-                        "SELECT COALESCE(SUM(file_size), 0) FROM tasks WHERE \(Store.openInSession)", [session.id]
-                    ) { $0.int(0) } ?? 0
-            }
-            nextSequence =
-                try db.queryFirst(
-                    """
-                    SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'tasks'), 0),
-                        COALESCE((SELECT MAX(seq) FROM tasks), 0)) + 1
-                    """
-                ) { $0.int(0) } ?? 1
-        }
-    }
-
-    /// Admits a part of a batch. Each task is decided in order: one its idempotency key names
-    /// already is given back (not created); a new one is numbered and kept, and the kept ones are
-    /// written together (`TaskRows.insert`), then their events (a new task that has not ended has
-    /// one at most: `task.waiting` in a disabled session). A task the session's quota refuses is
-    /// created cancelled, which may drain the session: the tasks before it are written first and it
-    /// alone after them, so the events stay in the tasks' order. `part.waitingJSON`, the API's
-    /// rendering of each task as created waiting, is its event's data and its answer when it is
-    /// created that way.
-    func admit(_ part: TaskBatch.Part, _ admission: inout Admission, _ db: Connection, now: Timestamp) throws
-        -> [TaskBatch.Inserted]
-    {
-        let session = admission.session
-        var results: [TaskBatch.Inserted] = []
-        results.reserveCapacity(part.tasks.count)
-        /// Where in `results` the new tasks not yet written are.
-        var kept: [Int] = []
-        func writeKept() throws {
-            guard !kept.isEmpty else { return }
-            try TaskRows.insert(db, kept.lazy.map { results[$0].task }, feed: feed)
-            var events: [NewEvent] = []
-            for position in kept {
-                let (task, _, rendered) = results[position]
-                if let type = TaskTransition.event(from: nil, to: task) {
-                    events.append(NewEvent(type: type.rawValue, taskID: task.id, data: rendered ?? task.jsonText()))
-                }
-            }
-            try appendEvents(db, sessionID: session.id, events, now: now)
-            let queued = kept.lazy.map { results[$0].task }.filter { $0.state == .queued }
-            if !queued.isEmpty { recorder.update { $0.created += queued } }
-            kept.removeAll()
-        }
-        for (offset, draft) in part.tasks.enumerated() {
-            if let key = draft.idempotencyKey {
-                if let existing = admission.keys[key] {
-                    results.append((existing, false, nil))
-                    continue
-                }
-                if let existing = try db.queryFirst(
-                    "SELECT \(TaskRows.columns) FROM tasks WHERE session_id = ? AND idempotency_key = ? AND detached_from IS NULL",
-                    [session.id, key], TaskRows.decode)
-                {
-                    results.append((existing, false, nil))
-                    continue
-                }
-            }
-            var refusal: String?
-            if let quota = session.configuration.quotaBytes, admission.held + draft.file.size > quota {
-                // The session's quota cannot keep it: it ends at once, and says why.
-                refusal = "cancelled: the session's quota_bytes (\(quota)) cannot hold \(draft.file.size) more bytes"
-            }
-            var task = draft.admitted(sessionEnabled: session.enabled, quotaRefusal: refusal, now: now)
-            task.sequence = admission.nextSequence
-            admission.nextSequence += 1
-            if !task.state.isFinal { admission.held += task.file.size }
-            if let key = task.idempotencyKey { admission.keys[key] = task }
-            // `admitted` changes nothing else for a disabled session (and no refusal): the API's text
-            // is this task's.
-            let rendered = !session.enabled && refusal == nil ? part.waitingJSON?[offset] : nil
-            results.append((task, true, rendered))
-            if task.state.isFinal {
-                try writeKept()
-                try TaskRows.insert(db, CollectionOfOne(task), feed: feed)
-                try recorded(db, from: nil, to: task, now: now, data: rendered)
-            } else {
-                kept.append(results.count - 1)
-            }
-        }
-        try writeKept()
-        return results
     }
 
     public func task(id: String) throws(StoreError) -> TaskRecord? {
@@ -167,33 +58,6 @@ extension Store {
             }
             return TaskPage(reading: rows, limit: limit)
         }
-    }
-
-    /// Applies a client change to an unfinished task (PATCH) inside the write transaction; then
-    /// the task is moved as the change calls for (`TaskInput.patched`). `change` may throw a
-    /// ValidationError.
-    public func updateTask(id: String, _ change: @escaping @Sendable (inout TaskRecord) throws -> Void) throws(StoreError)
-        -> TaskRecord
-    {
-        let now = self.now
-        return try write { [self] db in
-            guard let current = try TaskRows.fetch(db, id: id) else { throw StoreError.notFound }
-            let (next, releases) = try StoreRules.patched(current, change, now: now)
-            // The old upload resource is released as on cancel, durably with the change.
-            if releases { try scheduleCleanup(db, for: current, now: now) }
-            try save(db, from: current, to: next, now: now)
-            if next.state == .running { recorder.markPatched(next.sequence) }
-            return next
-        }
-    }
-
-    /// cancel / suspend / resume (OpenAPI/backhaul.yaml); a refused transition is a conflict.
-    public func apply(
-        _ command: TaskCommand, to id: String,
-        reason: CancellationReason = .userCancelled
-    ) throws(StoreError) -> TaskRecord {
-        let now = self.now
-        return try write { [self] db in try transition(db, id: id, .command(command, reason), now: now) }
     }
 
     /// Deletes a finished task's record, its events and its attempt history.

@@ -8,7 +8,7 @@ extension Store {
         try db.queryFirst("SELECT \(StoreRules.webhookColumns) FROM webhooks WHERE id = ?", [id], StoreRules.decodeWebhook)
     }
 
-    static func saveWebhook(_ db: Connection, _ webhook: WebhookRecord) throws {
+    public func saveWebhook(_ db: Connection, _ webhook: WebhookRecord) throws {
         try db.run(
             """
             INSERT INTO webhooks (\(StoreRules.webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -24,19 +24,12 @@ extension Store {
     }
 
     /// Pending deliveries of a subscription end as `abandoned`.
-    static func abandonDeliveries(_ db: Connection, webhookID: String, now: Timestamp, reason: String) throws {
+    public func abandonDeliveries(_ db: Connection, webhookID: String, now: Timestamp, reason: String) throws {
         try db.run(
             """
             UPDATE deliveries SET state = 'abandoned', next_attempt_at = NULL, finished_at = ?, last_error = ?
             WHERE webhook_id = ? AND state = 'pending'
             """, [now, reason, webhookID])
-    }
-
-    public func createWebhook(_ webhook: WebhookRecord) throws(StoreError) {
-        try write { db in
-            guard try Store.fetchSession(db, id: webhook.sessionID) != nil else { throw StoreError.notFound }
-            try Store.saveWebhook(db, webhook)
-        }
     }
 
     public func webhook(id: String) throws(StoreError) -> WebhookRecord? {
@@ -48,36 +41,6 @@ extension Store {
             try db.query(
                 "SELECT \(StoreRules.webhookColumns) FROM webhooks WHERE session_id = ? ORDER BY created_at, id", [sessionID],
                 StoreRules.decodeWebhook)
-        }
-    }
-
-    /// Applies `change` to a subscription; re-enabling clears the reason it was disabled.
-    public func updateWebhook(id: String, _ change: @escaping @Sendable (inout WebhookRecord) throws -> Void) throws
-        -> WebhookRecord
-    {
-        let now = self.now
-        return try write { db in
-            guard var webhook = try Store.fetchWebhook(db, id: id) else { throw StoreError.notFound }
-            let wasEnabled = webhook.enabled
-            try change(&webhook)
-            if webhook.enabled { webhook.disabledReason = nil }
-            if wasEnabled, !webhook.enabled {
-                webhook.disabledReason = webhook.disabledReason ?? "disabled by a client"
-                try Store.abandonDeliveries(db, webhookID: id, now: now, reason: "the subscription was disabled")
-            }
-            try Store.saveWebhook(db, webhook)
-            return webhook
-        }
-    }
-
-    /// Removes a subscription; its pending deliveries are abandoned (their history stays listed
-    /// until pruned).
-    public func deleteWebhook(id: String) throws(StoreError) {
-        let now = self.now
-        try write { db in
-            guard try Store.fetchWebhook(db, id: id) != nil else { throw StoreError.notFound }
-            try Store.abandonDeliveries(db, webhookID: id, now: now, reason: "the subscription was deleted")
-            try db.run("DELETE FROM webhooks WHERE id = ?", [id])
         }
     }
 
@@ -129,40 +92,6 @@ extension Store {
                 """, [busy]
             ) { $0.optionalDouble(0) } ?? nil
         }
-    }
-
-    /// Writes one attempt's result. `gone` disables the subscription and abandons the rest.
-    public func recordDeliveryAttempt(
-        sequence: Int64, status: Int?, error: String?, decision: DeliveryPlan.Decision,
-        done: @escaping @Sendable (StoreError?) -> Void
-    ) {
-        let now = self.now
-        submit(
-            { db in
-                guard
-                    let (webhookID, historyText) = try db.queryFirst(
-                        "SELECT webhook_id, history FROM deliveries WHERE seq = ? AND state = 'pending'", [sequence],
-                        { ($0.string(0), $0.string(1)) })
-                else { return }
-                let (state, next, historyJSON) = StoreRules.attemptRecorded(
-                    history: historyText, now: now, status: status, error: error, decision: decision)
-                try db.run(
-                    """
-                    UPDATE deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_status = ?, last_error = ?,
-                        history = ?, finished_at = ?
-                    WHERE seq = ?
-                    """,
-                    [state.rawValue, next, status, error, historyJSON, state == .pending ? nil : now, sequence])
-                if decision == .gone {
-                    try db.run(
-                        "UPDATE webhooks SET enabled = 0, disabled_reason = ? WHERE id = ?",
-                        ["the receiver answered 410 Gone", webhookID])
-                    try Store.abandonDeliveries(db, webhookID: webhookID, now: now, reason: "the receiver answered 410 Gone")
-                }
-            },
-            done: { result in
-                if case .failure(let error) = result { done(error) } else { done(nil) }
-            })
     }
 
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.

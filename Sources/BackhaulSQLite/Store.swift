@@ -170,20 +170,11 @@ public final class Store: Sendable {
     /// thread, so `observer` must not wait for a write.
     public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
 
-    public func recordFileNotRemoved(taskID: String, _ error: TaskError) {
-        let now = self.now
-        submit(
-            { [self] db in
-                guard let current = try TaskRows.fetch(db, id: taskID) else { return }
-                try save(db, from: current, to: FileToRemove.notRemoved(current, error, at: now), now: now)
-            }, done: { _ in })
-    }
-
     public func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void) {
         writer.observe(observer)
     }
 
-    var now: Timestamp { clock.now() }
+    public var now: Timestamp { clock.now() }
 
     // MARK: Reading and writing
 
@@ -196,7 +187,7 @@ public final class Store: Sendable {
 
     /// Hands `body` to the writer without waiting (relaxed durability); `done` runs after the
     /// commit, in commit order (on the store's writer or settler thread), with the result.
-    func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
+    public func submit<T>(_ body: @escaping (Connection) throws -> T, done: @escaping (Result<T, StoreError>) -> Void) {
         let box = ResultBox<T>()
         writer.submit(
             StoreWriter.Job(

@@ -5,7 +5,7 @@ import SQLite
 
 /// Writing the `tasks` table in SQLite: every write is reported to the transaction's `TaskFeed`.
 extension TaskRows {
-    /// Inserts new tasks, each numbered already (`Store.Admission.nextSequence`), many rows a
+    /// Inserts new tasks, each numbered already (`Store.nextSequence`), many rows a
     /// statement.
     static func insert(_ db: Connection, _ tasks: some Collection<TaskRecord>, feed: TaskFeed) throws {
         try rowInsert.run(db, tasks, values: appendInsertValues)
