@@ -47,6 +47,19 @@ extension PostgresStore: StoreDriver {
         try PostgresTaskRows.appendAttempt(tx, taskSequence: taskSequence, record)
     }
 
+    public func taskSequence(_ tx: PostgresTransaction, id: String) throws -> Int64? {
+        try tx.first("SELECT seq FROM tasks WHERE id = $1", [.text(id)], { $0.int(0) })
+    }
+
+    public func attemptRecords(_ tx: PostgresTransaction, taskSequence: Int64, taskID: String) throws -> [AttemptRecord] {
+        try tx.rows(
+            """
+            SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
+            FROM attempts WHERE task_seq = $1 ORDER BY number DESC
+            """, [.int(taskSequence)]
+        ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
+    }
+
     /// Nothing to note: the change counted the row's revision, so the attempt's end reads it again.
     public func notePatchedWhileRunning(_ tx: PostgresTransaction, _ task: TaskRecord) {}
 
@@ -165,5 +178,16 @@ extension PostgresStore: SessionDriver {
 
     public func disableWebhook(_ tx: PostgresTransaction, id: String, reason: String) throws {
         try tx.execute("UPDATE webhooks SET enabled = 0, disabled_reason = $1 WHERE id = $2", [.text(reason), .text(id)])
+    }
+
+    /// Of one state or all (`$2` NULL).
+    public func deliveryRows(
+        _ tx: PostgresTransaction, webhookID: String, state: DeliveryRecord.State?, after: Int64, limit: Int
+    ) throws -> [DeliveryRecord] {
+        try tx.rows(
+            """
+            \(StoreRules.deliverySelect) WHERE d.webhook_id = $1 AND ($2::text IS NULL OR d.state = $2) AND d.seq > $3
+            ORDER BY d.seq LIMIT $4
+            """, [.text(webhookID), .text(state?.rawValue), .int(after), .int(limit)], StoreRules.decodeDelivery)
     }
 }

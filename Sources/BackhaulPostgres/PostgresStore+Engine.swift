@@ -62,25 +62,26 @@ extension PostgresStore {
                 // the row of a task another node runs (its end would wait for this transaction).
                 let claimable =
                     "seq = (SELECT seq FROM tasks WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED)"
-                if case .success(let started) = task.applying(.attemptStarted, now: now),
-                    let written = try PostgresTaskRows.update(
-                        tx, from: task, to: started, onlyIf: claimable, whileAtRevision: true, lease: .take,
-                        leaseSeconds: options.leaseSeconds)
+                let leaseSeconds = options.leaseSeconds
+                if let written = try move(
+                    tx, task, .attemptStarted, now: now,
+                    writing: { started in
+                        try PostgresTaskRows.update(
+                            tx, from: task, to: started, onlyIf: claimable, whileAtRevision: true, lease: .take,
+                            leaseSeconds: leaseSeconds)
+                    })
                 {
-                    try recorded(tx, from: task, to: written, now: now)
                     return written
                 }
                 guard
                     let current = try tx.first(
                         "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'queued' AND \(runsHere) FOR UPDATE SKIP LOCKED",
-                        [.int(task.sequence), .text(node)], PostgresTaskRows.decode),
-                    case .success(let started) = current.applying(.attemptStarted, now: now),
-                    let written = try PostgresTaskRows.update(
-                        tx, from: current, to: started, onlyIf: "state = 'queued'", lease: .take,
-                        leaseSeconds: options.leaseSeconds)
+                        [.int(task.sequence), .text(node)], PostgresTaskRows.decode)
                 else { return nil }
-                try recorded(tx, from: current, to: written, now: now)
-                return written
+                return try move(tx, current, .attemptStarted, now: now) { started in
+                    try PostgresTaskRows.update(
+                        tx, from: current, to: started, onlyIf: "state = 'queued'", lease: .take, leaseSeconds: leaseSeconds)
+                }
             }, done: done)
     }
 
@@ -97,23 +98,24 @@ extension PostgresStore {
         submit(
             { [self, entry] tx -> TaskRecord? in
                 let ended = TaskInput.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end)
-                if case .success(let next) = task.applying(ended, now: now),
-                    let written = try PostgresTaskRows.update(
-                        tx, from: task, to: next, onlyIf: "state = 'running' AND lease_node = $2", whileAtRevision: true,
-                        lease: .release, attempt: entry)
+                if let written = try move(
+                    tx, task, ended, now: now,
+                    writing: { next in
+                        try PostgresTaskRows.update(
+                            tx, from: task, to: next, onlyIf: "state = 'running' AND lease_node = $2", whileAtRevision: true,
+                            lease: .release, attempt: entry)
+                    })
                 {
-                    try recorded(tx, from: task, to: written, now: now)
                     return written
                 }
                 guard
                     let current = try tx.first(
                         "\(PostgresTaskRows.select) WHERE seq = $1 AND state = 'running' AND attempts = $3 AND lease_node = $2 FOR UPDATE",
-                        [.int(task.sequence), .text(node), .int(task.attempts)], PostgresTaskRows.decode),
-                    case .success(let next) = current.applying(ended, now: now),
-                    let written = try PostgresTaskRows.update(tx, from: current, to: next, lease: .release, attempt: entry)
+                        [.int(task.sequence), .text(node), .int(task.attempts)], PostgresTaskRows.decode)
                 else { return nil }
-                try recorded(tx, from: current, to: written, now: now)
-                return written
+                return try move(tx, current, ended, now: now) { next in
+                    try PostgresTaskRows.update(tx, from: current, to: next, lease: .release, attempt: entry)
+                }
             }, done: done)
     }
 

@@ -68,43 +68,20 @@ extension PostgresStore {
         figures.withLock { $0.eventsPruned += events }
     }
 
-    public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {
-        try read { tx in
-            guard let sequence = try tx.first("SELECT seq FROM tasks WHERE id = $1", [.text(taskID)], { $0.int(0) }) else {
-                return nil
-            }
-            return try tx.rows(
-                """
-                SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
-                FROM attempts WHERE task_seq = $1 ORDER BY number DESC
-                """, [.int(sequence)]
-            ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
-        }
-    }
-
     public func waitingCounts() throws(StoreError) -> [WaitingReason: Int] {
         try read { tx in
-            var counts: [WaitingReason: Int] = [:]
-            for (reason, count) in try tx.rows(
-                "SELECT waiting_reason, count(*) FROM tasks WHERE state = 'waiting' GROUP BY waiting_reason", [],
-                { ($0.optionalString(0) ?? "", Int($0.int(1))) })
-            {
-                if let reason = WaitingReason(rawValue: reason) { counts[reason] = count }
-            }
-            return counts
+            try StoreRules.counts(
+                tx.rows(
+                    "SELECT waiting_reason, count(*) FROM tasks WHERE state = 'waiting' GROUP BY waiting_reason", [],
+                    { ($0.optionalString(0) ?? "", Int($0.int(1))) }))
         }
     }
 
     public func taskCounts() throws(StoreError) -> [TaskState: Int] {
         try read { tx in
-            var counts: [TaskState: Int] = [:]
-            for (state, count) in try tx.rows(
-                "SELECT state, count(*) FROM tasks GROUP BY state", [], { ($0.string(0), Int($0.int(1))) })
-            {
-                guard let state = TaskState(rawValue: state) else { throw StoreError.corrupt("tasks are in the state \(state)") }
-                counts[state, default: 0] += count
-            }
-            return counts
+            try StoreRules.counts(
+                try tx.rows("SELECT state, count(*) FROM tasks GROUP BY state", [], { ($0.string(0), Int($0.int(1))) }),
+                unknown: StoreRules.unknownState)
         }
     }
 }

@@ -58,26 +58,6 @@ extension PostgresStore {
         }
     }
 
-    public func deliveries(webhookID: String, state: DeliveryRecord.State?, cursor: String?, limit: Int) throws(StoreError)
-        -> (deliveries: [DeliveryRecord], nextCursor: String?)
-    {
-        let after = cursor.flatMap { Int64($0) } ?? 0
-        return try read { tx in
-            let select = StoreRules.deliverySelect
-            let rows: [DeliveryRecord]
-            if let state {
-                rows = try tx.rows(
-                    "\(select) WHERE d.webhook_id = $1 AND d.state = $2 AND d.seq > $3 ORDER BY d.seq LIMIT $4",
-                    [.text(webhookID), .text(state.rawValue), .int(after), .int(limit + 1)], StoreRules.decodeDelivery)
-            } else {
-                rows = try tx.rows(
-                    "\(select) WHERE d.webhook_id = $1 AND d.seq > $2 ORDER BY d.seq LIMIT $3",
-                    [.text(webhookID), .int(after), .int(limit + 1)], StoreRules.decodeDelivery)
-            }
-            return StoreRules.page(rows, limit: limit)
-        }
-    }
-
     /// Claims the pending deliveries due at `now` for this node, oldest first, leaving out those
     /// in flight here, and returns them. A delivery another node holds under a live claim, or is
     /// claiming at this moment, is left to it. The claims of those in flight here are renewed, so
@@ -141,13 +121,8 @@ extension PostgresStore {
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
     public func deliveryCounts() throws(StoreError) -> [DeliveryRecord.State: Int] {
         try read { tx in
-            var counts: [DeliveryRecord.State: Int] = [:]
-            for (state, count) in try tx.rows(
-                "SELECT state, count(*) FROM deliveries GROUP BY state", [], { ($0.string(0), Int($0.int(1))) })
-            {
-                if let state = DeliveryRecord.State(rawValue: state) { counts[state] = count }
-            }
-            return counts
+            try StoreRules.counts(
+                tx.rows("SELECT state, count(*) FROM deliveries GROUP BY state", [], { ($0.string(0), Int($0.int(1))) }))
         }
     }
 }

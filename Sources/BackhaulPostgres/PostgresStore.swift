@@ -167,12 +167,7 @@ public final class PostgresStore: @unchecked Sendable {
     public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
 
     public func close() {
-        guard
-            stopping.withLockNotifyingAll({ stopping in
-                defer { stopping = true }
-                return !stopping
-            })
-        else { return }
+        guard stopping.setOnce() else { return }
         heartbeat?.join()
         feed?.stop()
         writer.stop()
@@ -241,7 +236,7 @@ public final class PostgresStore: @unchecked Sendable {
     }
 
     /// Runs `body` on a read connection (autocommit: each statement sees the last commit).
-    func read<T>(_ body: (PostgresTransaction) throws -> T) throws(StoreError) -> T {
+    public func read<T>(_ body: (PostgresTransaction) throws -> T) throws(StoreError) -> T {
         do {
             return try readers.use { connection in try body(PostgresTransaction(connection, node: node)) }
         } catch {

@@ -40,6 +40,19 @@ extension Store: StoreDriver {
         try Store.appendAttempt(db, taskSequence: taskSequence, record)
     }
 
+    public func taskSequence(_ db: Connection, id: String) throws -> Int64? {
+        try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [id], { $0.int(0) })
+    }
+
+    public func attemptRecords(_ db: Connection, taskSequence: Int64, taskID: String) throws -> [AttemptRecord] {
+        try db.query(
+            """
+            SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
+            FROM attempts WHERE task_seq = ? ORDER BY number DESC
+            """, [taskSequence]
+        ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
+    }
+
     public func notePatchedWhileRunning(_ db: Connection, _ task: TaskRecord) { recorder.markPatched(task.sequence) }
 
     public func sessionRecord(_ db: Connection, id: String) throws -> SessionRecord? { try Store.fetchSession(db, id: id) }
@@ -143,5 +156,16 @@ extension Store: SessionDriver {
 
     public func disableWebhook(_ db: Connection, id: String, reason: String) throws {
         try db.run("UPDATE webhooks SET enabled = 0, disabled_reason = ? WHERE id = ?", [reason, id])
+    }
+
+    /// Of one state or all (`?2` NULL).
+    public func deliveryRows(
+        _ db: Connection, webhookID: String, state: DeliveryRecord.State?, after: Int64, limit: Int
+    ) throws -> [DeliveryRecord] {
+        try db.query(
+            """
+            \(StoreRules.deliverySelect) WHERE d.webhook_id = ?1 AND (?2 IS NULL OR d.state = ?2) AND d.seq > ?3
+            ORDER BY d.seq LIMIT ?4
+            """, [webhookID, state?.rawValue, after, limit], StoreRules.decodeDelivery)
     }
 }

@@ -71,15 +71,10 @@ extension Store {
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence), read.state == .queued else { return nil }
                     current = read
                 }
-                guard case .success(let started) = current.applying(.attemptStarted, now: now) else { return nil }
-                guard
-                    try TaskRows.update(
-                        db, from: current, to: started, onlyIf: "state = 'queued' AND attempts = \(current.attempts)", feed: feed)
-                else {
-                    return nil
+                let guarded = "state = 'queued' AND attempts = \(current.attempts)"
+                return try move(db, current, .attemptStarted, now: now) { started in
+                    try TaskRows.update(db, from: current, to: started, onlyIf: guarded, feed: feed) ? started : nil
                 }
-                try recorded(db, from: current, to: started, now: now)
-                return started
             }, done: done)
     }
 
@@ -99,15 +94,15 @@ extension Store {
                     guard let read = try TaskRows.fetch(db, sequence: task.sequence) else { return nil }
                     current = read
                 }
-                guard
-                    case .success(let next) = current.applying(
-                        .attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end), now: now),
-                    try TaskRows.update(
-                        db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)", feed: feed)
-                else { return nil }
-                try Store.appendAttempt(db, taskSequence: task.sequence, history.ended(by: end))
-                try recorded(db, from: current, to: next, now: now)
-                return next
+                let ended = TaskInput.attemptEnded(attempt: task.attempts, bytesTransferred: bytesTransferred, end)
+                return try move(db, current, ended, now: now) { next in
+                    guard
+                        try TaskRows.update(
+                            db, from: current, to: next, onlyIf: "state = 'running' AND attempts = \(task.attempts)", feed: feed)
+                    else { return nil }
+                    try Store.appendAttempt(db, taskSequence: task.sequence, history.ended(by: end))
+                    return next
+                }
             }, done: done)
     }
 

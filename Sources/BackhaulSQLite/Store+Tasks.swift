@@ -71,52 +71,27 @@ extension Store {
         }
     }
 
-    /// A task's attempts, newest first (at most `AttemptRecord.historyLimit`); nil when there is
-    /// no such task.
-    public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {
-        try read { db in
-            guard let sequence = try db.queryFirst("SELECT seq FROM tasks WHERE id = ?", [taskID], { $0.int(0) }) else {
-                return nil
-            }
-            return try db.query(
-                """
-                SELECT number, started_at, ended_at, bytes_sent, bytes_received, outcome, http_status, error, network_type
-                FROM attempts WHERE task_seq = ? ORDER BY number DESC
-                """, [sequence]
-            ) { row in try StoreRules.decodeAttempt(row, taskID: taskID) }
-        }
-    }
-
     /// Counts of waiting tasks by reason (metrics).
     public func waitingCounts() throws(StoreError) -> [WaitingReason: Int] {
         try read { db in
-            var counts: [WaitingReason: Int] = [:]
-            for (reason, count) in try db.query(
-                "SELECT waiting_reason, COUNT(*) FROM tasks WHERE state = 'waiting' GROUP BY waiting_reason", [],
-                { ($0.optionalString(0) ?? "", Int($0.int(1))) })
-            {
-                if let reason = WaitingReason(rawValue: reason) { counts[reason] = count }
-            }
-            return counts
+            try StoreRules.counts(
+                db.query(
+                    "SELECT waiting_reason, COUNT(*) FROM tasks WHERE state = 'waiting' GROUP BY waiting_reason", [],
+                    { ($0.optionalString(0) ?? "", Int($0.int(1))) }))
         }
     }
 
     /// Counts of tasks by state, over all sessions and tasks whose session is gone (metrics, info).
     public func taskCounts() throws(StoreError) -> [TaskState: Int] {
+        // From the per-session counts, plus the tasks whose session was removed (an index range):
+        // no walk over every task.
         try read { db in
-            // From the per-session counts, plus the tasks whose session was removed (an index range):
-            // no walk over every task.
-            var counts: [TaskState: Int] = [:]
-            for (state, count) in try db.query(
-                """
-                SELECT state, SUM(count) FROM session_counts GROUP BY state
-                UNION ALL SELECT state, COUNT(*) FROM tasks WHERE session_id = '' GROUP BY state
-                """, [], { ($0.string(0), Int($0.int(1))) })
-            {
-                guard let state = TaskState(rawValue: state) else { throw StoreError.corrupt("tasks are in the state \(state)") }
-                counts[state, default: 0] += count
-            }
-            return counts
+            try StoreRules.counts(
+                try db.query(
+                    """
+                    SELECT state, SUM(count) FROM session_counts GROUP BY state
+                    UNION ALL SELECT state, COUNT(*) FROM tasks WHERE session_id = '' GROUP BY state
+                    """, [], { ($0.string(0), Int($0.int(1))) }), unknown: StoreRules.unknownState)
         }
     }
 }

@@ -44,26 +44,6 @@ extension Store {
         }
     }
 
-    public func deliveries(webhookID: String, state: DeliveryRecord.State?, cursor: String?, limit: Int) throws(StoreError)
-        -> (deliveries: [DeliveryRecord], nextCursor: String?)
-    {
-        let after = cursor.flatMap { Int64($0) } ?? 0
-        return try read { db in
-            let select = StoreRules.deliverySelect
-            let rows: [DeliveryRecord]
-            if let state {
-                rows = try db.query(
-                    "\(select) WHERE d.webhook_id = ? AND d.state = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                    [webhookID, state.rawValue, after, limit + 1], StoreRules.decodeDelivery)
-            } else {
-                rows = try db.query(
-                    "\(select) WHERE d.webhook_id = ? AND d.seq > ? ORDER BY d.seq LIMIT ?",
-                    [webhookID, after, limit + 1], StoreRules.decodeDelivery)
-            }
-            return StoreRules.page(rows, limit: limit)
-        }
-    }
-
     /// Pending deliveries due at `now`, oldest first, leaving out those already in flight.
     public func dueDeliveries(now: Timestamp, limit: Int, excluding inFlight: Set<Int64>) throws(StoreError) -> [PendingDelivery]
     {
@@ -97,16 +77,8 @@ extension Store {
     /// Deliveries by state (metrics). Finished ones are pruned after the retention period.
     public func deliveryCounts() throws(StoreError) -> [DeliveryRecord.State: Int] {
         try read { db in
-            var counts: [DeliveryRecord.State: Int] = [:]
-            for (state, count) in try db.query(
-                "SELECT state, COUNT(*) FROM deliveries GROUP BY state", [],
-                {
-                    ($0.string(0), Int($0.int(1)))
-                })
-            {
-                if let state = DeliveryRecord.State(rawValue: state) { counts[state] = count }
-            }
-            return counts
+            try StoreRules.counts(
+                db.query("SELECT state, COUNT(*) FROM deliveries GROUP BY state", [], { ($0.string(0), Int($0.int(1))) }))
         }
     }
 }

@@ -146,12 +146,7 @@ public final class Store: Sendable {
     /// Stops the writer after the writes handed to it; a scratch database is removed. Closing
     /// again does nothing.
     public func close() {
-        guard
-            closed.withLock({ closed in
-                defer { closed = true }
-                return !closed
-            })
-        else { return }
+        guard closed.setOnce() else { return }
         writer.stop()
         checkpointer.stop()
         let checked = integrityScan?.stop() ?? true
@@ -209,7 +204,7 @@ public final class Store: Sendable {
     public var holdsWrites: Bool { writer.holdsJobs }
 
     /// Runs `body` on a read connection: it sees the last commit and waits for no writer.
-    func read<T>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
+    public func read<T>(_ body: (Connection) throws -> T) throws(StoreError) -> T {
         do {
             return try readers.read(body)
         } catch let error as StoreError {

@@ -42,6 +42,14 @@ extension StoreDriver {
             }, done: { _ in })
     }
 
+    /// A task's attempts, newest first (at most `AttemptRecord.historyLimit`); nil when there is
+    /// no such task.
+    public func attempts(taskID: String) throws(StoreError) -> [AttemptRecord]? {
+        try read { tx in
+            try taskSequence(tx, id: taskID).map { try attemptRecords(tx, taskSequence: $0, taskID: taskID) }
+        }
+    }
+
     /// Applies the policy's decision to a task that is queued or held by the policy: run puts it
     /// (back) in the queue, wait holds it with the reason (a `task.waiting` event when the reason
     /// changes), fail ends it. Nil when the task is in neither place any more.

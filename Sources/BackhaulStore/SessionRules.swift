@@ -24,6 +24,10 @@ public protocol SessionDriver: StoreDriver {
         _ tx: Transaction, sequence: Int64, state: DeliveryRecord.State, next: Timestamp?, status: Int?, error: String?,
         history: String, now: Timestamp) throws
     func disableWebhook(_ tx: Transaction, id: String, reason: String) throws
+    /// A subscription's deliveries in order after the sequence `after`, of one state or all, at
+    /// most `limit`.
+    func deliveryRows(_ tx: Transaction, webhookID: String, state: DeliveryRecord.State?, after: Int64, limit: Int) throws
+        -> [DeliveryRecord]
 }
 
 /// Sessions changed by clients, written once over the driver.
@@ -119,6 +123,17 @@ extension SessionDriver {
             guard try lockedWebhook(tx, id: id) != nil else { throw StoreError.notFound }
             try abandonDeliveries(tx, webhookID: id, now: now, reason: "the subscription was deleted")
             try deleteWebhookRow(tx, id: id)
+        }
+    }
+
+    /// A subscription's deliveries in order, after `cursor`, optionally of one state.
+    public func deliveries(webhookID: String, state: DeliveryRecord.State?, cursor: String?, limit: Int) throws(StoreError)
+        -> (deliveries: [DeliveryRecord], nextCursor: String?)
+    {
+        let after = cursor.flatMap { Int64($0) } ?? 0
+        return try read { tx in
+            StoreRules.page(
+                try deliveryRows(tx, webhookID: webhookID, state: state, after: after, limit: limit + 1), limit: limit)
         }
     }
 

@@ -14,6 +14,9 @@ public protocol StoreDriver: AnyObject {
     /// Runs `body` in the next write transaction and returns once it committed durably.
     func write<T>(_ body: @escaping (Transaction) throws -> T) throws(StoreError) -> T
 
+    /// Runs `body` on a read connection: it sees the last commit and waits for no writer.
+    func read<T>(_ body: (Transaction) throws -> T) throws(StoreError) -> T
+
     /// Hands `body` to the writer without waiting; `done` runs after the commit, in commit order.
     func submit<T>(_ body: @escaping (Transaction) throws -> T, done: @escaping (Result<T, StoreError>) -> Void)
 
@@ -34,6 +37,10 @@ public protocol StoreDriver: AnyObject {
         throws
     /// Appends an attempt to a task's history and drops what falls beyond `AttemptRecord.historyLimit`.
     func appendAttempt(_ tx: Transaction, taskSequence: Int64, _ record: AttemptRecord) throws
+    /// The sequence of the task `id`, if there is one.
+    func taskSequence(_ tx: Transaction, id: String) throws -> Int64?
+    /// The task's attempts, newest first.
+    func attemptRecords(_ tx: Transaction, taskSequence: Int64, taskID: String) throws -> [AttemptRecord]
     /// A client changed the running task `task` (its end must read the row again).
     func notePatchedWhileRunning(_ tx: Transaction, _ task: TaskRecord)
 

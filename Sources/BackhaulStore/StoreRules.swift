@@ -311,3 +311,27 @@ extension TaskError {
         TaskError(.internalError, message: "the task's stored state cannot be read: \(message)")
     }
 }
+
+extension StoreRules {
+    /// Counts read as (name, count) rows, summed by the name's value; a name this build does not
+    /// know is passed to `unknown`, which may throw (a task state) or let it go (a waiting reason,
+    /// a delivery state: shown as none).
+    package static func counts<Key: RawRepresentable & Hashable>(
+        _ rows: [(String, Int)], unknown: (String) throws -> Void = { _ in }
+    ) rethrows -> [Key: Int] where Key.RawValue == String {
+        var counts: [Key: Int] = [:]
+        for (name, count) in rows {
+            guard let key = Key(rawValue: name) else {
+                try unknown(name)
+                continue
+            }
+            counts[key, default: 0] += count
+        }
+        return counts
+    }
+
+    /// A task state this build does not know, counted: the database is not one it can read.
+    package static func unknownState(_ name: String) throws {
+        throw StoreError.corrupt("tasks are in the state \(name)")
+    }
+}

@@ -28,6 +28,19 @@ extension StoreDriver {
         return written
     }
 
+    /// Applies `input` to `task` (the row as read, or the engine's copy of it) and, when it applies,
+    /// writes the result with `write`: a guarded update that answers nil when the row has moved on
+    /// (the driver's guard: the attempt on SQLite; the revision and the lease on PostgreSQL). Then
+    /// records what the change calls for. The task as written, or nil.
+    package func move(
+        _ tx: Transaction, _ task: TaskRecord, _ input: TaskInput, now: Timestamp,
+        writing write: (TaskRecord) throws -> TaskRecord?
+    ) throws -> TaskRecord? {
+        guard case .success(let next) = task.applying(input, now: now), let written = try write(next) else { return nil }
+        try recorded(tx, from: task, to: written, now: now)
+        return written
+    }
+
     /// What a new or changed task calls for besides its row (OpenAPI/backhaul.yaml). `data`, when
     /// given, is the task's JSON already rendered (its event's data).
     package func recorded(

@@ -87,3 +87,14 @@ public final class Locked<Value>: @unchecked Sendable {
         return body(&value)
     }
 }
+
+extension Locked where Value == Bool {
+    /// Sets the flag and wakes every waiter; whether this call set it (false when it was set
+    /// already): what makes a `close()` run once.
+    public func setOnce() -> Bool {
+        withLockNotifyingAll { flag in
+            defer { flag = true }
+            return !flag
+        }
+    }
+}
