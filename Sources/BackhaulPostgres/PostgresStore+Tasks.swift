@@ -4,7 +4,7 @@ import JSONCodec
 import PostgreSQL
 
 /// The tasks as clients see and change them (OpenAPI/backhaul.yaml), as `Store+Tasks` keeps them
-/// for SQLite. A new task is pinned to this node unless its file is under a shared root.
+/// for SQLite; admission is the rules' (`TaskAdmission`), this driver's pins included.
 extension PostgresStore {
     public func createTasks(sessionID: String, _ tasks: [TaskRecord], maxOpen: Int) throws(StoreError) -> [(TaskRecord, Bool)] {
         try createTasks(sessionID: sessionID, TaskBatch(tasks), maxOpen: maxOpen).wait()
