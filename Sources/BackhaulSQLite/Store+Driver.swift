@@ -97,7 +97,7 @@ extension Store: StoreDriver {
         return admission.nextSequence
     }
 
-    /// One node: no task is pinned.
+    /// One node pins nothing: a new task keeps the `node` it came with (none).
     public func pin(for task: TaskRecord) -> String? { task.node }
 
     public func insertTasks(_ db: Connection, _ results: [TaskBatch.Inserted], at positions: [Int]) throws {
