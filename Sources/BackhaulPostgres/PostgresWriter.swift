@@ -95,7 +95,8 @@ final class PostgresWriter: @unchecked Sendable {
     }
 
     /// The connection was lost after the transaction's `COMMIT` may have reached the server.
-    private struct CommitInDoubt: Error {
+    /// Thrown and caught on the writer's thread only: its outcomes never cross to another.
+    private struct CommitInDoubt: Error, @unchecked Sendable {
         var token: Int64
         var outcomes: [Outcome]
         var cause: PostgresError
