@@ -171,6 +171,9 @@ public enum TransferMachines {
         cachedSelection: ProtocolSelection.Choice? = nil
     ) -> any TransferStateMachine {
         if task.kind == .download { return DownloadMachine(task: task, headers: headers, checkpoint: task.checkpoint) }
+        // Sizes come from `fstat` and the API never stores a negative one: a stored row that says
+        // otherwise was damaged, and no protocol may plan a body from it.
+        if task.file.size < 0 { return ImpossibleUpload(reason: "the stored task has the negative file size \(task.file.size)") }
         switch task.upload.protocolName {
         case .ietf:
             return IETFUpload(task: task, headers: headers, checkpoint: task.checkpoint)
@@ -186,4 +189,15 @@ public enum TransferMachines {
             return SingleRequestUpload(task: task, headers: headers)
         }
     }
+}
+
+/// An upload whose stored task no protocol can start from: every attempt fails `-3100
+/// internal_error` with `reason` (`TransferStep.impossible`), and nothing is sent.
+struct ImpossibleUpload: TransferStateMachine {
+    let reason: String
+    var bytesAcknowledged: Int64 { 0 }
+    var checkpoint: TransferCheckpoint? { nil }
+    var cancellation: CleanupPlan? { nil }
+    mutating func start(now: Timestamp) -> TransferStep { .impossible(reason) }
+    mutating func didReceive(_ response: ResponseHead, now: Timestamp) -> TransferStep { .impossible(reason) }
 }

@@ -84,6 +84,17 @@ struct ImpossibleStateTests {
             task: task(.auto),
             checkpoint: checkpoint(offset: 1000, location: "http://h:8080/resumable_upload/abc", picked: .ietf),
             says: "not the interop version"),
+        // Found by the fuzz target `row` (its hour-long campaign): a stored file size of -84 had the
+        // tus machine plan a creation body "at 0 length 0 of a file of -84".
+        Case(
+            testDescription: "tus: a negative file size", task: task(.tus, size: -84), checkpoint: nil,
+            says: "negative file size -84"),
+        Case(
+            testDescription: "raw: a negative file size", task: task(.raw, size: -1, chunk: nil), checkpoint: nil,
+            says: "negative file size -1"),
+        Case(
+            testDescription: "s3: a negative file size", task: task(.s3, size: -3, chunk: nil), checkpoint: nil,
+            says: "negative file size -3"),
     ]
 
     @Test("each impossible stored state fails the attempt with -3100, and the next attempt again", arguments: cases)
