@@ -39,8 +39,13 @@ public struct FileIdentity: Sendable, Hashable {
     }
 
     /// As stored: `{"device", "inode"}` (each the 64 bits as a signed integer).
-    public var json: JSON {
-        .object(["device": .int(Int64(bitPattern: device)), "inode": .int(Int64(bitPattern: inode))])
+    public func writeJSON(to writer: inout JSONWriter) {
+        writer.object { object in
+            object.key("device")
+            object.int(Int64(bitPattern: device))
+            object.key("inode")
+            object.int(Int64(bitPattern: inode))
+        }
     }
 
     public init?(_ value: JSON) {

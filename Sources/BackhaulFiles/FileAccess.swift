@@ -202,32 +202,33 @@ public final class OpenedFile {
     public let descriptor: Int32
     public let info: FileInfo
     private let roots: AllowedRoots
+    /// The descriptor's device and inode, which never change.
+    private let identity: FileIdentity
 
     /// Opens the recorded path, walked beneath its allowed root with no symbolic link (`Beneath`),
     /// and checks it is still the file recorded at enqueue: the same device and inode (when
     /// recorded), size and modification time.
     public static func open(_ expected: FileInfo, roots: AllowedRoots) -> Result<OpenedFile, TaskError> {
-        let directory: Beneath.Directory
-        switch Beneath.parent(of: expected.path, roots: roots) {
-        case .success(let found): directory = found
+        let descriptor: Int32
+        switch Beneath.open(expected.path, roots: roots, flags: O_RDONLY) {
+        case .success(let opened): descriptor = opened
         case .failure(let error): return .failure(error.taskError)
         }
-        let descriptor = openat(directory.descriptor, directory.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            switch errno {
-            case ELOOP: return .failure(Beneath.WalkError.swapped("the file is now a symbolic link").taskError)
-            default: return .failure(Beneath.WalkError.from(errno: errno, "the file").taskError)
-            }
+        var now = stat()
+        guard fstat(descriptor, &now) == 0 else {
+            close(descriptor)
+            return .failure(TaskError(.fileDoesNotExist, message: "cannot stat the file"))
         }
-        let file = OpenedFile(descriptor: descriptor, info: expected, roots: roots)
-        if let error = file.checkIdentity() ?? file.checkUnchanged() { return .failure(error) }
+        let file = OpenedFile(descriptor: descriptor, info: expected, roots: roots, identity: now.identity)
+        if let error = file.checkIdentity() ?? file.unchanged(now) { return .failure(error) }
         return .success(file)
     }
 
-    private init(descriptor: Int32, info: FileInfo, roots: AllowedRoots) {
+    private init(descriptor: Int32, info: FileInfo, roots: AllowedRoots, identity: FileIdentity) {
         self.descriptor = descriptor
         self.info = info
         self.roots = roots
+        self.identity = identity
     }
 
     deinit { close(descriptor) }
@@ -236,9 +237,7 @@ public final class OpenedFile {
     /// recorded.
     private func checkIdentity() -> TaskError? {
         guard let expected = info.identity else { return nil }
-        var now = stat()
-        guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
-        return roots.isRecorded(expected, now.identity, at: info.path)
+        return roots.isRecorded(expected, identity, at: info.path)
             ? nil : Beneath.WalkError.swapped("the name now leads to another file").taskError
     }
 
@@ -246,6 +245,11 @@ public final class OpenedFile {
     public func checkUnchanged() -> TaskError? {
         var now = stat()
         guard fstat(descriptor, &now) == 0 else { return TaskError(.fileDoesNotExist, message: "cannot stat the file") }
+        return unchanged(now)
+    }
+
+    /// `checkUnchanged` on what `fstat` gave.
+    private func unchanged(_ now: stat) -> TaskError? {
         guard now.st_mode & S_IFMT == S_IFREG else {
             return TaskError(.fileChanged, message: "the path is no longer a regular file")
         }
@@ -259,16 +263,11 @@ public final class OpenedFile {
     /// root, still leads to this descriptor's file.
     public func checkUnchangedAtPath() -> TaskError? {
         if let changed = checkUnchanged() { return changed }
-        let directory: Beneath.Directory
-        switch Beneath.parent(of: info.path, roots: roots) {
-        case .success(let found): directory = found
+        switch Beneath.look(at: info.path, roots: roots) {
+        case .success(let found) where found.identity == identity: return nil
+        case .success: return Beneath.WalkError.swapped("the name no longer leads to the file that was read").taskError
         case .failure(let error): return error.taskError
         }
-        var held = stat()
-        guard fstat(descriptor, &held) == 0, let named = directory.statName(), named.identity == held.identity else {
-            return Beneath.WalkError.swapped("the name no longer leads to the file that was read").taskError
-        }
-        return nil
     }
 
     /// Reads at `offset` into `buffer` (`pread`); the count, 0 at end of file, -1 on error.

@@ -95,12 +95,20 @@ package enum TaskRows {
     /// (`file_identity`). The identity is kept there, not in columns of its own, because like the
     /// spec it is written once with the row and read with it, and so needs no migration in either
     /// database.
+    /// Written member by member, with no copy of the spec's object: every task's row has it.
     package static func uploadColumn(_ task: TaskRecord) -> String {
-        guard let identity = task.file.identity, case .object(var object) = task.upload.storedJSON else {
-            return task.upload.storedJSON.serialized()
+        let stored = task.upload.storedJSON
+        guard let identity = task.file.identity, case .object(let members) = stored else { return stored.serialized() }
+        var writer = JSONWriter(capacity: 256)
+        writer.object { column in
+            for (name, member) in members.entries where name != "file_identity" {
+                column.key(named: name)
+                column.value(member)
+            }
+            column.key("file_identity")
+            identity.writeJSON(to: &column)
         }
-        object["file_identity"] = identity.json
-        return JSON.object(object).serialized()
+        return writer.text
     }
 
     /// The stored form of `UploadSpec.storedJSON`, read back as written.

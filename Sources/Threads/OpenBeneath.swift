@@ -2,11 +2,15 @@ import CGlibc
 
 /// openat2(2) for the domain, which imports no C module.
 public enum OpenBeneath {
-    /// Opens `path` relative to the directory `directory` (`bh_openat2_beneath`: openat2 with
-    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): no component may be a symbolic link or lead out of
-    /// `directory`. A descriptor, or -1 with errno set: ELOOP for a symbolic link, EXDEV for a way
-    /// out, ENOSYS where the kernel or a seccomp profile does not have the call.
-    public static func open(_ directory: Int32, _ path: String, flags: Int32, mode: UInt32 = 0) -> Int32 {
-        bh_openat2_beneath(directory, path, flags, mode)
+    /// Opens the absolute `path` walked from `/` with no component a symbolic link
+    /// (`bh_openat2_no_symlinks`: openat2 with `RESOLVE_NO_SYMLINKS`); `Beneath` has checked that
+    /// the path lies beneath its allowed root and has no `.` or `..` component. A descriptor, or
+    /// -1 with errno set: ELOOP for a symbolic link, ENOTDIR for a component that is not a
+    /// directory, ENOSYS where the kernel or a seccomp profile does not have the call.
+    public static func open(_ path: String, flags: Int32) -> Int32 {
+        bh_openat2_no_symlinks(path, flags)
     }
+
+    /// `O_PATH`: opens a name to look at (`fstat`) without opening the file (a FIFO does not block).
+    public static let pathOnly = bh_o_path()
 }

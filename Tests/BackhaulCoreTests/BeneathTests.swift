@@ -63,6 +63,30 @@ struct BeneathTests {
         #expect(held.statName() != nil, "the directory held before the swap is still the real one")
     }
 
+    @Test(
+        "a path not plainly beneath its root (.., ., //, a sibling that shares the root's prefix, the root itself) is refused before any walk",
+        arguments: [false, true])
+    func lexicallyBeneath(_ componentsOnly: Bool) throws {
+        let world = try World()
+        try FileManager.default.createDirectory(atPath: world.root + "x/d", withIntermediateDirectories: true)
+        try #require(FileManager.default.createFile(atPath: world.root + "x/d/f", contents: Data()))
+        for path in [
+            world.root + "/../outside/f", world.root + "/./d/f", world.root + "//d/f", world.root + "/d/", world.root + "x/d/f",
+            world.root, "d/f",
+        ] {
+            let opened = Beneath.open(path, roots: world.roots, flags: O_RDONLY, componentsOnly: componentsOnly)
+            #expect(opened.failed == .outsideRoots, "\(path): \(opened)")
+            #expect(
+                Beneath.parent(of: path, roots: world.roots, componentsOnly: componentsOnly).failed == .outsideRoots, "\(path)")
+        }
+        // The root `/` (the engine's default) holds every plain absolute path.
+        let whole = try Beneath.open(world.file, roots: AllowedRoots(["/"]), flags: O_RDONLY, componentsOnly: componentsOnly)
+            .get()
+        close(whole)
+        let top = try Beneath.parent(of: "/tmp", roots: AllowedRoots(["/"]), componentsOnly: componentsOnly).get()
+        #expect(top.name == "tmp" && top.statName() != nil)
+    }
+
     @Test("a removal goes through the held directory; a swapped path or another file at the name is reported, not removed")
     func removal() throws {
         let world = try World()
@@ -129,6 +153,23 @@ struct BeneathTests {
         #expect(OpenedFile.open(recorded, roots: world.roots).failed?.reason == .pathChanged)
         #expect(opened.checkUnchanged() == nil, "the held descriptor is the file that was recorded")
         #expect(opened.checkUnchangedAtPath()?.reason == .pathChanged)
+    }
+
+    @Test("the end of an upload sees its name replaced by another file, or by a link to the file itself")
+    func endSeesReplacedName() throws {
+        let world = try World()
+        let recorded = try world.info(world.file)
+        let opened = try OpenedFile.open(recorded, roots: world.roots).get()
+        #expect(opened.checkUnchangedAtPath() == nil)
+        try #require(rename(world.file, world.root + "/d/kept") == 0)
+        try #require(symlink(world.root + "/d/kept", world.file) == 0)
+        #expect(opened.checkUnchangedAtPath()?.reason == .pathChanged, "a link at the name, even to the same file")
+        try #require(unlink(world.file) == 0)
+        try #require(FileManager.default.createFile(atPath: world.file, contents: Data("twelve bytes".utf8)))
+        #expect(opened.checkUnchangedAtPath()?.reason == .pathChanged, "another file at the name")
+        try #require(unlink(world.file) == 0)
+        try #require(mkfifo(world.file, 0o600) == 0)
+        #expect(opened.checkUnchangedAtPath()?.reason == .pathChanged, "a FIFO at the name, looked at without blocking")
     }
 }
 

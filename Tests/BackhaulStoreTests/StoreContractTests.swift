@@ -140,6 +140,23 @@ struct StoreContractTests {
         #expect(try store.budgetUsage(day: "2024-01-01") == [:])
     }
 
+    /// The file's device and inode, kept in the `upload` column beside the spec, come back with
+    /// the task, and the spec with them.
+    @Test("a task's file identity is stored with its upload spec and read back", arguments: Backend.allCases)
+    func fileIdentityStored(_ backend: Backend) throws {
+        let store = try backend.openWithSession(clock: clock)
+        defer { store.close() }
+        var task = makeTask("id")
+        task.file.identity = FileIdentity(device: UInt64.max - 1, inode: 42)
+        task.upload = UploadSpec(protocolName: .tus)
+        task.upload.contentType = "text/plain"
+        _ = try store.createTasks(sessionID: "s", [task, makeTask("none")])
+        let stored = try #require(try store.task(id: "id"))
+        #expect(stored.file.identity == task.file.identity)
+        #expect(stored.upload == task.upload)
+        #expect(try store.task(id: "none")?.file.identity == nil)
+    }
+
     /// The file of a completed `delete_file_on_success` task goes once the end committed.
     @Test("a completed delete-on-success task's file is removed; a failed one's stays", arguments: Backend.allCases)
     func fileRemovedOnSuccess(_ backend: Backend) throws {
