@@ -656,15 +656,18 @@ class Campaign:
             return
         answered = now()
         waiting = {other for other in self.nodes if other.up and other is not node}
+        slow = []  # the nodes that showed it past 2 s
         while waiting and now() - answered < 5:
             for other in list(waiting):
                 status, policy = call(other.port, "GET", "/v1/policy", timeout=1)
                 if not other.up or (status == 200 and policy.get("bandwidth_limit") == value):
                     waiting.discard(other)
+                    if now() - answered > 2:
+                        slow.append(other.name)
             time.sleep(0.02)
         with self.lock:
             self.policy_checks.append((now() - answered if not waiting else float("inf"), after,
-                                       sorted(other.name for other in waiting)))
+                                       sorted(other.name for other in waiting) or sorted(slow)))
 
     # The faults
 
@@ -864,6 +867,7 @@ def main():
               f" in {campaign.round_at(other[0])}")
     for seconds, after, nodes in late[:30]:
         print(f"  a policy change not in force on {', '.join(nodes) or 'every node'} within 2 s"
+              + (f" ({seconds:.2f} s)" if seconds != float("inf") else "")
               + (f" (after {after})" if after else "")
               + (" (tolerated: the node's own outage)" if (seconds, after, nodes) in tolerated else ""))
     spread = ", ".join(f"{kind} {count}" for kind, count in campaign.faults.items())

@@ -1,4 +1,5 @@
 import BackhaulCore
+import Glibc
 import JSONCodec
 import Threads
 
@@ -23,6 +24,10 @@ public final class ServiceSettings: Sendable {
     /// The values the writes in flight give each setting, set inside their transaction (so in
     /// commit order): a commit that changed a setting applies its value from here.
     private let staged = Locked<[String: Staged]>([:])
+    /// A read of the stored values failed (the database was away): they are read again with the
+    /// next change the store reports, whatever it is, until a read succeeds. Without this a
+    /// change heard while the reader's connection was broken was never applied.
+    private let reloadOwed = Locked(false)
 
     private enum Staged {
         case policy(ServicePolicy)
@@ -41,8 +46,10 @@ public final class ServiceSettings: Sendable {
         current = Locked((basePolicy, nil))
         try reload()
         store.observe { [weak self] changes in
-            guard let self, !changes.settings.isEmpty || changes.queueReload else { return }
-            self.apply(changes.settings, readAll: changes.queueReload)
+            guard let self else { return }
+            let owed = reloadOwed.withLock { $0 }
+            guard !changes.settings.isEmpty || changes.queueReload || owed else { return }
+            self.apply(changes.settings, readAll: changes.queueReload || owed)
         }
     }
 
@@ -85,7 +92,18 @@ public final class ServiceSettings: Sendable {
                 }
             }
         }
-        if elsewhere || readAll { try? reload() }
+        guard elsewhere || readAll else { return }
+        // A read on a connection the outage broke fails once; the next opens a fresh one.
+        for attempt in 0..<3 {
+            do {
+                try reload()
+                reloadOwed.withLock { $0 = false }
+                return
+            } catch {
+                if attempt < 2 { usleep(UInt32(20_000 << attempt)) }
+            }
+        }
+        reloadOwed.withLock { $0 = true }
     }
 
     private func reload() throws(StoreError) {
