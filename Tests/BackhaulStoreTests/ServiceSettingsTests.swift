@@ -1,4 +1,5 @@
 import BackhaulCore
+import BackhaulTesting
 import JSONCodec
 import Testing
 
@@ -24,5 +25,24 @@ struct ServiceSettingsTests {
         #expect(settings.policy.bandwidthLimit == nil)
         try settings.setNetworkOverride(nil)
         #expect(settings.networkOverride == nil)
+    }
+
+    /// Another node's change is read from the store; a read that failed then (the database away)
+    /// left it unapplied for good. It is read again with the next change of any kind.
+    @Test("a policy set elsewhere while the settings cannot be read applies with the next change", arguments: Backend.allCases)
+    func policyFromElsewhereAppliesOnceReadable(_ backend: Backend) throws {
+        let store = try backend.open()
+        defer { store.close() }
+        let settings = try ServiceSettings(store: store, basePolicy: ServicePolicy(), classifier: NetworkClassifier())
+        // Written behind the settings' back (as another node would), the first undecodable: every
+        // read of the stored values fails while it is there.
+        try store.setSetting(settings.networkOverrideKey, ["type": .int(42)])
+        try store.setSetting(ServiceSettings.policyKey, ["bandwidth_limit": .int(4096)])
+        #expect(settings.policy.bandwidthLimit == nil)
+        // Readable again, with no settings change reported; the next change of anything applies it.
+        try store.plant("DELETE FROM settings WHERE key = '\(settings.networkOverrideKey)'")
+        _ = try store.putSession(id: "s", configuration: TransferConfiguration())
+        #expect(
+            eventually(timeout: 5) { settings.policy.bandwidthLimit == 4096 }, "the policy set elsewhere never came into force")
     }
 }
