@@ -145,7 +145,11 @@ let package = Package(
             dependencies: ["BackhaulClient", "BackhaulTesting", "JSONCodec", "Threads", "backhauld", "backhaul-client-example"],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulServerTests", dependencies: ["BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec"],
+            name: "BackhaulServerTests",
+            dependencies: [
+                "BackhaulServer", "BackhaulAPI", "BackhaulCore", "JSONCodec", "Threads",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: swiftSettings),
         .testTarget(name: "SQLiteTests", dependencies: ["SQLite", "CSQLite"], swiftSettings: swiftSettings),
         .testTarget(

@@ -186,12 +186,37 @@ public final class DaemonProcess {
         return process.terminationStatus
     }
 
-    /// SIGTERM; the exit status, or nil if it did not exit within `timeout`.
+    /// SIGTERM; the exit status, or nil if it did not exit within `timeout`. A daemon that did not
+    /// stop has its threads' stacks and its log's end printed (to find where a stop hangs from a
+    /// CI run's output), and is then killed so that the test can go on.
     public func terminate(timeout: Double = 30) -> Int32? {
         guard let process else { return nil }
         kill(process.processIdentifier, SIGTERM)
-        guard eventually(timeout: timeout, { !process.isRunning }) else { return nil }
+        guard eventually(timeout: timeout, { !process.isRunning }) else {
+            print(hangReport(pid: process.processIdentifier, after: timeout))
+            kill9()
+            return nil
+        }
         return process.terminationStatus
+    }
+
+    /// Every thread's stack (gdb, when the machine has it) and the log's last lines.
+    private func hangReport(pid: Int32, after seconds: Double) -> String {
+        var report = "backhauld (pid \(pid)) still ran \(seconds) s after SIGTERM; the end of its log:\n\(log(lastLines: 40))\n"
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb") {
+            let gdb = Process()
+            gdb.executableURL = URL(fileURLWithPath: "/usr/bin/gdb")
+            gdb.arguments = ["-batch", "-nx", "-p", "\(pid)", "-ex", "thread apply all bt 30"]
+            let pipe = Pipe()
+            gdb.standardOutput = pipe
+            gdb.standardError = pipe
+            if (try? gdb.run()) != nil {
+                let output = pipe.fileHandleForReading.readDataToEndOfFile()
+                gdb.waitUntilExit()
+                report += "its threads:\n" + String(decoding: output, as: UTF8.self)
+            }
+        }
+        return report
     }
 
     public func log(lastLines count: Int = 40) -> String {
