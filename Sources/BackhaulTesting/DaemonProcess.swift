@@ -186,10 +186,11 @@ public final class DaemonProcess {
         return process.terminationStatus
     }
 
-    /// SIGTERM; the exit status, or nil if it did not exit within `timeout`. A daemon that did not
-    /// stop has its threads' stacks and its log's end printed (to find where a stop hangs from a
-    /// CI run's output), and is then killed so that the test can go on.
-    public func terminate(timeout: Double = 30) -> Int32? {
+    /// SIGTERM; the exit status, or nil if it did not exit within `timeout` (by default 60 s: the
+    /// engine's grace of 10 s and the other steps on a machine that runs many tests at once). A
+    /// daemon that did not stop has its threads' stacks and its log's end printed (to find where a
+    /// stop hangs from a CI run's output), and is then killed so that the test can go on.
+    public func terminate(timeout: Double = 60) -> Int32? {
         guard let process else { return nil }
         kill(process.processIdentifier, SIGTERM)
         guard eventually(timeout: timeout, { !process.isRunning }) else {

@@ -227,6 +227,17 @@ def proc_cpu_seconds(pid):
     return user + system
 
 
+def stolen_cpu(since=None):
+    """The machine's CPU counters (/proc/stat's `cpu` line: steal and the total, in ticks); with
+    `since` (an earlier reading), the share of the time between that the hypervisor gave to others."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:9]]
+    now = (fields[7], sum(fields))
+    if since is None:
+        return now
+    return (now[0] - since[0]) / max(1, now[1] - since[1])
+
+
 def proc_status_mib(pid, key):
     with open(f"/proc/{pid}/status") as status:
         for line in status:
