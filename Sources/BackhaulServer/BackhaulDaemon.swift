@@ -245,9 +245,9 @@ final class StopSteps: Sendable {
     private func watch() {
         while !current.wait(until: { $0.done }, timeout: patience, { $0.done }) {
             let (step, began) = current.withLock { ($0.step, $0.began) }
-            guard monotonicSeconds() - began >= patience else { continue }
-            logger.warning(
-                "the stop waits on one step", metadata: ["stop.step": "\(step)", "stop.seconds": "\(Int(monotonicSeconds() - began))"])
+            let ran = monotonicSeconds() - began
+            guard ran >= patience else { continue }
+            logger.warning("the stop waits on one step", metadata: ["stop.step": "\(step)", "stop.seconds": "\(Int(ran))"])
         }
     }
 }
