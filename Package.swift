@@ -67,41 +67,41 @@ let package = Package(
         /// The file system as tasks see it: allowed roots, files opened for upload, `.part` files.
         .target(name: "BackhaulFiles", dependencies: ["BackhaulCore", "Digest", "Threads"], swiftSettings: swiftSettings),
         .target(
-            name: "BackhaulStore",
+            name: "BackhaulQueue",
             dependencies: ["BackhaulCore", "JSONCodec", "Threads"],
             swiftSettings: swiftSettings),
         /// The state in one SQLite database: the single node's store (docs/architecture.md).
         .target(
-            name: "BackhaulSQLite", dependencies: ["BackhaulCore", "BackhaulStore", "JSONCodec", "SQLite", "Threads"],
+            name: "BackhaulSQLite", dependencies: ["BackhaulCore", "BackhaulQueue", "JSONCodec", "SQLite", "Threads"],
             swiftSettings: swiftSettings),
         /// The fleet's shared queue in PostgreSQL: schema, claims, leases, takeover (docs/fleet.md).
         .target(
-            name: "BackhaulPostgres", dependencies: ["BackhaulCore", "BackhaulStore", "JSONCodec", "PostgreSQL", "Threads"],
+            name: "BackhaulPostgres", dependencies: ["BackhaulCore", "BackhaulQueue", "JSONCodec", "PostgreSQL", "Threads"],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulEngine",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "Curl", "Digest", "JSONCodec", "Systemd", "Threads",
+                "BackhaulCore", "BackhaulQueue", "BackhaulFiles", "Curl", "Digest", "JSONCodec", "Systemd", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulWebhooks",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "Curl", "Digest", "Threads", .product(name: "Logging", package: "swift-log"),
+                "BackhaulCore", "BackhaulQueue", "Curl", "Digest", "Threads", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulAPI",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulFiles", "BackhaulUI", "Digest", "JSONCodec", "MicroHTTP", "Threads",
+                "BackhaulCore", "BackhaulQueue", "BackhaulFiles", "BackhaulUI", "Digest", "JSONCodec", "MicroHTTP", "Threads",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings),
         .target(
             name: "BackhaulServer",
             dependencies: [
-                "BackhaulCore", "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine", "BackhaulWebhooks",
+                "BackhaulCore", "BackhaulQueue", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine", "BackhaulWebhooks",
                 "BackhaulAPI",
                 "BackhaulFiles",
                 "MicroHTTP", "Systemd",
@@ -156,24 +156,24 @@ let package = Package(
             name: "PostgreSQLTests", dependencies: ["PostgreSQL", "BackhaulTesting"], swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulPostgresTests",
-            dependencies: ["BackhaulCore", "BackhaulPostgres", "BackhaulStore", "BackhaulTesting", "PostgreSQL", "Threads"],
+            dependencies: ["BackhaulCore", "BackhaulPostgres", "BackhaulQueue", "BackhaulTesting", "PostgreSQL", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulStoreTests",
             dependencies: [
-                "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulCore", "BackhaulTesting", "JSONCodec",
+                "BackhaulQueue", "BackhaulSQLite", "BackhaulPostgres", "BackhaulCore", "BackhaulTesting", "JSONCodec",
                 "PostgreSQL",
                 "SQLite",
                 "Threads",
             ],
             swiftSettings: swiftSettings),
         .testTarget(
-            name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulStore", "BackhaulTesting", "Threads"],
+            name: "BackhaulEngineTests", dependencies: ["BackhaulEngine", "BackhaulQueue", "BackhaulTesting", "Threads"],
             swiftSettings: swiftSettings),
         .testTarget(
             name: "BackhaulAPITests",
             dependencies: [
-                "BackhaulAPI", "BackhaulStore", "BackhaulSQLite", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI",
+                "BackhaulAPI", "BackhaulQueue", "BackhaulSQLite", "BackhaulCore", "BackhaulEngine", "BackhaulFiles", "BackhaulUI",
                 "JSONCodec",
                 "Threads",
             ],
@@ -195,7 +195,7 @@ if Context.environment["BACKHAUL_FUZZ"] != nil {
         .executableTarget(
             name: "backhaul-fuzz",
             dependencies: [
-                "BackhaulCore", "BackhaulFiles", "BackhaulStore", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine",
+                "BackhaulCore", "BackhaulFiles", "BackhaulQueue", "BackhaulSQLite", "BackhaulPostgres", "BackhaulEngine",
                 "BackhaulAPI", "BackhaulServer",
                 "JSONCodec", "MicroHTTP", "Systemd", .product(name: "Logging", package: "swift-log"),
             ],

@@ -4,7 +4,7 @@
 import BackhaulCore
 import BackhaulFiles
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import Foundation
 import JSONCodec
 import Logging

@@ -1,6 +1,6 @@
 // What other programs answer the daemon: header values on their own, S3's XML, credential
 // sources, signers, PostgreSQL's change messages and stored rows, D-Bus property values.
-import BackhaulStore
+import BackhaulQueue
 import Foundation
 import JSONCodec
 import Logging

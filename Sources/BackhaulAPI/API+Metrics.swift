@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import MicroHTTP
 
 /// `GET /metrics`: the Prometheus text format (version 0.0.4). Labels take values from closed

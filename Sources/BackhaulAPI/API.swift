@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulFiles
-import BackhaulStore
+import BackhaulQueue
 import JSONCodec
 import Logging
 import MicroHTTP

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import JSONCodec
 
 /// A validated `PATCH /v1/tasks/{id}`: priority, request headers (merged; null removes), the

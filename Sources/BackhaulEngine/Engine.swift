@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulFiles
-import BackhaulStore
+import BackhaulQueue
 import Curl
 import Logging
 import Systemd

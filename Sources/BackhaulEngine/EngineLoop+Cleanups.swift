@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import Curl
 
 /// Requests that release a cancelled task's server side (tus termination, S3 abort), queued by

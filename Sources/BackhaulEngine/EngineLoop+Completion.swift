@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import Curl
 
 /// What happens when a request ends: the protocol's state machine says what is next (another

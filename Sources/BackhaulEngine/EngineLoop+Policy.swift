@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import Curl
 
 /// The engine loop's side of the policy: deciding for running and held tasks, counting budgets,

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 
 /// Live progress for the API (rates, bytes), `task.progress` events at a bounded rate, a
 /// download's durable checkpoints, and the engine's figures for `/metrics`.

@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulFiles
-import BackhaulStore
+import BackhaulQueue
 import Curl
 
 /// Starting attempts: the scheduler picks, the policy decides, the store claims, the transfer

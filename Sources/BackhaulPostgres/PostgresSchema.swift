@@ -9,7 +9,7 @@ public enum PostgresSchema {
     static let lockKey: Int64 = 0x6261_636B_6861_756C
 
     /// Each migration, in order; the schema's version is how many have run.
-    /// The tables are the SQLite store's (`BackhaulStore/Schema.swift`), column for column, so that
+    /// The tables are the SQLite store's (`BackhaulSQLite/Schema.swift`), column for column, so that
     /// both read and write a task's columns with the same code (`TaskRows`), with what the fleet
     /// adds: the nodes, a task's pin and lease, and the claims of deliveries and cleanups. Times are
     /// the daemon's clock (seconds since 1970, as in SQLite), except leases and heartbeats, which

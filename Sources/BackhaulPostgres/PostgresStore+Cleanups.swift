@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import PostgreSQL
 
 /// Server-side releases of cancelled tasks (tus termination, S3 abort), as `Store+Cleanups` keeps

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import PostgreSQL
 
 /// The PostgreSQL driver under the store's rules (`StoreDriver`): its SQL, with the row locks that

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import PostgreSQL
 
 /// The event log, as `Store+Events` reads it for SQLite. Events are appended under the events'

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import PostgreSQL
 
 /// Retention, as `Store+Maintenance` keeps it for SQLite: finished tasks past their retention go

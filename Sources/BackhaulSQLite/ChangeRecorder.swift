@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 
 /// The changes of the open transaction, as `TaskFeed` and the store's own code note them; used on
 /// the writer's thread only.

@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import Glibc
 
 /// Whether the last process stopped cleanly and left the database as it is: a file `clean-stop`

@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 import Threads
 

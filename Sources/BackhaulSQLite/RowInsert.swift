@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 
 /// An INSERT of many rows a statement. A statement's own cost (an autoincrement counter read and

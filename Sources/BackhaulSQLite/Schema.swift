@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 
 /// The schema, as numbered migrations. Never edit a shipped migration: add the next one.

@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 
 /// Every write of a task row goes through `TaskRows`, which reports it here, to the open

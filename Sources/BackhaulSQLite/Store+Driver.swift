@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 
 /// The SQLite driver under the store's rules (`StoreDriver`): its SQL, inside the single writer's

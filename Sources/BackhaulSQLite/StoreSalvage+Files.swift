@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import Glibc
 
 /// The salvage's file work: a truncated file grown back, copies, durable small files.

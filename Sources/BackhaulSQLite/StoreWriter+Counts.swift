@@ -1,4 +1,4 @@
-import BackhaulStore
+import BackhaulQueue
 import SQLite
 
 extension StoreWriter {

@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulPostgres
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import Glibc
 import Logging
 import Threads

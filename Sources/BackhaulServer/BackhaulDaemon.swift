@@ -4,7 +4,7 @@ import BackhaulEngine
 import BackhaulFiles
 import BackhaulPostgres
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import BackhaulWebhooks
 import Curl
 import Glibc

@@ -3,7 +3,7 @@ import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import JSONCodec
 
 /// The settings table: every setting of the daemon, declared once. The order is the order of

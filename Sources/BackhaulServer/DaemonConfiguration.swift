@@ -2,7 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import JSONCodec
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,

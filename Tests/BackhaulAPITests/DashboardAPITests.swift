@@ -2,7 +2,7 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulFiles
 import BackhaulSQLite
-import BackhaulStore
+import BackhaulQueue
 import BackhaulUI
 import Foundation
 import JSONCodec

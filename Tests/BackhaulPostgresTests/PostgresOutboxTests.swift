@@ -1,6 +1,6 @@
 import BackhaulCore
 import BackhaulPostgres
-import BackhaulStore
+import BackhaulQueue
 import BackhaulTesting
 import Foundation
 import PostgreSQL

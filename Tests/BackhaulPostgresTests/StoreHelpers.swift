@@ -1,5 +1,5 @@
 import BackhaulCore
-import BackhaulStore
+import BackhaulQueue
 import Threads
 
 /// A task of the session "s" whose file is under `/d` (the tests' shared root).

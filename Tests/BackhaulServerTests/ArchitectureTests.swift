@@ -40,7 +40,7 @@ struct ArchitectureTests {
         }
     }
 
-    /// The store's interface stands alone: `BackhaulStore` imports no database, neither driver
+    /// The store's interface stands alone: `BackhaulQueue` imports no database, neither driver
     /// imports the other, and only the wiring (and tests) sees a driver.
     @Test("the store's two drivers depend on its interface, not on each other")
     func driversApart() throws {
@@ -50,10 +50,10 @@ struct ArchitectureTests {
             let seen = drivers.intersection(target.dependencies)
             switch target.name {
             case "BackhaulServer": #expect(seen == drivers)
-            case "BackhaulStore":
+            case "BackhaulQueue":
                 #expect(seen.isEmpty && !target.dependencies.contains { ["SQLite", "PostgreSQL"].contains($0) })
             case "BackhaulSQLite", "BackhaulPostgres":
-                #expect(target.dependencies.contains("BackhaulStore") && seen.isEmpty, "\(target.name) depends on \(seen)")
+                #expect(target.dependencies.contains("BackhaulQueue") && seen.isEmpty, "\(target.name) depends on \(seen)")
             default: #expect(seen.isEmpty, "\(target.name) depends on the driver(s) \(seen)")
             }
         }

@@ -5,7 +5,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// New tasks are written many rows a statement (`RowInsert`), numbered by the writer itself, and
 /// their events after them: these tests hold that to what one row at a time gave.

@@ -7,7 +7,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// When a checkpoint is due and when it runs, as tables of events (`CheckpointSchedule` is pure:
 /// the time is given).

@@ -6,7 +6,7 @@ import SQLite
 import Testing
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 @Suite("Event log")
 struct EventLogTests {

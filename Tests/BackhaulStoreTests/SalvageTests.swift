@@ -6,7 +6,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// The row copy of a salvage (`StoreSalvage`), on a real state file with a page of garbage.
 @Suite("Store salvage")

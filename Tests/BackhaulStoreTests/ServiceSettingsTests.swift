@@ -3,7 +3,7 @@ import BackhaulTesting
 import JSONCodec
 import Testing
 
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// A committed change of a run-time setting is in force when the call that made it returns, taken
 /// from the value its transaction wrote: a read of the settings that fails (here, a stored network

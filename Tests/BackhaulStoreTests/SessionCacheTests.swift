@@ -1,7 +1,7 @@
 import BackhaulCore
 import Testing
 
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 @Suite("Session cache")
 struct SessionCacheTests {

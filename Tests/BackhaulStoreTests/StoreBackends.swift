@@ -6,7 +6,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// The two implementations of `StateStore` the store's tests run against (docs/fleet.md): what holds
 /// of the state through the interface holds of both.

@@ -7,7 +7,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// Parts of `StateStore` the tests beside it reach only through the API or the engine: counts,
 /// bulk cancellation, deletion, retention, settings and budgets, each held to one answer on both

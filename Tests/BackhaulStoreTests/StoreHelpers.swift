@@ -5,7 +5,7 @@ import Threads
 
 @testable import BackhaulPostgres
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// The engine's store calls hand their answer to a callback on the writer's thread; tests wait
 /// for it.

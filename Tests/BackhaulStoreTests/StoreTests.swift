@@ -7,7 +7,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// A clock tests move by hand.
 final class ManualClock: Clock {

@@ -4,7 +4,7 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// A batch whose parts the API adds while the writer inserts the first ones (`TaskBatch`).
 @Suite("Task batches in parts")

@@ -4,7 +4,7 @@ import Testing
 import Threads
 
 @testable import BackhaulSQLite
-@testable import BackhaulStore
+@testable import BackhaulQueue
 
 /// The engine holds its writes back for a turn (`Store.holdWrites`) so that a turn's ends and
 /// claims go into one transaction.
