@@ -1,7 +1,7 @@
 import BackhaulCore
 import BackhaulPostgres
-import BackhaulSQLite
 import BackhaulQueue
+import BackhaulSQLite
 import Glibc
 import Logging
 import Threads

@@ -3,8 +3,8 @@ import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
 import BackhaulPostgres
-import BackhaulSQLite
 import BackhaulQueue
+import BackhaulSQLite
 import BackhaulWebhooks
 import Curl
 import Glibc

@@ -2,8 +2,8 @@ import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
 import BackhaulFiles
-import BackhaulSQLite
 import BackhaulQueue
+import BackhaulSQLite
 import JSONCodec
 
 /// The settings table: every setting of the daemon, declared once. The order is the order of

@@ -1,8 +1,8 @@
 import BackhaulAPI
 import BackhaulCore
 import BackhaulEngine
-import BackhaulSQLite
 import BackhaulQueue
+import BackhaulSQLite
 import JSONCodec
 
 /// The daemon's configuration: defaults, then the config file, then `BACKHAUL_*` variables,

@@ -1,8 +1,8 @@
 import BackhaulAPI
 import BackhaulCore
 import BackhaulFiles
-import BackhaulSQLite
 import BackhaulQueue
+import BackhaulSQLite
 import Foundation
 import JSONCodec
 import Logging

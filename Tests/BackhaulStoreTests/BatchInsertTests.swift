@@ -4,8 +4,8 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// New tasks are written many rows a statement (`RowInsert`), numbered by the writer itself, and
 /// their events after them: these tests hold that to what one row at a time gave.

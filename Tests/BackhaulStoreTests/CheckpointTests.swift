@@ -6,8 +6,8 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// When a checkpoint is due and when it runs, as tables of events (`CheckpointSchedule` is pure:
 /// the time is given).

@@ -5,8 +5,8 @@ import PostgreSQL
 import SQLite
 import Testing
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 @Suite("Event log")
 struct EventLogTests {

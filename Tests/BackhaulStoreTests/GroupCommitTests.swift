@@ -5,8 +5,8 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// A batch's jobs are told the truth (docs/operations.md, "The state on disk"): each one told it
 /// succeeded is in the database, each one told it failed is not. A job that fails with an error

@@ -5,8 +5,8 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// The row copy of a salvage (`StoreSalvage`), on a real state file with a page of garbage.
 @Suite("Store salvage")

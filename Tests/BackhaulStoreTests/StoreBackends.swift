@@ -5,8 +5,8 @@ import PostgreSQL
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// The two implementations of `StateStore` the store's tests run against (docs/fleet.md): what holds
 /// of the state through the interface holds of both.

@@ -6,8 +6,8 @@ import JSONCodec
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// Parts of `StateStore` the tests beside it reach only through the API or the engine: counts,
 /// bulk cancellation, deletion, retention, settings and budgets, each held to one answer on both

@@ -4,8 +4,8 @@ import Testing
 import Threads
 
 @testable import BackhaulPostgres
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// The engine's store calls hand their answer to a callback on the writer's thread; tests wait
 /// for it.

@@ -6,8 +6,8 @@ import SQLite
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// A clock tests move by hand.
 final class ManualClock: Clock {

@@ -3,8 +3,8 @@ import Foundation
 import Testing
 import Threads
 
-@testable import BackhaulSQLite
 @testable import BackhaulQueue
+@testable import BackhaulSQLite
 
 /// The engine holds its writes back for a turn (`Store.holdWrites`) so that a turn's ends and
 /// claims go into one transaction.
