@@ -2,6 +2,7 @@ import BackhaulClient
 import BackhaulTesting
 import Foundation
 import Testing
+import Threads
 
 /// A real daemon (the `backhauld` binary), a recording sink and a client pointed at them.
 final class LiveDaemon {
@@ -165,17 +166,31 @@ struct LiveDaemonTests {
         let file = live.makeFile("a.bin", size: 300_000)
         let stream = client.events(session: "s1")
         let target = live.sink.url("/a")
-        let seen = try await within(30) {
-            var events: [APIEvent] = []
-            var iterator = stream.makeAsyncIterator()
-            // The stream is open once the iterator exists; give the daemon the request first.
-            try await Task.sleep(for: .milliseconds(300))
-            let task = try await client.createTasks([.upload(file: file, url: target)], session: "s1")[0]
-            while let event = try await iterator.next() {
-                events.append(event)
-                if event.type == "session.drained" { break }
+        // What came, kept outside the body, for the failure's message if it does not end in time.
+        let progress = Locked((task: String?.none, types: [String]()))
+        let seen: (String, [APIEvent])
+        do {
+            seen = try await within(30) {
+                var events: [APIEvent] = []
+                var iterator = stream.makeAsyncIterator()
+                // The stream is open once the iterator exists; give the daemon the request first.
+                try await Task.sleep(for: .milliseconds(300))
+                let task = try await client.createTasks([.upload(file: file, url: target)], session: "s1")[0]
+                progress.withLock { $0.task = task.id }
+                while let event = try await iterator.next() {
+                    events.append(event)
+                    progress.withLock { $0.types.append(event.type) }
+                    if event.type == "session.drained" { break }
+                }
+                return (task.id, events)
             }
-            return (task.id, events)
+        } catch let timedOut as TimedOut {
+            let (task, types) = progress.withLock { ($0.task, $0.types) }
+            let row = task.flatMap { try? live.daemon.task($0).serialized() } ?? "not created"
+            let bytes = live.sink.totalBodyBytes
+            let log = live.daemon.log(lastLines: 30)
+            Issue.record("\(timedOut): events \(types); the task \(row); \(bytes) bytes at the sink; the daemon's log:\n\(log)")
+            return
         }
         let (id, events) = seen
         let completed = try #require(events.first { $0.type == "task.completed" })
