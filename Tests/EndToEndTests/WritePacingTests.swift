@@ -11,7 +11,7 @@ import Testing
 /// running. With a pacing of 0.1 s the commits stay within one per 3 tasks and one per 0.1 s of
 /// the run, plus the few made with fewer than 4 running (the start, the tail) and the API's (55-56
 /// commits in 0.77-0.79 s, three runs); with none (what the engine did before), a turn that saw a
-/// transfer end committed on its own (150-158 in 0.71-0.74 s).
+/// transfer end committed on its own (150-158 in 0.71-0.74 s): at least 1.3 times as many.
 extension EndToEndTests {
     @Test("write pacing: while 4 or more transfers run, their ends and starts share commits (3 claims or write_pacing)")
     func writePacing() throws {
@@ -20,11 +20,14 @@ extension EndToEndTests {
         #expect(
             Double(paced.commits) <= 160 / 3 + paced.seconds / 0.1 + 20,
             "\(paced.commits) commits in \(paced.seconds) s with a pacing of 0.1 s")
+        // Without pacing, beside it: a loaded machine makes fewer commits of the same run (a slower
+        // turn sees more ends at once: 80 in 1.22 s in one make test, against 150-158 in 0.71-0.74 s
+        // alone), so the control is the paced run's count, not the bound that grows with the run.
         let unpaced = try pacedRun(pacing: 0)
         #expect(unpaced.completed == 160)
         #expect(
-            Double(unpaced.commits) > 160 / 3 + unpaced.seconds / 0.1 + 20,
-            "without pacing: \(unpaced.commits) commits in \(unpaced.seconds) s")
+            Double(unpaced.commits) >= 1.3 * Double(paced.commits),
+            "without pacing: \(unpaced.commits) commits in \(unpaced.seconds) s; with: \(paced.commits) in \(paced.seconds) s")
     }
 
     private func pacedRun(pacing: Double) throws -> (commits: Int, seconds: Double, completed: Int) {
