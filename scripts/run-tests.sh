@@ -46,9 +46,18 @@ if [ "${1:-}" = --classify ]; then
     exit 0
 fi
 
+# What a test process that died leaves behind: the daemons and peers it started from this checkout
+# (a fleet test's nodes, whose database went with the test, retried forever beside the next run).
+reap() {
+    pkill -KILL -f -- "$PWD/\.build/.*/backhauld " 2>/dev/null
+    pkill -KILL -f -- "$PWD/Tests/peers/" 2>/dev/null
+    return 0
+}
+
 for attempt in 1 2 3; do
     timeout --kill-after=30 "$limit" "$swift" test --skip-build 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
+    reap
     [ "$rc" = 0 ] && exit 0
     if [ "$attempt" -lt 3 ] && [ "$(classify "$log")" = foundation-crash ]; then
         cp "$log" ".build/test-crashed-$attempt.log"
