@@ -50,10 +50,11 @@ struct BackgroundLabTests {
         let recovery = figures["recovery_s"] as? Double
         #expect(recovery != nil && recovery! <= 7, "back at 70 % of the link within 5 s")
         #expect(figure("default_alone", "bytes_per_second") >= 0.8 * link, "default alone: ≥ 85 % of the link")
-        // The control: plain curl queues the probe past the background's p95 bound, so the bounds
-        // above tell a yielding upload from one that does not (alone curl fills the 300 ms; under
-        // make test's load it kept 97 ms of queue).
-        #expect(figure("curl_alone", "p50_ms") > idle + 80, "the lab builds a queue (plain curl fills it)")
+        // The control: the same upload without background priority queues the probe past the
+        // background's p95 bound, so the bounds above tell a yielding upload from one that does not
+        // (181-192 ms p50 in four make test runs). Plain curl's figure is printed beside it, not held:
+        // under make test's load its window filled 76-213 ms of the queue from run to run.
+        #expect(figure("default_alone", "p50_ms") > idle + 80, "an upload that does not yield fills the queue")
         // The task says it is yielding.
         let shown = (figures["background_alone"] as? [String: Any])?["progress_background"] as? [String: Any]
         #expect((shown?["rate_bytes_per_second"] as? Double ?? 0) > 0)
