@@ -49,6 +49,15 @@ extension EndToEndTests {
         #expect(Bytes(fixture.sink.requests.last?.body) == Bytes(fixture.contents(file)))
     }
 
+    @Test("a daemon that does not stop after SIGTERM: terminate answers nil once its time is up, and the daemon is gone")
+    func terminateOfAHungDaemon() throws {
+        let fixture = try Fixture()
+        let pid = fixture.daemon.pid
+        kill(pid, SIGSTOP)  // a stop that hangs: SIGTERM stays pending while the process is stopped
+        #expect(fixture.daemon.terminate(timeout: 1) == nil)
+        #expect(!fixture.daemon.isRunning && kill(pid, 0) != 0, "the harness killed it after its report")
+    }
+
     @Test("the daemon's own threads carry their names (for top -H, ps -L and profilers)")
     func threadNames() throws {
         let fixture = try Fixture()
