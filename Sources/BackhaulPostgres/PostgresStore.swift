@@ -77,6 +77,8 @@ public final class PostgresStore: @unchecked Sendable {
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
+    /// When a fenced write stops waiting because the node is stopping (`beginStop`).
+    private let stopBy = Locked(Double.infinity)
     let figures = Locked(MaintenanceFigures())
     /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
     let sessionCache = Locked(SessionCache())
@@ -166,6 +168,13 @@ public final class PostgresStore: @unchecked Sendable {
 
     public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
 
+    /// The writer gives a lost connection up `seconds` from now, and a fenced write waits no longer.
+    public func beginStop(within seconds: Double) {
+        let deadline = monotonicSeconds() + seconds
+        stopBy.withLock { $0 = min($0, deadline) }
+        writer.giveUp(at: deadline)
+    }
+
     public func close() {
         guard stopping.setOnce() else { return }
         heartbeat?.join()
@@ -190,8 +199,9 @@ public final class PostgresStore: @unchecked Sendable {
 
     /// Runs `body` in the next write transaction and returns once it committed. `fenced` (the
     /// engine's thread, which drives the transfers): it waits only while the lease fence is open,
-    /// so a write stuck on a dead link never holds a transfer past the node's lease; the write
-    /// still commits when the database answers (a claim made meanwhile runs out with its lease).
+    /// so a write stuck on a dead link never holds a transfer past the node's lease, nor a stopping
+    /// node past its grace; the write still commits when the database answers (a claim made
+    /// meanwhile runs out with its lease).
     @discardableResult
     func write<T>(fenced: Bool = false, _ body: @escaping (PostgresTransaction) throws -> T) throws(StoreError) -> T {
         let box = Locked<Result<T, StoreError>?>(nil)
@@ -203,11 +213,17 @@ public final class PostgresStore: @unchecked Sendable {
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
                 },
                 failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
-        while fenced, fence.allowsStarting() {
+        // Past a stopping node's grace, a write still gets a moment for a commit under way (a
+        // database that answers commits in milliseconds; one that is gone fails it at once).
+        let patience = monotonicSeconds() + 1
+        while fenced, fence.allowsStarting(), monotonicSeconds() < max(stopBy.withLock({ $0 }), patience) {
             if let result = box.wait(until: { $0 != nil }, timeout: 0.05, { $0 }) { return try result.get() }
         }
         if fenced, box.withLock({ $0 == nil }) {
-            throw .unavailable("the database has not answered this node's heartbeat within its lease")
+            throw .unavailable(
+                fence.allowsStarting()
+                    ? "the node is stopping, and the database has not answered within its grace"
+                    : "the database has not answered this node's heartbeat within its lease")
         }
         let result = box.wait(until: { $0 != nil }, timeout: 1e9) { $0! }
         return try result.get()

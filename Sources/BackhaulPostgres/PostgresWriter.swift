@@ -13,7 +13,10 @@ import Threads
 ///
 /// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
 /// transaction again; a lost connection is made anew, with backoff, for up to
-/// `reconnectFor` seconds before the jobs fail. A transaction is run again only when it is known
+/// `reconnectFor` seconds before the jobs fail, and for at most `reconnectWhileStopping` once the
+/// node stops (a stopping node does not wait out a database that is gone: its jobs fail
+/// `unavailable`, which the engine's next start or another node's takeover makes good). A
+/// transaction is run again only when it is known
 /// not to have committed: each writes a random token of its own in this node's row of
 /// `writer_commits`, and when the connection is lost during its `COMMIT`, the row is read back on
 /// a new connection (once the old transaction ended there). A transaction that committed is
@@ -42,11 +45,16 @@ final class PostgresWriter: @unchecked Sendable {
     private var connection: PostgresConnection
     private let url: String
     private let node: String
-    private let queue = Locked<(jobs: [Job], stopping: Bool)>(([], false))
+    /// The jobs handed over; once stopping, the time after which a lost connection is no longer
+    /// tried again.
+    private let queue = Locked<(jobs: [Job], stopping: Bool, giveUpAt: Double)>(([], false, .infinity))
     private let thread = WorkerThread(name: "bh-pg-writer")
     let fileRemover = FileRemoverSlot()
     /// How long a lost connection is tried again before the waiting jobs fail.
     var reconnectFor: Double = 30
+    /// How long a lost connection is still tried once `stop()` was called (a server restarting
+    /// while the node stops).
+    var reconnectWhileStopping: Double = 2
     /// After each commit that changed something: the local observers.
     var afterCommit: (StoreChanges) -> Void = { _ in }
     /// After each commit: the store's own bookkeeping of the transaction (leases).
@@ -63,8 +71,14 @@ final class PostgresWriter: @unchecked Sendable {
 
     func start() { thread.start { [self] in loop() } }
 
+    /// From `time` on, a lost connection is not tried again: the jobs fail `unavailable`.
+    func giveUp(at time: Double) {
+        queue.withLockNotifyingAll { $0.giveUpAt = min($0.giveUpAt, time) }
+    }
+
     /// Runs the jobs handed over so far, then stops.
     func stop() {
+        giveUp(at: monotonicSeconds() + reconnectWhileStopping)
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
     }
@@ -107,7 +121,9 @@ final class PostgresWriter: @unchecked Sendable {
         // Jobs run one after another in the transaction; when one throws, the transaction is
         // rolled back and run again with a savepoint for each, so that only that one is undone.
         var savepoints = false
-        let reconnectDeadline = monotonicSeconds() + reconnectFor
+        let reconnectUntil = monotonicSeconds() + reconnectFor
+        // Read on each try: a stop that comes meanwhile shortens it.
+        let deadline = { [queue] in min(reconnectUntil, queue.withLock { $0.giveUpAt }) }
         while true {
             let tx = PostgresTransaction(connection, node: node)
             do {
@@ -119,12 +135,12 @@ final class PostgresWriter: @unchecked Sendable {
             } catch let error as PostgresError where error.isRetryable && retries < 20 {
                 retries += 1
                 usleep(UInt32.random(in: 1_000...(5_000 * UInt32(retries))))
-            } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < reconnectDeadline {
+            } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < deadline() {
                 // Lost before its COMMIT was sent: it did not commit. Made anew, with backoff; the
                 // whole transaction runs again.
-                reconnect(attempt: &retries)
+                reconnect(attempt: &retries, until: deadline())
             } catch let doubt as CommitInDoubt {
-                switch committed(doubt.token, until: reconnectDeadline, attempt: &retries) {
+                switch committed(doubt.token, until: deadline, attempt: &retries) {
                 case true?:
                     doubts.withLock { $0.committed += 1 }
                     // Whether deliveries were added was in the answer that was lost.
@@ -148,11 +164,18 @@ final class PostgresWriter: @unchecked Sendable {
         }
     }
 
-    /// A connection made anew, after a pause that grows with `attempt` (kept when it fails).
-    private func reconnect(attempt: inout Int) {
-        usleep(UInt32(min(2.0, 0.1 * Double(1 << min(attempt, 5))) * 1e6))
+    /// A connection made anew, after a pause that grows with `attempt` (kept when it fails), if
+    /// there is time before `deadline`.
+    private func reconnect(attempt: inout Int, until deadline: Double) {
+        let pause = min(2.0, 0.1 * Double(1 << min(attempt, 5)), deadline - monotonicSeconds())
+        if pause > 0 { usleep(UInt32(pause * 1e6)) }
         attempt += 1
-        if let fresh = try? PostgresConnection(url, connectTimeout: 5) { connection = fresh }
+        let left = deadline - monotonicSeconds()
+        guard left > 0 else { return }
+        // libpq's least bound is 2 s.
+        if let fresh = try? PostgresConnection(url, connectTimeout: max(2, min(5, Int(left.rounded(.up))))) {
+            connection = fresh
+        }
     }
 
     /// Whether the transaction that wrote `token`, whose connection was lost during its `COMMIT`,
@@ -160,8 +183,8 @@ final class PostgresWriter: @unchecked Sendable {
     /// under a share lock, which waits for the old transaction to end (its backend may not have
     /// read the end of the old connection yet), at most 2 s a try; tried again while the lock or
     /// the server is out of reach, until `deadline`: nil then.
-    private func committed(_ token: Int64, until deadline: Double, attempt: inout Int) -> Bool? {
-        while monotonicSeconds() < deadline {
+    private func committed(_ token: Int64, until deadline: () -> Double, attempt: inout Int) -> Bool? {
+        while monotonicSeconds() < deadline() {
             if connection.isConnected {
                 do {
                     let answers = try connection.pipeline([
@@ -174,7 +197,7 @@ final class PostgresWriter: @unchecked Sendable {
                     if connection.isConnected { continue }
                 }
             }
-            reconnect(attempt: &attempt)
+            reconnect(attempt: &attempt, until: deadline())
         }
         return nil
     }

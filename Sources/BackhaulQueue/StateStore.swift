@@ -16,6 +16,10 @@ public protocol StateStore: AnyObject, Sendable {
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void)
     /// Stops taking writes after those handed over; closing again does nothing.
     func close()
+    /// The node is stopping: from `seconds` from now (its shutdown grace) no call waits any longer
+    /// on a database that does not answer; what is not written by then fails `unavailable`, and
+    /// the leases and the next start make it good (docs/fleet.md). A local file needs nothing.
+    func beginStop(within seconds: Double)
     /// Who removes the files committed batches let go (`FileToRemove`); until it is set, none is.
     func removeFiles(with remover: any FileRemover)
     /// Shows on a task, as its `last_error`, that its file was not removed (`-3004

@@ -143,6 +143,9 @@ public final class Store: Sendable {
     /// The damage SQLite found in the database since it was opened, or nil.
     public var damage: StateDamage? { damageWatch.damage }
 
+    /// A local file is not a peer that can stop answering: its writes are waited for.
+    public func beginStop(within seconds: Double) {}
+
     /// Stops the writer after the writes handed to it; a scratch database is removed. Closing
     /// again does nothing.
     public func close() {

@@ -202,6 +202,8 @@ public final class BackhaulDaemon: Sendable {
         let steps = StopSteps(logger: logger, patience: configuration.shutdownGraceSeconds + 5)
         steps.run("the HTTP listener's quiesce") { http.quiesce() }
         steps.run("the event streams") { feed.close() }
+        // A database that stops answering is not waited for past the grace (a fleet's).
+        store.beginStop(within: configuration.shutdownGraceSeconds)
         steps.run("the engine") { engine.shutdown(grace: configuration.shutdownGraceSeconds) }
         steps.run("the webhook dispatcher") { dispatcher.shutdown() }
         steps.run("the transfer loop") { curlLoop.stop() }

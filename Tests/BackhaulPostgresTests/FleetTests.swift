@@ -225,6 +225,61 @@ final class FleetTests {
         #expect(try a.task(id: "x") == nil)
     }
 
+    /// A node stopping while its database is gone: the writer stops trying to reconnect soon after
+    /// the stop began, not once its time to reconnect (30 s here, as in the daemon) has passed; the
+    /// write it held fails as `unavailable`. Before, a stopping fleet daemon waited those 30 s for
+    /// each batch it held.
+    @Test("with the database gone, a store closes within seconds; the write it held is unavailable")
+    func closeWithDatabaseGone() throws {
+        let (a, b) = try twoNodes()
+        b.close()
+        try server.stop(immediate: true)
+        defer { try? server.start() }
+        let result = Locked<Result<Void, StoreError>?>(nil)
+        let write: (PostgresTransaction) throws -> Void = { tx in
+            try tx.execute("UPDATE sessions SET enabled = 0 WHERE id = 's'")
+        }
+        a.submit(write, done: { outcome in result.withLockNotifyingAll { $0 = outcome } })
+        // The writer is in its loop of reconnecting.
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(result.withLock { $0 == nil }, "answered before the stop: \(String(describing: result.withLock { $0 }))")
+        let started = monotonicSeconds()
+        a.close()
+        let seconds = monotonicSeconds() - started
+        #expect(seconds < 5, "closing took \(seconds) s")
+        let outcome = result.wait(until: { $0 != nil }, timeout: 1) { $0 }
+        #expect(
+            {
+                guard case .failure(.unavailable)? = outcome else { return false }
+                return true
+            }(), "the write's outcome: \(String(describing: outcome))")
+    }
+
+    /// The engine's writes (fenced) on a node past its shutdown grace: one the database answers
+    /// still commits; with the database gone, one fails `unavailable` within a few seconds, where
+    /// it waited for the writer's 30 s of reconnecting (or the lease fence) before.
+    @Test("past a stopping node's grace, a fenced write commits while the database answers, and soon fails once it is gone")
+    func fencedWritesWhileStopping() throws {
+        let (a, b) = try twoNodes()
+        defer {
+            a.close()
+            b.close()
+        }
+        a.beginStop(within: 0)
+        #expect(try a.dueCleanups(now: a.now, limit: 1, excluding: []).isEmpty)
+        try server.stop(immediate: true)
+        defer { try? server.start() }
+        let started = monotonicSeconds()
+        #expect {
+            _ = try a.dueCleanups(now: a.now, limit: 1, excluding: [])
+        } throws: { error in
+            guard case StoreError.unavailable = error else { return false }
+            return true
+        }
+        let seconds = monotonicSeconds() - started
+        #expect(seconds < 4, "the write waited \(seconds) s")
+    }
+
     /// What a commit announces over NOTIFY, as each node takes it: its sender skips it unparsed;
     /// a queued task reaches the node it is pinned to, or, unpinned, the nodes that see the shared
     /// roots; a list too long for one payload makes the others read everything again.
