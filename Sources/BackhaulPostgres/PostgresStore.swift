@@ -118,7 +118,15 @@ public final class PostgresStore: @unchecked Sendable {
         } catch {
             throw .cannotConnect(error.message)
         }
-        writer = PostgresWriter(connection: connection, url: options.url, node: options.node)
+        do {
+            // The writer's own connection, bound as the others are: no call of it waits on a
+            // stalled server past a lease (the migrations', which may take long, is not).
+            writer = PostgresWriter(
+                connection: try PostgresConnection(options.url, deadline: options.leaseSeconds), url: options.url,
+                node: options.node, callBound: options.leaseSeconds)
+        } catch {
+            throw .cannotConnect(error.message)
+        }
         writer.afterCommit = { [observers, sessionCache] changes in
             sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }
@@ -302,7 +310,7 @@ extension StoreError {
         case let error as StoreError: self = error
         case let error as ValidationError: self = .invalid(error)
         case let error as PostgresError where error.sqlState == "53100": self = .storageFull
-        case let error as PostgresError where error.isConnectionLost: self = .unavailable(error.message)
+        case let error as PostgresError where error.isConnectionLost || error.isTimeout: self = .unavailable(error.message)
         default: self = .database(String(describing: error))
         }
     }

@@ -12,18 +12,20 @@ import Threads
 /// commit the observers hear them and each job's completion runs, in commit order.
 ///
 /// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
-/// transaction again; a lost connection is made anew, with backoff, for up to
-/// `reconnectFor` seconds before the jobs fail, and for at most `reconnectWhileStopping` once the
-/// node stops (a stopping node does not wait out a database that is gone: its jobs fail
-/// `unavailable`, which the engine's next start or another node's takeover makes good). A
-/// transaction is run again only when it is known
-/// not to have committed: each writes a random token of its own in this node's row of
-/// `writer_commits`, and when the connection is lost during its `COMMIT`, the row is read back on
-/// a new connection (once the old transaction ended there). A transaction that committed is
-/// settled as committed, and one whose fate stays unknown fails its jobs with `unavailable` (a
-/// client's retry with its idempotency keys then finds what committed). The server's
-/// transaction ids cannot tell: after a crash of the server, the ids of transactions whose
-/// commit was not on disk are given again, to transactions that may commit.
+/// transaction again; a statement that ran out of time (on a lock a stalled session holds) fails
+/// it. The connection gives a call up after a lease, as the node's others do. A connection lost or
+/// given up is made anew, with backoff, for up to `reconnectFor` seconds before the jobs fail, and
+/// for at most `reconnectWhileStopping` once the node stops (a stopping node does not wait out a
+/// database that is gone: its jobs fail `unavailable`, which the next start or another node's
+/// takeover makes good).
+///
+/// A transaction is run again only when it is known not to have committed: each writes a random
+/// token of its own in this node's row of `writer_commits`, and when the connection is lost during
+/// its `COMMIT`, the row is read back on a new connection (once the old transaction ended there).
+/// A transaction that committed is settled as committed, and one whose fate stays unknown fails
+/// its jobs with `unavailable` (a client's retry with its idempotency keys then finds what
+/// committed). The server's transaction ids cannot tell: after a crash of the server, the ids of
+/// transactions whose commit was not on disk are given again, to transactions that may commit.
 final class PostgresWriter: @unchecked Sendable {
     // @unchecked: `connection` and `afterCommit` are touched on the writer's thread only, after `start`.
 
@@ -45,6 +47,7 @@ final class PostgresWriter: @unchecked Sendable {
     private var connection: PostgresConnection
     private let url: String
     private let node: String
+    private let callBound: Double
     /// The jobs handed over; once stopping, the time after which a lost connection is no longer
     /// tried again.
     private let queue = Locked<(jobs: [Job], stopping: Bool, giveUpAt: Double)>(([], false, .infinity))
@@ -63,10 +66,12 @@ final class PostgresWriter: @unchecked Sendable {
     /// them afterwards (tests read it).
     let doubts = Locked<(committed: Int, notCommitted: Int, unknown: Int)>((0, 0, 0))
 
-    init(connection: PostgresConnection, url: String, node: String) {
+    /// `callBound`: how long a call of a connection made anew waits for the server (the lease).
+    init(connection: PostgresConnection, url: String, node: String, callBound: Double) {
         self.connection = connection
         self.url = url
         self.node = node
+        self.callBound = callBound
     }
 
     func start() { thread.start { [self] in loop() } }
@@ -173,7 +178,7 @@ final class PostgresWriter: @unchecked Sendable {
         let left = deadline - monotonicSeconds()
         guard left > 0 else { return }
         // libpq's least bound is 2 s.
-        if let fresh = try? PostgresConnection(url, connectTimeout: max(2, min(5, Int(left.rounded(.up))))) {
+        if let fresh = try? PostgresConnection(url, connectTimeout: max(2, min(5, Int(left.rounded(.up)))), deadline: callBound) {
             connection = fresh
         }
     }
@@ -235,7 +240,9 @@ final class PostgresWriter: @unchecked Sendable {
                     let finish = try job.body(tx)
                     if savepoints { try tx.execute("RELEASE SAVEPOINT job") }
                     outcomes.append(.done(finish))
-                } catch let error as PostgresError where error.isRetryable || error.isConnectionLost {
+                } catch let error as PostgresError where error.isRetryable || error.isConnectionLost || error.isTimeout {
+                    // Not one job's fault: a timeout is the database stalled (a lock held by a
+                    // stopped session), which every job would meet in turn.
                     throw error
                 } catch {
                     tx.rollBack(to: mark)

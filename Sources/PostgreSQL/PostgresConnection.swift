@@ -133,20 +133,32 @@ public final class PostgresConnection {
     }
 
     /// The result of the statement just sent (`sent`: what `PQsend…` returned), the results after
-    /// it discarded, waiting at most `callTimeout` for the server (poll on the socket); past it the
-    /// connection is given up and the call fails as a lost connection.
+    /// it discarded, waiting at most `callTimeout` for the server.
     private func answer(_ sent: Int32, sql: String) throws(PostgresError) -> OpaquePointer? {
-        guard sent == 1, let timeout = callTimeout else {
+        guard sent == 1 else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
         }
+        try awaitResult(sql: sql)
+        let result = PQgetResult(raw)
+        while let extra = PQgetResult(raw) { PQclear(extra) }
+        return result
+    }
+
+    /// Sends what is queued and reads until the next result is in, so that `PQgetResult` will not
+    /// block, waiting at most `callTimeout` for the server (poll on the socket); past it the
+    /// connection is given up and the call fails as a lost connection. Without a `callTimeout`,
+    /// nothing: `PQgetResult` waits.
+    private func awaitResult(sql: String) throws(PostgresError) {
+        guard let timeout = callTimeout else { return }
         var now = timespec()
         clock_gettime(CLOCK_MONOTONIC, &now)
         let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + timeout
-        var flushing = true
-        while flushing || PQisBusy(raw) == 1 {
+        while true {
             let flushed = PQflush(raw)
             guard flushed >= 0 else { break }
-            flushing = flushed == 1
+            let flushing = flushed == 1
+            // A result already read (a pipeline's next one, often) is not waited for.
+            if !flushing, PQisBusy(raw) == 0 { break }
             clock_gettime(CLOCK_MONOTONIC, &now)
             let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
             var descriptor = pollfd(fd: PQsocket(raw), events: Int16(POLLIN | (flushing ? POLLOUT : 0)), revents: 0)
@@ -158,9 +170,6 @@ public final class PostgresConnection {
             }
             guard descriptor.revents & Int16(POLLIN) == 0 || PQconsumeInput(raw) == 1 else { break }
         }
-        let result = PQgetResult(raw)
-        while let extra = PQgetResult(raw) { PQclear(extra) }
-        return result
     }
 
     /// Runs `statements` in one round trip (libpq's pipeline mode): each is sent with its parameters,
@@ -193,6 +202,7 @@ public final class PostgresConnection {
         var failure: PostgresError?
         for (sql, _) in statements {
             // Each statement's result, then a null that ends it.
+            try awaitResult(sql: sql)
             guard let result = PQgetResult(raw) else {
                 throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
             }
@@ -204,6 +214,7 @@ public final class PostgresConnection {
             while let extra = PQgetResult(raw) { PQclear(extra) }
         }
         // The sync's own result.
+        try awaitResult(sql: "SYNC")
         if let sync = PQgetResult(raw) { PQclear(sync) }
         if let failure { throw failure }
         return answers

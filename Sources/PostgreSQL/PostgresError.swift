@@ -32,6 +32,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var isConnectionLost: Bool {
         kind == .connection || sqlState?.hasPrefix("08") == true || sqlState?.hasPrefix("57P0") == true
     }
+    /// The statement ran out of its time: `statement_timeout` or `lock_timeout` (`57014`
+    /// query_canceled, `55P03` lock_not_available), as when it waits on a lock that a stalled
+    /// session holds.
+    public var isTimeout: Bool { sqlState == "57014" || sqlState == "55P03" }
     /// The server refused the credentials (`28000` invalid authorization, `28P01` invalid password).
     public var isAuthenticationFailure: Bool { sqlState?.hasPrefix("28") == true }
 

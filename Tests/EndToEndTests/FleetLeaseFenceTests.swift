@@ -101,6 +101,63 @@ extension FleetTests {
                 + "(lease \(lease) s); \(spans.count) requests, none overlapping")
     }
 
+    /// The node's backends stopped for good (a server that accepts bytes and never answers, as a
+    /// stopped process or a half-dead link does): no call waits on them past the lease. A write
+    /// answers within the lease and a few seconds, 201 once its connections are made anew, and
+    /// SIGTERM stops the node within its grace and a few seconds. Before, the writer's connection
+    /// had no bound: the stop waited on the writer for good (SIGKILLed after 40 s).
+    @Test("a node whose database backends stay stopped answers a write within its lease, and stops within its grace")
+    func backendsStoppedForGood() throws {
+        let lease = 2.0
+        let grace = 2.0
+        let a = try node("a", lease: lease, arguments: ["--shutdown-grace", "\(grace)"])
+        try #require(try a.call("PUT", "/v1/sessions/hung", ["configuration": [:]]).0 == 201)
+        let file = scratch.makeFile("shared/hung.bin", size: 1000)
+        let db = try PostgresConnection(database.url)
+        Thread.sleep(forTimeInterval: 1)
+        var stopped: [Int32] = []
+        for _ in 0..<100 where stopped.isEmpty {
+            let found = try backends(of: a, db)
+            if !found.isEmpty, found.allSatisfy({ $0.state == "idle" }) {
+                for backend in found { kill(backend.pid, SIGSTOP) }
+                stopped = found.map(\.pid)
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        try #require(!stopped.isEmpty, "a's backends were not found idle")
+        defer { for pid in stopped { kill(pid, SIGCONT) } }
+        // A call on a stalled connection is given up after a lease: the write answers 503 (a read
+        // of its session met a stalled reader: nothing changed) or 201; its retry, on connections
+        // made anew (the writer's too), 201.
+        var answers: [(Int, Double)] = []
+        var started = Date()
+        for _ in 0..<8 {
+            started = Date()
+            let (status, body) = try a.call(
+                "POST", "/v1/sessions/hung/tasks", ["file": .string(file), "request": ["url": "http://127.0.0.1:9/hung"]],
+                timeout: 30)
+            let seconds = Date().timeIntervalSince(started)
+            answers.append((status, seconds))
+            #expect(seconds < lease + 5, "the POST was answered after \(seconds) s")
+            if status == 201 { break }
+            #expect(status == 503 && body["code"]?.stringValue == "service_unavailable", "\(status) \(body.serialized())")
+        }
+        #expect(answers.last?.0 == 201, "answers: \(answers)")
+        started = Date()
+        let exit = a.terminate(timeout: 40)
+        let stopping = Date().timeIntervalSince(started)
+        #expect(exit == 0)
+        #expect(stopping < grace + 8, "the stop took \(stopping) s; the log:\n\(a.log(lastLines: 30))")
+        // What was answered 503 was not stored, also once the stopped sessions run again (their
+        // transactions never got a COMMIT).
+        for pid in stopped { kill(pid, SIGCONT) }
+        Thread.sleep(forTimeInterval: 1)
+        #expect(try db.execute("SELECT count(*) FROM tasks WHERE session_id = 'hung'").int(0, 0) == 1)
+        print(
+            "backends stopped for good: POSTs answered \(answers.map { "\($0.0) in \(String(format: "%.2f", $0.1)) s" }), "
+                + "SIGTERM to exit \(String(format: "%.2f", stopping)) s (lease \(lease) s, grace \(grace) s)")
+    }
+
     @Test(
         "PostgreSQL restarted under load (pg_ctl -m fast, then -m immediate): the nodes reconnect and every task answered 2xx completes, exact",
         arguments: [false, true])
