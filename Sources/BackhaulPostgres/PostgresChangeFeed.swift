@@ -8,20 +8,33 @@ import Threads
 /// Hears the other nodes' changes (`LISTEN`) on a thread and a connection of its own, and hands
 /// them to the observers. After its connection was lost, what it may have missed is made up for
 /// by a change that reads everything again (the queue, the events, the outbox).
+///
+/// A connection that is open but whose session stopped answering (a stopped backend: its kernel
+/// still acknowledges, so keepalives find nothing wrong) would hear nothing, silently. So when
+/// nothing was heard for `probeAfter` seconds the connection is asked a `SELECT 1`, which it must
+/// answer within a lease, as every call of the node's connections must; past it the connection is
+/// given up and made anew, and everything is read again.
 final class PostgresChangeFeed: @unchecked Sendable {
     private let url: String
     private let node: String
     private let runsShared: Bool
+    /// The lease: how long a call waits for the server.
+    private let lease: Double
+    /// Seconds without a notification after which the connection is probed.
+    private var probeAfter: Double { min(2, lease / 2) }
     private let deliver: @Sendable (StoreChanges) -> Void
     private let stopping = Locked(false)
     /// Whether it has listened once.
     private let listening = Locked(false)
     private let thread = WorkerThread(name: "bh-pg-listen")
 
-    init(url: String, node: String, runsShared: Bool, deliver: @escaping @Sendable (StoreChanges) -> Void) {
+    init(
+        url: String, node: String, runsShared: Bool, lease: Double, deliver: @escaping @Sendable (StoreChanges) -> Void
+    ) {
         self.url = url
         self.node = node
         self.runsShared = runsShared
+        self.lease = lease
         self.deliver = deliver
     }
 
@@ -39,10 +52,11 @@ final class PostgresChangeFeed: @unchecked Sendable {
     private func loop() {
         var connection: PostgresConnection?
         var failures = 0
+        var heardAt = monotonicSeconds()
         while !stopping.withLock({ $0 }) {
             do {
                 if connection == nil {
-                    let fresh = try PostgresConnection(url, connectTimeout: 5)
+                    let fresh = try PostgresConnection(url, connectTimeout: 5, deadline: lease)
                     try fresh.listen(PostgresWriter.channel)
                     connection = fresh
                     // What changed before it listened (since the store opened, or while the
@@ -53,10 +67,17 @@ final class PostgresChangeFeed: @unchecked Sendable {
                     listening.withLockNotifyingAll { $0 = true }
                     failures = 0
                 }
-                for notification in try connection!.notifications(waitingUpTo: 0.25) {
+                let notifications = try connection!.notifications(waitingUpTo: 0.25)
+                for notification in notifications {
                     if let changes = ChangeMessage.decode(notification.payload, node: node, runsShared: runsShared) {
                         deliver(changes)
                     }
+                }
+                if !notifications.isEmpty {
+                    heardAt = monotonicSeconds()
+                } else if monotonicSeconds() - heardAt > probeAfter {
+                    try connection!.execute("SELECT 1")
+                    heardAt = monotonicSeconds()
                 }
             } catch {
                 connection = nil

@@ -152,7 +152,9 @@ public final class PostgresStore: @unchecked Sendable {
     /// Starts the threads that hear the other nodes and keep this node's leases: after the
     /// observers are in place (the daemon calls it once its engine listens).
     public func startFleet() {
-        let feed = PostgresChangeFeed(url: options.url, node: node, runsShared: !options.sharedRoots.isEmpty) {
+        let feed = PostgresChangeFeed(
+            url: options.url, node: node, runsShared: !options.sharedRoots.isEmpty, lease: options.leaseSeconds
+        ) {
             [observers, sessionCache] changes in
             sessionCache.withLock { $0.forget(changes) }
             for observer in observers.withLock({ $0 }) { observer(changes) }

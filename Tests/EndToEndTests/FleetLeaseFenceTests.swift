@@ -158,6 +158,39 @@ extension FleetTests {
                 + "SIGTERM to exit \(String(format: "%.2f", stopping)) s (lease \(lease) s, grace \(grace) s)")
     }
 
+    /// Only the LISTEN session of a node stopped (its socket stays open and the server's kernel
+    /// acknowledges the keepalives, so nothing looks lost): the node probes the connection when it
+    /// has heard nothing for a while, gives it up after a lease, listens anew and reads everything
+    /// again. A policy set on the other node is in force there within a few seconds. Before, the
+    /// node went on without the other nodes' changes for as long as the session stayed stopped.
+    @Test("a node whose LISTEN session stops hears the other nodes again within a lease and a few seconds")
+    func listenerStopped() throws {
+        let lease = 2.0
+        let a = try node("a", lease: lease)
+        let b = try node("b", lease: lease)
+        let db = try PostgresConnection(database.url)
+        func limit(_ daemon: DaemonProcess) -> Int64? {
+            (try? daemon.call("GET", "/v1/policy"))?.1["bandwidth_limit"]?.intValue
+        }
+        try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(100_000)]).0 == 200)
+        try #require(eventually(timeout: 5) { limit(b) == 100_000 })
+        let pids = try backends(of: b, db).map(\.pid)
+        let rows = try db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1::int[]) AND query LIKE 'LISTEN%'",
+            [.text("{" + pids.map(String.init).joined(separator: ",") + "}")])
+        let listener = try #require(rows.int(0, 0).map { Int32($0) }, "b's LISTEN session was not found among \(pids)")
+        kill(listener, SIGSTOP)
+        defer { kill(listener, SIGCONT) }
+        Thread.sleep(forTimeInterval: 0.5)
+        let started = Date()
+        try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(200_000)]).0 == 200)
+        let seen = eventually(timeout: 3 * lease + 10) { limit(b) == 200_000 }
+        let seconds = Date().timeIntervalSince(started)
+        #expect(seen, "b still shows \(limit(b).map(String.init) ?? "none") after \(seconds) s")
+        #expect(seconds < 2 * lease + 4, "b took \(seconds) s")
+        print("listener stopped: b in force \(String(format: "%.2f", seconds)) s after the change (lease \(lease) s)")
+    }
+
     @Test(
         "PostgreSQL restarted under load (pg_ctl -m fast, then -m immediate): the nodes reconnect and every task answered 2xx completes, exact",
         arguments: [false, true])
