@@ -123,7 +123,7 @@ public final class PostgresStore: @unchecked Sendable {
             // stalled server past a lease (the migrations', which may take long, is not).
             writer = PostgresWriter(
                 connection: try PostgresConnection(options.url, deadline: options.leaseSeconds), url: options.url,
-                node: options.node, callBound: options.leaseSeconds)
+                node: options.node, callTimeout: options.leaseSeconds)
         } catch {
             throw .cannotConnect(error.message)
         }
@@ -178,11 +178,12 @@ public final class PostgresStore: @unchecked Sendable {
 
     public func removeFiles(with remover: any FileRemover) { writer.fileRemover.set(remover) }
 
-    /// The writer gives a lost connection up `seconds` from now, and a fenced write waits no longer.
+    /// The node waits on the database until `seconds` from now and the writer's `stopPatience`
+    /// more: the writer gives a lost connection up then, and a fenced write waits no longer.
     public func beginStop(within seconds: Double) {
         let deadline = monotonicSeconds() + seconds
         stopBy.withLock { $0 = min($0, deadline) }
-        writer.giveUp(at: deadline)
+        writer.giveUp(at: deadline + writer.stopPatience)
     }
 
     public func close() {
@@ -223,10 +224,11 @@ public final class PostgresStore: @unchecked Sendable {
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
                 },
                 failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
-        // Past a stopping node's grace, a write still gets a moment for a commit under way (a
-        // database that answers commits in milliseconds; one that is gone fails it at once).
-        let patience = monotonicSeconds() + 1
-        while fenced, fence.allowsStarting(), monotonicSeconds() < max(stopBy.withLock({ $0 }), patience) {
+        // A stopping node's write waits until the grace and a moment more, and one made past the
+        // grace that moment (a database that answers commits in milliseconds; one that is gone
+        // fails it at once). Read on each turn: the stop may begin while the write waits.
+        let submitted = monotonicSeconds()
+        while fenced, fence.allowsStarting(), monotonicSeconds() < max(stopBy.withLock { $0 }, submitted) + writer.stopPatience {
             if let result = box.wait(until: { $0 != nil }, timeout: 0.05, { $0 }) { return try result.get() }
         }
         if fenced, box.withLock({ $0 == nil }) {

@@ -14,14 +14,16 @@ import Threads
 /// A deadlock or serialization failure (two nodes changing the same rows) runs the whole
 /// transaction again; a statement that ran out of time (on a lock a stalled session holds) fails
 /// it. The connection gives a call up after a lease, as the node's others do. A connection lost or
-/// given up is made anew, with backoff, for up to `reconnectFor` seconds before the jobs fail, and
-/// for at most `reconnectWhileStopping` once the node stops (a stopping node does not wait out a
-/// database that is gone: its jobs fail `unavailable`, which the next start or another node's
-/// takeover makes good).
+/// given up is made anew, with backoff, for up to `reconnectFor` seconds before the jobs fail; once
+/// the node stops, until its grace and `stopPatience` more, then once more at most (a stopping
+/// node does not wait out a database that is gone: its jobs fail `unavailable`, which the next
+/// start or another node's takeover makes good).
 ///
 /// A transaction is run again only when it is known not to have committed: each writes a random
 /// token of its own in this node's row of `writer_commits`, and when the connection is lost during
-/// its `COMMIT`, the row is read back on a new connection (once the old transaction ended there).
+/// its `COMMIT`, the row is read back on a new connection, once the session the transaction ran
+/// in is gone (told to end if it is still there: a stopped server process would run the `COMMIT`
+/// still in its socket when it runs again).
 /// A transaction that committed is settled as committed, and one whose fate stays unknown fails
 /// its jobs with `unavailable` (a client's retry with its idempotency keys then finds what
 /// committed). The server's transaction ids cannot tell: after a crash of the server, the ids of
@@ -47,7 +49,10 @@ final class PostgresWriter: @unchecked Sendable {
     private var connection: PostgresConnection
     private let url: String
     private let node: String
-    private let callBound: Double
+    /// How long a call of a connection made anew waits for the server (the lease).
+    private let callTimeout: Double
+    /// Whether a lost connection was tried again once past `giveUpAt` (writer's thread only).
+    private var triedPastGiveUp = false
     /// The jobs handed over; once stopping, the time after which a lost connection is no longer
     /// tried again.
     private let queue = Locked<(jobs: [Job], stopping: Bool, giveUpAt: Double)>(([], false, .infinity))
@@ -55,9 +60,9 @@ final class PostgresWriter: @unchecked Sendable {
     let fileRemover = FileRemoverSlot()
     /// How long a lost connection is tried again before the waiting jobs fail.
     var reconnectFor: Double = 30
-    /// How long a lost connection is still tried once `stop()` was called (a server restarting
-    /// while the node stops).
-    var reconnectWhileStopping: Double = 2
+    /// How long past a stop's time a lost connection is still tried, and the engine's writes are
+    /// still waited for (a server restarting while the node stops; a commit under way).
+    var stopPatience: Double = 2
     /// After each commit that changed something: the local observers.
     var afterCommit: (StoreChanges) -> Void = { _ in }
     /// After each commit: the store's own bookkeeping of the transaction (leases).
@@ -66,24 +71,24 @@ final class PostgresWriter: @unchecked Sendable {
     /// them afterwards (tests read it).
     let doubts = Locked<(committed: Int, notCommitted: Int, unknown: Int)>((0, 0, 0))
 
-    /// `callBound`: how long a call of a connection made anew waits for the server (the lease).
-    init(connection: PostgresConnection, url: String, node: String, callBound: Double) {
+    init(connection: PostgresConnection, url: String, node: String, callTimeout: Double) {
         self.connection = connection
         self.url = url
         self.node = node
-        self.callBound = callBound
+        self.callTimeout = callTimeout
     }
 
     func start() { thread.start { [self] in loop() } }
 
-    /// From `time` on, a lost connection is not tried again: the jobs fail `unavailable`.
+    /// From `time` on, a lost connection is tried again once more at most: the jobs fail
+    /// `unavailable`.
     func giveUp(at time: Double) {
         queue.withLockNotifyingAll { $0.giveUpAt = min($0.giveUpAt, time) }
     }
 
     /// Runs the jobs handed over so far, then stops.
     func stop() {
-        giveUp(at: monotonicSeconds() + reconnectWhileStopping)
+        giveUp(at: monotonicSeconds() + stopPatience)
         queue.withLockNotifyingAll { $0.stopping = true }
         thread.join()
     }
@@ -119,6 +124,8 @@ final class PostgresWriter: @unchecked Sendable {
         var token: Int64
         var outcomes: [Outcome]
         var cause: PostgresError
+        /// The server process of the session it ran in.
+        var backend: Int32
     }
 
     private func run(_ jobs: [Job]) {
@@ -129,6 +136,15 @@ final class PostgresWriter: @unchecked Sendable {
         let reconnectUntil = monotonicSeconds() + reconnectFor
         // Read on each try: a stop that comes meanwhile shortens it.
         let deadline = { [queue] in min(reconnectUntil, queue.withLock { $0.giveUpAt }) }
+        // Past a stop's time one try more, once for the writer: its connection may have died
+        // unseen while the node was idle, with the database well, and a try costs little; a
+        // database that is gone costs it once, not every batch of the engine's last writes.
+        func mayReconnect() -> Bool {
+            if monotonicSeconds() < deadline() { return true }
+            guard monotonicSeconds() >= queue.withLock({ $0.giveUpAt }), !triedPastGiveUp else { return false }
+            triedPastGiveUp = true
+            return true
+        }
         while true {
             let tx = PostgresTransaction(connection, node: node)
             do {
@@ -140,12 +156,12 @@ final class PostgresWriter: @unchecked Sendable {
             } catch let error as PostgresError where error.isRetryable && retries < 20 {
                 retries += 1
                 usleep(UInt32.random(in: 1_000...(5_000 * UInt32(retries))))
-            } catch let error as PostgresError where error.isConnectionLost && monotonicSeconds() < deadline() {
+            } catch let error as PostgresError where error.isConnectionLost && mayReconnect() {
                 // Lost before its COMMIT was sent: it did not commit. Made anew, with backoff; the
                 // whole transaction runs again.
                 reconnect(attempt: &retries, until: deadline())
             } catch let doubt as CommitInDoubt {
-                switch committed(doubt.token, until: deadline, attempt: &retries) {
+                switch committed(doubt, until: deadline, attempt: &retries) {
                 case true?:
                     doubts.withLock { $0.committed += 1 }
                     // Whether deliveries were added was in the answer that was lost.
@@ -169,42 +185,58 @@ final class PostgresWriter: @unchecked Sendable {
         }
     }
 
-    /// A connection made anew, after a pause that grows with `attempt` (kept when it fails), if
-    /// there is time before `deadline`.
+    /// A connection made anew (one try), after a pause that grows with `attempt` (kept when it
+    /// fails) but does not run past `deadline`.
     private func reconnect(attempt: inout Int, until deadline: Double) {
-        let pause = min(2.0, 0.1 * Double(1 << min(attempt, 5)), deadline - monotonicSeconds())
+        let left = deadline - monotonicSeconds()
+        let pause = min(2.0, 0.1 * Double(1 << min(attempt, 5)), left)
         if pause > 0 { usleep(UInt32(pause * 1e6)) }
         attempt += 1
-        let left = deadline - monotonicSeconds()
-        guard left > 0 else { return }
         // libpq's least bound is 2 s.
-        if let fresh = try? PostgresConnection(url, connectTimeout: max(2, min(5, Int(left.rounded(.up)))), deadline: callBound) {
+        let connectTimeout = max(2, min(5, Int(left.rounded(.up))))
+        if let fresh = try? PostgresConnection(url, connectTimeout: connectTimeout, deadline: callTimeout) {
             connection = fresh
         }
     }
 
-    /// Whether the transaction that wrote `token`, whose connection was lost during its `COMMIT`,
-    /// committed, as this node's row of `writer_commits` says on a new connection. The row is read
-    /// under a share lock, which waits for the old transaction to end (its backend may not have
-    /// read the end of the old connection yet), at most 2 s a try; tried again while the lock or
-    /// the server is out of reach, until `deadline`: nil then.
-    private func committed(_ token: Int64, until deadline: () -> Double, attempt: inout Int) -> Bool? {
-        while monotonicSeconds() < deadline() {
+    /// Whether the transaction of `doubt`, whose connection was lost or given up during its
+    /// `COMMIT`, committed, as this node's row of `writer_commits` says on a new connection: once
+    /// the session it ran in is gone. That session may be alive behind a connection given up (a
+    /// stopped server process): it is told to end (`pg_terminate_backend`), and until it has, its
+    /// socket may still hold the `COMMIT`, which it would run once it runs again, so the row's old
+    /// token proves nothing. The row is then read under a share lock, which waits for a
+    /// transaction still ending, at most 2 s a try. Tried again until `deadline` (once at least):
+    /// nil then.
+    private func committed(_ doubt: CommitInDoubt, until deadline: () -> Double, attempt: inout Int) -> Bool? {
+        var sessionGone = false
+        repeat {
+            if !connection.isConnected { reconnect(attempt: &attempt, until: deadline()) }
             if connection.isConnected {
                 do {
-                    let answers = try connection.pipeline([
-                        ("BEGIN", []), ("SET LOCAL lock_timeout TO '2s'", []),
-                        ("SELECT token FROM writer_commits WHERE node = $1 FOR SHARE", [.text(node)]), ("COMMIT", []),
-                    ])
-                    return answers[2].count > 0 && answers[2].int(0, 0) == token
+                    if !sessionGone { sessionGone = try ended(doubt.backend) }
+                    if sessionGone {
+                        let answers = try connection.pipeline([
+                            ("BEGIN", []), ("SET LOCAL lock_timeout TO '2s'", []),
+                            ("SELECT token FROM writer_commits WHERE node = $1 FOR SHARE", [.text(node)]), ("COMMIT", []),
+                        ])
+                        return answers[2].count > 0 && answers[2].int(0, 0) == doubt.token
+                    }
+                    usleep(50_000)
                 } catch {
                     if connection.isConnected { _ = try? connection.execute("ROLLBACK") }
-                    if connection.isConnected { continue }
                 }
             }
-            reconnect(attempt: &attempt, until: deadline())
-        }
+        } while monotonicSeconds() < deadline()
         return nil
+    }
+
+    /// Whether the server process `pid` is gone; when it is not, it is told to end. (A pid is
+    /// given again only after the kernel's whole range of them went round.)
+    private func ended(_ pid: Int32) throws -> Bool {
+        guard pid > 0 else { return true }
+        let found = try connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1::int", [.int(Int64(pid))])
+        return found.count == 0
     }
 
     /// A committed transaction's remaining work, in commit order: its files removed (its commit
@@ -259,8 +291,8 @@ final class PostgresWriter: @unchecked Sendable {
             do {
                 try commit(tx, token: token, synchronous: !durable && tx.files.needsDurableCommit(durable: durable))
             } catch let error as PostgresError where error.isConnectionLost {
-                throw CommitInDoubt(token: token, outcomes: outcomes, cause: error)
-            } catch let error as PostgresError where !savepoints && !error.isRetryable {
+                throw CommitInDoubt(token: token, outcomes: outcomes, cause: error, backend: connection.backendPID)
+            } catch let error as PostgresError where !savepoints && !error.isRetryable && !error.isTimeout {
                 // Possibly a job's write sent with the commit (`PostgresTransaction.send`). Whose it
                 // was shows when the jobs run again in their savepoints, where each one's writes go
                 // with its release; a refusal of the commit's own statements fails them all then.

@@ -16,9 +16,10 @@ public protocol StateStore: AnyObject, Sendable {
     func observe(_ observer: @escaping @Sendable (StoreChanges) -> Void)
     /// Stops taking writes after those handed over; closing again does nothing.
     func close()
-    /// The node is stopping: from `seconds` from now (its shutdown grace) no call waits any longer
-    /// on a database that does not answer; what is not written by then fails `unavailable`, and
-    /// the leases and the next start make it good (docs/fleet.md). A local file needs nothing.
+    /// The node is stopping: past `seconds` from now (its shutdown grace) and a moment more, a
+    /// database that does not answer is no longer waited for (a call already sent to one still
+    /// waits out its own bound, a lease); what is not written by then fails `unavailable`, and the
+    /// leases and the next start make it good (docs/fleet.md). A local file needs nothing.
     func beginStop(within seconds: Double)
     /// Who removes the files committed batches let go (`FileToRemove`); until it is set, none is.
     func removeFiles(with remover: any FileRemover)

@@ -89,6 +89,27 @@ public final class PostgresConnection {
     /// Whether the connection is up, as libpq last saw it.
     public var isConnected: Bool { !gaveUp && PQstatus(raw) == CONNECTION_OK }
 
+    /// The server process of this session (`PQbackendPID`).
+    public var backendPID: Int32 { PQbackendPID(raw) }
+
+    /// Throws once a call gave the connection up: its session may still be alive behind the
+    /// socket, with statements of the call given up unanswered (a pipeline's still queued), so no
+    /// statement may follow them on it.
+    private func checkUsable(_ sql: String) throws(PostgresError) {
+        guard !gaveUp else {
+            throw PostgresError(kind: .connection, message: "the connection was given up after a call went unanswered", sql: sql)
+        }
+    }
+
+    /// When a call begun now must have its answer (`callTimeout` from now), or nil without a bound.
+    private func callDeadline() -> Double? { callTimeout.map { monotonicNow() + $0 } }
+
+    private func monotonicNow() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
     /// The server's version as a number (150004 for 15.4).
     public var serverVersion: Int { Int(PQserverVersion(raw)) }
 
@@ -108,23 +129,25 @@ public final class PostgresConnection {
     /// statement that returns none).
     @discardableResult
     public func execute(_ sql: String, _ parameters: [PostgresValue] = []) throws(PostgresError) -> PostgresRows {
-        if let name = try preparedName(sql, parameters: parameters.count) {
-            if callTimeout != nil {
+        try checkUsable(sql)
+        let deadline = callDeadline()
+        if let name = try preparedName(sql, parameters: parameters.count, deadline: deadline) {
+            if let deadline {
                 let sent = Self.sent(parameters) { values, lengths, formats in
                     PQsendQueryPrepared(raw, name, Int32(parameters.count), values, lengths, formats, 0)
                 }
-                return try rows(of: answer(sent, sql: sql), sql: sql)
+                return try rows(of: answer(sent, sql: sql, deadline: deadline), sql: sql)
             }
             let result = Self.sent(parameters) { values, lengths, formats in
                 PQexecPrepared(raw, name, Int32(parameters.count), values, lengths, formats, 0)
             }
             return try rows(of: result, sql: sql)
         }
-        if callTimeout != nil {
+        if let deadline {
             let sent = Self.sent(parameters) { values, lengths, formats in
                 PQsendQueryParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
             }
-            return try rows(of: answer(sent, sql: sql), sql: sql)
+            return try rows(of: answer(sent, sql: sql, deadline: deadline), sql: sql)
         }
         let result = Self.sent(parameters) { values, lengths, formats in
             PQexecParams(raw, sql, Int32(parameters.count), nil, values, lengths, formats, 0)
@@ -133,34 +156,35 @@ public final class PostgresConnection {
     }
 
     /// The result of the statement just sent (`sent`: what `PQsend…` returned), the results after
-    /// it discarded, waiting at most `callTimeout` for the server.
-    private func answer(_ sent: Int32, sql: String) throws(PostgresError) -> OpaquePointer? {
+    /// it discarded, all in by `deadline`.
+    private func answer(_ sent: Int32, sql: String, deadline: Double) throws(PostgresError) -> OpaquePointer? {
         guard sent == 1 else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
         }
-        try awaitResult(sql: sql)
+        try awaitResult(sql: sql, deadline: deadline)
         let result = PQgetResult(raw)
-        while let extra = PQgetResult(raw) { PQclear(extra) }
+        while true {
+            try awaitResult(sql: sql, deadline: deadline)
+            guard let extra = PQgetResult(raw) else { break }
+            PQclear(extra)
+        }
         return result
     }
 
     /// Sends what is queued and reads until the next result is in, so that `PQgetResult` will not
-    /// block, waiting at most `callTimeout` for the server (poll on the socket); past it the
-    /// connection is given up and the call fails as a lost connection. Without a `callTimeout`,
-    /// nothing: `PQgetResult` waits.
-    private func awaitResult(sql: String) throws(PostgresError) {
-        guard let timeout = callTimeout else { return }
-        var now = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &now)
-        let deadline = Double(now.tv_sec) + Double(now.tv_nsec) / 1e9 + timeout
+    /// block, waiting for the server (poll on the socket) until `deadline` (nil: nothing, and
+    /// `PQgetResult` waits); past it the connection is given up and the call fails as a lost
+    /// connection. One deadline for a whole call: a pipeline's answers together wait at most
+    /// `callTimeout`.
+    private func awaitResult(sql: String, deadline: Double?) throws(PostgresError) {
+        guard let deadline, let timeout = callTimeout else { return }
         while true {
             let flushed = PQflush(raw)
             guard flushed >= 0 else { break }
             let flushing = flushed == 1
             // A result already read (a pipeline's next one, often) is not waited for.
             if !flushing, PQisBusy(raw) == 0 { break }
-            clock_gettime(CLOCK_MONOTONIC, &now)
-            let left = deadline - (Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
+            let left = deadline - monotonicNow()
             var descriptor = pollfd(fd: PQsocket(raw), events: Int16(POLLIN | (flushing ? POLLOUT : 0)), revents: 0)
             guard left > 0, descriptor.fd >= 0, poll(&descriptor, 1, Int32(left * 1000) + 1) > 0 else {
                 gaveUp = true
@@ -179,7 +203,11 @@ public final class PostgresConnection {
     public func pipeline(_ statements: [(sql: String, parameters: [PostgresValue])]) throws(PostgresError) -> [PostgresRows] {
         // Statements with parameters are prepared on the session the first time (one round trip
         // each, once), outside the pipeline; then they go by name.
-        for (sql, parameters) in statements where !parameters.isEmpty { _ = try preparedName(sql, parameters: parameters.count) }
+        try checkUsable(statements.first?.sql ?? "")
+        let deadline = callDeadline()
+        for (sql, parameters) in statements where !parameters.isEmpty {
+            _ = try preparedName(sql, parameters: parameters.count, deadline: deadline)
+        }
         guard PQenterPipelineMode(raw) == 1 else {
             throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)))
         }
@@ -202,7 +230,7 @@ public final class PostgresConnection {
         var failure: PostgresError?
         for (sql, _) in statements {
             // Each statement's result, then a null that ends it.
-            try awaitResult(sql: sql)
+            try awaitResult(sql: sql, deadline: deadline)
             guard let result = PQgetResult(raw) else {
                 throw PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(raw)), sql: sql)
             }
@@ -214,7 +242,7 @@ public final class PostgresConnection {
             while let extra = PQgetResult(raw) { PQclear(extra) }
         }
         // The sync's own result.
-        try awaitResult(sql: "SYNC")
+        try awaitResult(sql: "SYNC", deadline: deadline)
         if let sync = PQgetResult(raw) { PQclear(sync) }
         if let failure { throw failure }
         return answers
@@ -223,12 +251,12 @@ public final class PostgresConnection {
     /// The name `sql` is prepared under on this session, preparing it the first time (the
     /// server infers the parameters' types, as it does for a statement sent whole); nil for a
     /// statement without parameters, or once the cache is full.
-    private func preparedName(_ sql: String, parameters: Int) throws(PostgresError) -> String? {
+    private func preparedName(_ sql: String, parameters: Int, deadline: Double?) throws(PostgresError) -> String? {
         if let name = prepared[sql] { return name }
         guard parameters > 0, prepared.count < Self.preparedLimit else { return nil }
         let name = "backhaul_\(prepared.count)"
-        if callTimeout != nil {
-            _ = try rows(of: answer(PQsendPrepare(raw, name, sql, Int32(parameters), nil), sql: sql), sql: sql)
+        if let deadline {
+            _ = try rows(of: answer(PQsendPrepare(raw, name, sql, Int32(parameters), nil), sql: sql, deadline: deadline), sql: sql)
         } else {
             _ = try rows(of: PQprepare(raw, name, sql, Int32(parameters), nil), sql: sql)
         }
@@ -239,6 +267,7 @@ public final class PostgresConnection {
     /// Runs statements with no parameters, separated by semicolons (a schema, a migration): one
     /// round trip, one implicit transaction unless the text has its own `BEGIN`/`COMMIT`.
     public func executeScript(_ sql: String) throws(PostgresError) {
+        try checkUsable(sql)
         _ = try rows(of: PQexec(raw, sql), sql: sql)
     }
 

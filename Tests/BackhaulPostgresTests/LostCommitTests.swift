@@ -87,4 +87,47 @@ final class LostCommitTests {
         #expect(proxy.dropped == 1)
         #expect(try store.budgetUsage(day: "2026-11-28") == [.cellular: 1_000])
     }
+
+    /// A COMMIT sent to a server process that then stops (SIGSTOP: its socket open, the bytes in
+    /// its buffer unread): the writer gives the call up after a lease, and must not take the
+    /// row's old token as "not committed", since the stopped process would run the COMMIT once it
+    /// runs again. It tells the process to end and waits until it has: here it never does within
+    /// the writer's time, so the write fails `unavailable`, and once the process runs again it ends
+    /// without committing. Before, the writer read the old token at once, ran the transaction
+    /// again, and the stopped one committed too: the row twice.
+    @Test("a COMMIT sent to a server process that stopped is never run twice: the process is ended first")
+    func commitToStoppedProcess() throws {
+        var options = PostgresStore.Options(url: server.url, node: "a")
+        options.leaseSeconds = 1
+        let store = try PostgresStore(options)
+        defer { store.close() }
+        store.writer.reconnectFor = 3
+        let db = try PostgresConnection(server.url)
+        try db.execute("CREATE TABLE doubt_runs (n int)")
+        let stopped = Locked<Int32>(0)
+        let result = Locked<Result<Void, StoreError>?>(nil)
+        let body: (PostgresTransaction) throws -> Void = { tx in
+            try tx.execute("INSERT INTO doubt_runs VALUES (1)")
+            // The first run's process stops before the writer sends the transaction's end.
+            guard stopped.withLock({ $0 == 0 }) else { return }
+            let pid = Int32(try tx.execute("SELECT pg_backend_pid()").int(0, 0) ?? 0)
+            stopped.withLock { $0 = pid }
+            kill(pid, SIGSTOP)
+        }
+        store.submit(durable: true, body, done: { outcome in result.withLockNotifyingAll { $0 = outcome } })
+        let outcome = result.wait(until: { $0 != nil }, timeout: 30) { $0 }
+        let pid = stopped.withLock { $0 }
+        try #require(pid > 0)
+        kill(pid, SIGCONT)
+        // The stopped process, running again, ends (or would commit, before).
+        #expect(eventually(timeout: 10) { (try? db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int", [.int(Int64(pid))]).count) == 0 })
+        let rows = try db.execute("SELECT count(*) FROM doubt_runs").int(0, 0) ?? -1
+        switch outcome {
+        case .success?: #expect(rows == 1, "answered as committed; \(rows) rows")
+        case .failure(.unavailable)?: #expect(rows <= 1, "answered unavailable; \(rows) rows")
+        default: Issue.record("the write's outcome: \(String(describing: outcome)); \(rows) rows")
+        }
+        #expect(rows <= 1, "the transaction ran twice: \(rows) rows")
+        print("commit to a stopped process: \(String(describing: outcome)), \(rows) rows, doubts \(store.writer.doubts.withLock { $0 })")
+    }
 }

@@ -123,7 +123,9 @@ final class FleetFaultTests {
             let state = done["state"]?.stringValue
             let present = FileManager.default.fileExists(atPath: file)
             #expect(state == "completed" || present, "\(id) is \(state ?? "?") with its file gone: \(done.serialized())")
-            if state == "completed" { #expect(!present, "\(id) completed and kept its file") }
+            if state == "completed" {
+                #expect(!present, "\(id) completed and kept its file: \(done.serialized())\n\(a.log(lastLines: 40))")
+            }
         }
     }
 

@@ -198,6 +198,10 @@ final class PostgreSQLTests {
             let started = Date()
             #expect(throws: PostgresError.self) { try db.execute(sql, parameters) }
             let waited = Date().timeIntervalSince(started)
+            // Given up, it takes no statement more: its session may still read what it was sent.
+            let again = Date()
+            #expect(throws: PostgresError.self) { try db.execute("SELECT 1") }
+            #expect(Date().timeIntervalSince(again) < 0.1)
             kill(backend, SIGCONT)
             #expect(waited >= 0.45 && waited < 2, "\(sql): \(waited) s")
             #expect(!db.isConnected)
@@ -205,5 +209,20 @@ final class PostgreSQLTests {
             #expect(db.isConnected)
             #expect(try db.execute("SELECT $1::int", [.int(3)]).int(0, 0) == 3)
         }
+        // A pipeline to a stopped process gives up within the deadline too (its answers share one).
+        let db = try PostgresConnection(server.url, deadline: 0.5)
+        let backend = Int32(try #require(try db.execute("SELECT pg_backend_pid()").int(0, 0)))
+        kill(backend, SIGSTOP)
+        defer { kill(backend, SIGCONT) }
+        let started = Date()
+        #expect(throws: PostgresError.self) {
+            try db.pipeline([("BEGIN", []), ("SELECT 1", []), ("SELECT 2", []), ("COMMIT", [])])
+        }
+        let waited = Date().timeIntervalSince(started)
+        #expect(waited >= 0.45 && waited < 1, "the pipeline waited \(waited) s")
+        // And takes no pipeline more: one would queue behind the unanswered one, on the same session.
+        let again = Date()
+        #expect(throws: PostgresError.self) { try db.pipeline([("SELECT 3", [])]) }
+        #expect(Date().timeIntervalSince(again) < 0.1, "a pipeline on the connection given up took \(Date().timeIntervalSince(again)) s")
     }
 }
