@@ -120,7 +120,10 @@ final class LostCommitTests {
         try #require(pid > 0)
         kill(pid, SIGCONT)
         // The stopped process, running again, ends (or would commit, before).
-        #expect(eventually(timeout: 10) { (try? db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int", [.int(Int64(pid))]).count) == 0 })
+        let gone = eventually(timeout: 10) {
+            (try? db.execute("SELECT 1 FROM pg_stat_activity WHERE pid = $1::int", [.int(Int64(pid))]).count) == 0
+        }
+        #expect(gone)
         let rows = try db.execute("SELECT count(*) FROM doubt_runs").int(0, 0) ?? -1
         switch outcome {
         case .success?: #expect(rows == 1, "answered as committed; \(rows) rows")
@@ -128,6 +131,7 @@ final class LostCommitTests {
         default: Issue.record("the write's outcome: \(String(describing: outcome)); \(rows) rows")
         }
         #expect(rows <= 1, "the transaction ran twice: \(rows) rows")
-        print("commit to a stopped process: \(String(describing: outcome)), \(rows) rows, doubts \(store.writer.doubts.withLock { $0 })")
+        let doubts = store.writer.doubts.withLock { $0 }
+        print("commit to a stopped process: \(String(describing: outcome)), \(rows) rows, doubts \(doubts)")
     }
 }
