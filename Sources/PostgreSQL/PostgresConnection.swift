@@ -256,7 +256,8 @@ public final class PostgresConnection {
         guard parameters > 0, prepared.count < Self.preparedLimit else { return nil }
         let name = "backhaul_\(prepared.count)"
         if let deadline {
-            _ = try rows(of: answer(PQsendPrepare(raw, name, sql, Int32(parameters), nil), sql: sql, deadline: deadline), sql: sql)
+            let sent = PQsendPrepare(raw, name, sql, Int32(parameters), nil)
+            _ = try rows(of: answer(sent, sql: sql, deadline: deadline), sql: sql)
         } else {
             _ = try rows(of: PQprepare(raw, name, sql, Int32(parameters), nil), sql: sql)
         }
