@@ -698,7 +698,7 @@ class Campaign:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
         elif kind == "listen":
-            self.db.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query ILIKE 'LISTEN%'")
+            self.db.sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'backhauld listen'")
             self.change_policy(during="listen")
         elif kind == "commit":
             self.dropper.arm()

@@ -18,6 +18,9 @@ final class PostgresChangeFeed: @unchecked Sendable {
     private let url: String
     private let node: String
     private let runsShared: Bool
+    /// Its connection's `application_name` (the fault tests find the listening sessions by it:
+    /// their last statement is the probe's as often as `LISTEN`).
+    static let connectionName = "backhauld listen"
     /// The lease: how long a call waits for the server.
     private let lease: Double
     /// Seconds without a notification after which the connection is probed.
@@ -56,7 +59,7 @@ final class PostgresChangeFeed: @unchecked Sendable {
         while !stopping.withLock({ $0 }) {
             do {
                 if connection == nil {
-                    let fresh = try PostgresConnection(url, connectTimeout: 5, deadline: lease)
+                    let fresh = try PostgresConnection(url, connectTimeout: 5, deadline: lease, name: Self.connectionName)
                     try fresh.listen(PostgresWriter.channel)
                     connection = fresh
                     // What changed before it listened (since the store opened, or while the

@@ -43,7 +43,8 @@ extension PostgresStore {
             let sentAt = monotonicSeconds()
             do {
                 if connection == nil {
-                    connection = try PostgresConnection(options.url, connectTimeout: 5, deadline: options.leaseSeconds)
+                    connection = try PostgresConnection(
+                        options.url, connectTimeout: 5, deadline: options.leaseSeconds, name: "backhauld heartbeat")
                 }
                 try beat(connection!)
                 health.withLock {

@@ -122,7 +122,9 @@ public final class PostgresStore: @unchecked Sendable {
             // The writer's own connection, bound as the others are: no call of it waits on a
             // stalled server past a lease (the migrations', which may take long, is not).
             writer = PostgresWriter(
-                connection: try PostgresConnection(options.url, deadline: options.leaseSeconds), url: options.url,
+                connection: try PostgresConnection(
+                    options.url, deadline: options.leaseSeconds, name: PostgresWriter.connectionName),
+                url: options.url,
                 node: options.node, callTimeout: options.leaseSeconds)
         } catch {
             throw .cannotConnect(error.message)

@@ -41,6 +41,8 @@ final class PostgresWriter: @unchecked Sendable {
         var failed: (StoreError) -> Void
     }
 
+    /// Its connection's `application_name`.
+    static let connectionName = "backhauld writer"
     /// The channel of the changes (`PostgresChangeFeed`).
     static let channel = "backhaul_changes"
     /// The advisory lock that orders the events: "bh-event" in ASCII.
@@ -194,9 +196,9 @@ final class PostgresWriter: @unchecked Sendable {
         attempt += 1
         // libpq's least bound is 2 s.
         let connectTimeout = max(2, min(5, Int(left.rounded(.up))))
-        if let fresh = try? PostgresConnection(url, connectTimeout: connectTimeout, deadline: callTimeout) {
-            connection = fresh
-        }
+        let fresh = try? PostgresConnection(
+            url, connectTimeout: connectTimeout, deadline: callTimeout, name: Self.connectionName)
+        if let fresh { connection = fresh }
     }
 
     /// Whether the transaction of `doubt`, whose connection was lost or given up during its

@@ -48,12 +48,17 @@ public final class PostgresConnection {
     /// (`tcp_user_timeout`), the server cancels a statement that runs longer
     /// (`statement_timeout`), and the call itself waits at most that long for the answer (a
     /// server whose process is stopped still acknowledges bytes, and cancels nothing).
-    public init(_ conninfo: String, connectTimeout: Int = 10, deadline: Double? = nil) throws(PostgresError) {
+    ///
+    /// `name` is the session's `application_name`, which `pg_stat_activity` shows: what the
+    /// connection is for, to an operator (a URL that names one wins).
+    public init(
+        _ conninfo: String, connectTimeout: Int = 10, deadline: Double? = nil, name: String = "backhauld"
+    ) throws(PostgresError) {
         var keywords = [
             "connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
             "application_name",
         ]
-        var values = [String(connectTimeout), "1", "10", "5", "3", "backhauld"]
+        var values = [String(connectTimeout), "1", "10", "5", "3", name]
         if let deadline {
             let milliseconds = String(max(1, Int(deadline * 1000)))
             keywords += ["tcp_user_timeout", "options"]

@@ -22,7 +22,7 @@ final class FleetFaultTests {
     /// Terminates every `LISTEN` connection of the fleet (`pg_terminate_backend`); how many.
     static func terminateListeners(_ db: PostgresConnection) throws -> Int {
         let rows = try db.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()")
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'backhauld listen'")
         return rows.count
     }
 

@@ -176,7 +176,7 @@ extension FleetTests {
         try #require(eventually(timeout: 5) { limit(b) == 100_000 })
         let pids = try backends(of: b, db).map(\.pid)
         let rows = try db.execute(
-            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1::int[]) AND query LIKE 'LISTEN%'",
+            "SELECT pid FROM pg_stat_activity WHERE pid = ANY($1::int[]) AND application_name = 'backhauld listen'",
             [.text("{" + pids.map(String.init).joined(separator: ",") + "}")])
         let listener = try #require(rows.int(0, 0).map { Int32($0) }, "b's LISTEN session was not found among \(pids)")
         kill(listener, SIGSTOP)
