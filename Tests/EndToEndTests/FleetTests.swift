@@ -32,6 +32,30 @@ final class FleetTests {
             ] + arguments)
     }
 
+    /// `file` posted on `node` in the session `session` as a batch of one, at 1 MiB/s (the node's
+    /// policy), once it runs: the task as the 201 gave it.
+    func runningUpload(on node: DaemonProcess, session: String, file: String, to url: String) throws -> JSON {
+        try #require(try node.call("PUT", "/v1/sessions/\(session)", ["configuration": [:]]).0 == 201)
+        try #require(try node.call("PUT", "/v1/policy", ["bandwidth_limit": .int(1 << 20)]).0 == 200)
+        let (status, body) = try node.call(
+            "POST", "/v1/sessions/\(session)/tasks", ["tasks": [["file": .string(file), "request": ["url": .string(url)]]]])
+        try #require(status == 201, "\(body.serialized())")
+        let task = try #require(body["tasks"]?.arrayValue?.first)
+        let id = try #require(task["id"]?.stringValue)
+        try #require(try node.waitForTask(id, state: "running", timeout: 20)["state"]?.stringValue == "running")
+        return task
+    }
+
+    /// Waits for the task `id` to complete, as `node` answers for it, and checks that `nginx` holds
+    /// `file`'s bytes at `path`.
+    func expectDelivered(_ id: String, on node: DaemonProcess, to nginx: NginxServer, path: String, from file: String) throws {
+        let done = try node.waitForTask(id, timeout: 60)
+        #expect(done["state"]?.stringValue == "completed", "\(done.serialized())")
+        #expect(
+            Bytes(FileManager.default.contents(atPath: nginx.root + path) ?? Data())
+                == Bytes(FileManager.default.contents(atPath: file) ?? Data([1])))
+    }
+
     /// The ids of the tasks a node holds the lease of, as the database says.
     func leased(by node: String, _ db: PostgresConnection) throws -> Set<String> {
         let rows = try db.execute("SELECT id FROM tasks WHERE state = 'running' AND lease_node = $1", [.text(node)])
@@ -152,17 +176,11 @@ final class FleetTests {
         let lease = 1.0
         let a = try node("a", lease: lease)
         let b = try node("b", lease: lease)
-        try #require(try a.call("PUT", "/v1/sessions/pin", ["configuration": [:]]).0 == 201)
         // On a's own disk, not under the shared root: pinned to a.
         let file = scratch.makeFile("private-a/big.bin", size: 4 << 20)
-        try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(1 << 20)]).0 == 200)
-        let (status, body) = try a.call(
-            "POST", "/v1/sessions/pin/tasks",
-            ["tasks": [["file": .string(file), "request": ["url": .string(nginx.url("/pin/big.bin"))]]]])
-        try #require(status == 201, "\(body.serialized())")
-        let id = try #require(body["tasks"]?.arrayValue?.first?["id"]?.stringValue)
-        #expect(body["tasks"]?.arrayValue?.first?["node"]?.stringValue == "a")
-        try #require(try a.waitForTask(id, state: "running", timeout: 20)["state"]?.stringValue == "running")
+        let task = try runningUpload(on: a, session: "pin", file: file, to: nginx.url("/pin/big.bin"))
+        let id = try #require(task["id"]?.stringValue)
+        #expect(task["node"]?.stringValue == "a")
         a.kill9()
         // b answers for it, and never runs it.
         let waiting = try b.waitForTask(id, state: "waiting", timeout: lease + 10)
@@ -170,11 +188,7 @@ final class FleetTests {
         Thread.sleep(forTimeInterval: 3 * lease)
         #expect(try b.task(id)["state"]?.stringValue == "waiting")
         try a.start()
-        let done = try b.waitForTask(id, timeout: 60)
-        #expect(done["state"]?.stringValue == "completed", "\(done.serialized())")
-        #expect(
-            Bytes(FileManager.default.contents(atPath: nginx.root + "/pin/big.bin") ?? Data())
-                == Bytes(FileManager.default.contents(atPath: file) ?? Data([1])))
+        try expectDelivered(id, on: b, to: nginx, path: "/pin/big.bin", from: file)
         // Both nodes are in the fleet's list.
         let nodes = try b.call("GET", "/v1/nodes").1["nodes"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
         #expect(nodes == ["a", "b"])
@@ -189,15 +203,9 @@ final class FleetTests {
         let nginx = try NginxServer(directory: scratch.file("nginx-gone"))
         let grace = 2.0
         let a = try node("a", lease: 30, arguments: ["--shutdown-grace", "\(grace)"])
-        try #require(try a.call("PUT", "/v1/sessions/gone", ["configuration": [:]]).0 == 201)
         let file = scratch.makeFile("shared/gone.bin", size: 4 << 20)
-        try #require(try a.call("PUT", "/v1/policy", ["bandwidth_limit": .int(1 << 20)]).0 == 200)
-        let (status, body) = try a.call(
-            "POST", "/v1/sessions/gone/tasks",
-            ["tasks": [["file": .string(file), "request": ["url": .string(nginx.url("/gone/gone.bin"))]]]])
-        try #require(status == 201, "\(body.serialized())")
-        let id = try #require(body["tasks"]?.arrayValue?.first?["id"]?.stringValue)
-        try #require(try a.waitForTask(id, state: "running", timeout: 20)["state"]?.stringValue == "running")
+        let task = try runningUpload(on: a, session: "gone", file: file, to: nginx.url("/gone/gone.bin"))
+        let id = try #require(task["id"]?.stringValue)
         try database.stop(immediate: true)
         Thread.sleep(forTimeInterval: 1)
         let started = Date()
@@ -207,11 +215,7 @@ final class FleetTests {
         #expect(seconds < grace + 6, "the stop took \(seconds) s")
         try database.start()
         try a.start()
-        let done = try a.waitForTask(id, timeout: 60)
-        #expect(done["state"]?.stringValue == "completed", "\(done.serialized())")
-        #expect(
-            Bytes(FileManager.default.contents(atPath: nginx.root + "/gone/gone.bin") ?? Data())
-                == Bytes(FileManager.default.contents(atPath: file) ?? Data([1])))
+        try expectDelivered(id, on: a, to: nginx, path: "/gone/gone.bin", from: file)
     }
 }
 
