@@ -69,6 +69,7 @@ final class PostgresChangeFeed: @unchecked Sendable {
                     deliver(catchUp)
                     listening.withLockNotifyingAll { $0 = true }
                     failures = 0
+                    heardAt = monotonicSeconds()
                 }
                 let notifications = try connection!.notifications(waitingUpTo: 0.25)
                 for notification in notifications {

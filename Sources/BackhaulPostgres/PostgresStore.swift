@@ -77,8 +77,6 @@ public final class PostgresStore: @unchecked Sendable {
     private var feed: PostgresChangeFeed?
     private var heartbeat: WorkerThread?
     private let stopping = Locked(false)
-    /// When a fenced write stops waiting because the node is stopping (`beginStop`).
-    private let stopBy = Locked(Double.infinity)
     let figures = Locked(MaintenanceFigures())
     /// Session records as read, for `sessionRecord`; forgotten when a change of them is heard.
     let sessionCache = Locked(SessionCache())
@@ -183,9 +181,7 @@ public final class PostgresStore: @unchecked Sendable {
     /// The node waits on the database until `seconds` from now and the writer's `stopPatience`
     /// more: the writer gives a lost connection up then, and a fenced write waits no longer.
     public func beginStop(within seconds: Double) {
-        let deadline = monotonicSeconds() + seconds
-        stopBy.withLock { $0 = min($0, deadline) }
-        writer.giveUp(at: deadline + writer.stopPatience)
+        writer.giveUp(at: monotonicSeconds() + seconds + writer.stopPatience)
     }
 
     public func close() {
@@ -226,11 +222,12 @@ public final class PostgresStore: @unchecked Sendable {
                     return { box.withLockNotifyingAll { $0 = .success(value) } }
                 },
                 failed: { error in box.withLockNotifyingAll { $0 = .failure(error) } }))
-        // A stopping node's write waits until the grace and a moment more, and one made past the
-        // grace that moment (a database that answers commits in milliseconds; one that is gone
-        // fails it at once). Read on each turn: the stop may begin while the write waits.
-        let submitted = monotonicSeconds()
-        while fenced, fence.allowsStarting(), monotonicSeconds() < max(stopBy.withLock { $0 }, submitted) + writer.stopPatience {
+        // A stopping node's write waits as long as the writer tries (the grace and a moment
+        // more), and one made past that a moment (a database that answers commits in
+        // milliseconds; one that is gone fails it at once). Read on each turn: the stop may begin
+        // while the write waits.
+        let patience = monotonicSeconds() + writer.stopPatience
+        while fenced, fence.allowsStarting(), monotonicSeconds() < max(writer.giveUpAt, patience) {
             if let result = box.wait(until: { $0 != nil }, timeout: 0.05, { $0 }) { return try result.get() }
         }
         if fenced, box.withLock({ $0 == nil }) {

@@ -81,6 +81,9 @@ final class PostgresWriter: @unchecked Sendable {
 
     func start() { thread.start { [self] in loop() } }
 
+    /// From when a lost connection is tried again once more at most (infinity until a stop).
+    var giveUpAt: Double { queue.withLock { $0.giveUpAt } }
+
     /// From `time` on, a lost connection is tried again once more at most: the jobs fail
     /// `unavailable`.
     func giveUp(at time: Double) {
@@ -136,13 +139,15 @@ final class PostgresWriter: @unchecked Sendable {
         var savepoints = false
         let reconnectUntil = monotonicSeconds() + reconnectFor
         // Read on each try: a stop that comes meanwhile shortens it.
-        let deadline = { [queue] in min(reconnectUntil, queue.withLock { $0.giveUpAt }) }
+        let deadline = { [self] in min(reconnectUntil, giveUpAt) }
         // Past a stop's time one try more, once for the writer: its connection may have died
         // unseen while the node was idle, with the database well, and a try costs little; a
         // database that is gone costs it once, not every batch of the engine's last writes.
         func mayReconnect() -> Bool {
-            if monotonicSeconds() < deadline() { return true }
-            guard monotonicSeconds() >= queue.withLock({ $0.giveUpAt }), !triedPastGiveUp else { return false }
+            let now = monotonicSeconds()
+            let giveUpAt = self.giveUpAt
+            if now < min(reconnectUntil, giveUpAt) { return true }
+            guard now >= giveUpAt, !triedPastGiveUp else { return false }
             triedPastGiveUp = true
             return true
         }
